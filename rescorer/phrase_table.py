@@ -1,0 +1,358 @@
+"""Moses phrase tables in and out, losslessly, one line at a time.
+
+A line is ``src ||| tgt ||| s1 s2 ... ||| align ||| counts ||| sparse ||| props`` with exactly
+``" ||| "`` between fields (moses-spec.md §1.1). Reading splits off the source, the target and the
+dense score field and keeps the rest of the line as it was, so an unchanged entry is written back
+byte for byte and appending a column touches nothing outside the score field.
+
+Input is plain or gzip, detected by its first two bytes, ``-`` for stdin. Output is gzip when the
+name ends in ``.gz`` (level 1, no timestamp, no embedded name: the same input gives the same
+bytes), ``-`` for stdout, and appears under its final name only when complete.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import BinaryIO, TextIO
+
+from isal import igzip, igzip_threaded
+
+from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, GZIP_MAGIC, LOGP_FLOOR
+from rescorer.errors import InputError, RescorerError
+
+EXPECTED_SHAPE = "'src ||| tgt ||| score1 score2 ... [||| align ||| counts ||| ...]'"
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseEntry:
+    """One phrase-table line, split where rescorer needs it and otherwise kept verbatim."""
+
+    lineno: int  # 1-based physical line number in the input
+    src: str  # source phrase as in the file (tokens separated by spaces)
+    tgt: str  # target phrase as in the file
+    scores: tuple[float, ...]  # the dense scores, parsed
+    score_field: str  # the dense score field exactly as in the file
+    rest: str  # everything after the score field: "" or " ||| align ||| ..."
+
+    @property
+    def src_tokens(self) -> list[str]:
+        return split_tokens(self.src)
+
+    @property
+    def tgt_tokens(self) -> list[str]:
+        return split_tokens(self.tgt)
+
+    def line(self) -> str:
+        """The original line, without its newline."""
+        return f"{self.src}{FIELD_SEP}{self.tgt}{FIELD_SEP}{self.score_field}{self.rest}"
+
+    def line_with_columns(self, texts: Sequence[str]) -> str:
+        """The line with ``texts`` appended to the dense score field, without newline."""
+        scores = " ".join((self.score_field, *texts)) if texts else self.score_field
+        return f"{self.src}{FIELD_SEP}{self.tgt}{FIELD_SEP}{scores}{self.rest}"
+
+
+def split_tokens(phrase: str) -> list[str]:
+    """Tokens of a phrase: split on spaces and tabs as Moses does (not on other Unicode space)."""
+    return [tok for tok in phrase.replace("\t", " ").split(" ") if tok]
+
+
+def format_score(value: float) -> str:
+    """A number the way Moses writes scores: C++ ``ostream << float``, i.e. ``%g``."""
+    return f"{value:g}"
+
+
+def format_prob(logp: float) -> str:
+    """The probability column for Moses: exp(logp), floored at e^-100, never 0 or negative.
+
+    ``%g`` keeps six significant digits, so ln(value) is within 5e-6 of ``logp`` (relative).
+    """
+    return f"{math.exp(max(logp, LOGP_FLOOR)):g}"
+
+
+def format_logp(logp: float) -> str:
+    """Raw natural-log probability (``--column logp``): eight significant digits."""
+    return f"{logp:.8g}"
+
+
+def parse_scores(text: str) -> tuple[float, ...] | str:
+    """Parse a dense score field; return the scores, or a message saying what is wrong."""
+    tokens = text.replace("\t", " ").split(" ")
+    values = []
+    for col, tok in enumerate(tokens, start=1):
+        if not tok:
+            continue
+        try:
+            if "_" in tok:  # Python's float() accepts "1_0"; Moses does not
+                raise ValueError
+            value = float(tok)
+        except ValueError:
+            return f"score {col} is {tok!r}, expected a number"
+        if not math.isfinite(value):
+            return f"score {col} is {tok!r}, expected a finite number"
+        values.append(value)
+    if not values:
+        return "the score field is empty, expected at least one number"
+    return tuple(values)
+
+
+def parse_line(text: str, lineno: int) -> PhraseEntry | str:
+    """Split a decoded line (no newline); return the entry, or what is wrong with it."""
+    fields = text.split(FIELD_SEP, 3)
+    if len(fields) < 3:
+        return f"found {len(fields)} field(s) separated by ' ||| ', expected {EXPECTED_SHAPE}"
+    src, tgt, score_field = fields[0], fields[1], fields[2]
+    if not src.strip(" \t"):
+        return f"empty source phrase, expected {EXPECTED_SHAPE}"
+    if not tgt.strip(" \t"):
+        return f"empty target phrase, expected {EXPECTED_SHAPE}"
+    scores = parse_scores(score_field)
+    if isinstance(scores, str):
+        return scores
+    rest = FIELD_SEP + fields[3] if len(fields) == 4 else ""
+    return PhraseEntry(lineno, src, tgt, scores, score_field, rest)
+
+
+def display_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+@contextmanager
+def open_binary(path: str) -> Iterator[BinaryIO]:
+    """Open a file (or ``-``, stdin) for reading bytes, decompressing gzip detected by magic."""
+    if path == "-":
+        raw = _peekable(sys.stdin.buffer)
+        close_raw = False
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+        close_raw = True
+    try:
+        if raw.peek(2)[:2] == GZIP_MAGIC:
+            # Decompression runs in a helper thread, outside the GIL.
+            with igzip_threaded.open(raw, "rb", threads=1) as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+    finally:
+        if close_raw:
+            raw.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """A raw stream that yields ``head`` and then the rest of ``stream`` (for peeking)."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _peekable(stream: BinaryIO) -> io.BufferedReader:
+    """``stream`` itself if it can peek (a real stdin), else a buffered wrapper that can."""
+    if isinstance(stream, io.BufferedReader):
+        return stream
+    return io.BufferedReader(_Prefixed(b"", stream), buffer_size=1 << 16)
+
+
+def iter_raw_lines(stream: BinaryIO, path: str) -> Iterator[bytes]:
+    """Lines of a binary stream (with their newline); a truncated gzip stream is an InputError."""
+    try:
+        yield from stream
+    except (EOFError, OSError) as exc:  # igzip: "Compressed file ended before the end..."
+        raise InputError(
+            display_name(path), None, f"corrupt or truncated gzip data: {exc}"
+        ) from exc
+
+
+@contextmanager
+def open_text(path: str) -> Iterator[Iterator[str]]:
+    """Lines (without newline) of any UTF-8 text file, plain or gzip, ``-`` for stdin.
+
+    Invalid UTF-8 is an InputError naming the file and the line.
+    """
+    with open_binary(path) as stream:
+
+        def lines() -> Iterator[str]:
+            for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(
+                        display_name(path), lineno, f"invalid UTF-8: {exc.reason}"
+                    ) from exc
+                yield text[:-1] if text.endswith("\n") else text
+
+        yield lines()
+
+
+@dataclass
+class ReadStats:
+    """What a reader saw: every input line is either read or skipped as bad."""
+
+    lines: int = 0
+    bad: int = 0
+    num_scores: int | None = None
+    bad_examples: list[str] = field(default_factory=list)
+
+
+class TableReader:
+    """Stream the entries of a Moses phrase table, validating each line (design.md §8).
+
+    Use as a context manager; iterate to get PhraseEntry objects. With ``skip_bad_lines`` a
+    malformed line is written to that file (verbatim) and counted instead of stopping the run.
+    """
+
+    def __init__(self, path: str, *, skip_bad_lines: str | None = None) -> None:
+        self.path = path
+        self.name = display_name(path)
+        self.skip_bad_lines = skip_bad_lines
+        self.stats = ReadStats()
+        self._stack: list[object] = []
+        self._bad_out: BinaryIO | None = None
+
+    def __enter__(self) -> TableReader:
+        self._binary_cm = open_binary(self.path)
+        self._stream = self._binary_cm.__enter__()
+        if self.skip_bad_lines is not None:
+            self._bad_out = open(self.skip_bad_lines, "wb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bad_out is not None:
+            self._bad_out.close()
+        self._binary_cm.__exit__(None, None, None)
+
+    def _bad(self, raw: bytes, lineno: int, message: str) -> None:
+        if self._bad_out is None:
+            raise InputError(self.name, lineno, message)
+        self.stats.bad += 1
+        if len(self.stats.bad_examples) < 5:
+            self.stats.bad_examples.append(f"{self.name}:{lineno}: {message}")
+        self._bad_out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+
+    def __iter__(self) -> Iterator[PhraseEntry]:
+        stats = self.stats
+        for lineno, raw in enumerate(iter_raw_lines(self._stream, self.path), start=1):
+            stats.lines = lineno
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self._bad(raw, lineno, f"invalid UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
+            entry = parse_line(text[:-1] if text.endswith("\n") else text, lineno)
+            if isinstance(entry, str):
+                self._bad(raw, lineno, entry)
+                continue
+            if stats.num_scores is None:
+                stats.num_scores = len(entry.scores)
+            elif len(entry.scores) != stats.num_scores:
+                self._bad(
+                    raw,
+                    lineno,
+                    f"found {len(entry.scores)} scores, expected {stats.num_scores} "
+                    "(the count of the first line)",
+                )
+                continue
+            yield entry
+
+
+def read_table(path: str, *, skip_bad_lines: str | None = None) -> Iterator[PhraseEntry]:
+    """Stream the entries of a phrase table (see TableReader)."""
+    with TableReader(path, skip_bad_lines=skip_bad_lines) as reader:
+        yield from reader
+
+
+@contextmanager
+def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[BinaryIO]:
+    """A binary output that appears under ``path`` only when the block completes.
+
+    ``-`` is stdout. A ``.gz`` name gets gzip (no timestamp, no embedded name). The data goes to a
+    temporary file in the same folder, renamed over ``path`` on success and removed on error.
+    """
+    gzipped = path.endswith(".gz")
+    if path == "-":
+        out = sys.stdout.buffer
+        if gzipped:  # pragma: no cover - "-" never ends in .gz
+            raise AssertionError
+        yield out
+        out.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise RescorerError(f"{path}: cannot write to {folder}: {exc.strerror}") from exc
+    ok = False
+    try:
+        with os.fdopen(fd, "wb", buffering=1 << 20) as raw:
+            if gzipped:
+                with igzip.IGzipFile(
+                    filename="", mode="wb", compresslevel=compresslevel, fileobj=raw, mtime=0
+                ) as gz:
+                    yield gz  # type: ignore[misc]
+            else:
+                yield raw  # type: ignore[misc]
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        ok = True
+    finally:
+        if not ok:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def open_output(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[TextIO]:
+    """Text (UTF-8, ``\\n``) version of :func:`open_output_binary`."""
+    with open_output_binary(path, compresslevel=compresslevel) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
+        try:
+            yield text
+            text.flush()
+        finally:
+            text.detach()
+
+
+def copy_table(
+    src_path: str,
+    out_path: str,
+    *,
+    skip_bad_lines: str | None = None,
+    compresslevel: int = DEFAULT_GZIP_LEVEL,
+) -> ReadStats:
+    """Read and rewrite a table through the parser (a lossless round trip, used by tests/bench)."""
+    with TableReader(src_path, skip_bad_lines=skip_bad_lines) as reader:
+        with open_output(out_path, compresslevel=compresslevel) as out:
+            write = out.write
+            for entry in reader:
+                write(entry.line())
+                write("\n")
+        return reader.stats

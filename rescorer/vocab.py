@@ -1,0 +1,163 @@
+"""Shortlist vocabularies (rnnenc-spec.md §1.1, design.md §3).
+
+Ids: 0 reserved (padding, "no previous word"), 1 UNK, 2..N-1 the N-2 most frequent words, and EOS
+= N, a separate id after the shortlist, so the embedding and softmax have N+1 rows. Frequencies are
+counted over the table's unique pairs (each pair once: the paper ignores the pair counts); ties are
+broken by the token's code-point order, so the same table always gives the same ids.
+Tokens are Moses-escaped strings (``&#124;``, ``&amp;``...) and are used exactly as they appear.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from rescorer.constants import (
+    EOS_SYMBOL,
+    FIRST_WORD_ID,
+    PAD_SYMBOL,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    UNK_ID,
+    UNK_SYMBOL,
+)
+from rescorer.errors import RescorerError, check
+
+VOCAB_FORMAT = "rescorer-vocab-1"
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A shortlist of ``size`` ids (0 reserved, 1 UNK, words from 2) plus EOS = ``size``."""
+
+    words: tuple[str, ...]  # words in id order: words[i] has id i + FIRST_WORD_ID
+    size: int  # the shortlist size N (ids 0..N-1); EOS is N
+    _index: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check(self.size >= FIRST_WORD_ID, f"vocabulary size must be at least 2, got {self.size}")
+        check(
+            len(self.words) <= self.size - FIRST_WORD_ID,
+            f"{len(self.words)} words do not fit a shortlist of {self.size} ids",
+        )
+        index = {word: i for i, word in enumerate(self.words, start=FIRST_WORD_ID)}
+        check(len(index) == len(self.words), "vocabulary words must be unique")
+        object.__setattr__(self, "_index", index)
+
+    @property
+    def eos_id(self) -> int:
+        return self.size
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the embedding table and classes of the softmax: the shortlist plus EOS."""
+        return self.size + 1
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __contains__(self, token: str) -> bool:
+        return token in self._index
+
+    def id(self, token: str) -> int:
+        return self._index.get(token, UNK_ID)
+
+    def encode(self, tokens: Sequence[str]) -> list[int]:
+        """Ids of ``tokens``; out-of-shortlist tokens become UNK. No EOS is appended."""
+        get = self._index.get
+        return [get(tok, UNK_ID) for tok in tokens]
+
+    def encode_eos(self, tokens: Sequence[str]) -> list[int]:
+        """Ids of ``tokens`` followed by EOS (what the encoder reads and the decoder predicts)."""
+        ids = self.encode(tokens)
+        ids.append(self.eos_id)
+        return ids
+
+    def unk_count(self, tokens: Sequence[str]) -> int:
+        """How many tokens are outside the shortlist (the paper's word-penalty count)."""
+        index = self._index
+        return sum(1 for tok in tokens if tok not in index)
+
+    def symbol(self, idx: int) -> str:
+        if idx == self.eos_id:
+            return EOS_SYMBOL
+        if idx == UNK_ID:
+            return UNK_SYMBOL
+        if FIRST_WORD_ID <= idx < FIRST_WORD_ID + len(self.words):
+            return self.words[idx - FIRST_WORD_ID]
+        return PAD_SYMBOL
+
+    def decode(self, ids: Iterable[int]) -> list[str]:
+        return [self.symbol(int(i)) for i in ids]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "format": VOCAB_FORMAT,
+            "size": self.size,
+            "eos_id": self.eos_id,
+            "special": {"0": PAD_SYMBOL, str(UNK_ID): UNK_SYMBOL, str(self.eos_id): EOS_SYMBOL},
+            "words": list(self.words),
+        }
+
+    def save(self, path: str) -> None:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            json.dump(self.to_dict(), out, ensure_ascii=False, indent=0)
+            out.write("\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> Vocab:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RescorerError(f"{path}: cannot read vocabulary: {exc}") from exc
+        if not isinstance(data, dict) or data.get("format") != VOCAB_FORMAT:
+            raise RescorerError(f"{path}: not a rescorer vocabulary (format {VOCAB_FORMAT})")
+        return cls(words=tuple(data["words"]), size=int(data["size"]))
+
+    @classmethod
+    def from_counts(cls, counts: Counter[str], size: int) -> Vocab:
+        """The ``size - 2`` most frequent tokens; ties in code-point order."""
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return cls(words=tuple(tok for tok, _ in ranked[: size - FIRST_WORD_ID]), size=size)
+
+
+def count_tokens(phrases: Iterable[str]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for phrase in phrases:
+        counts.update(tok for tok in phrase.replace("\t", " ").split(" ") if tok)
+    return counts
+
+
+def build_vocabs(
+    pairs: Iterable[tuple[str, str]], src_size: int, tgt_size: int
+) -> tuple[Vocab, Vocab]:
+    """Source and target shortlists from (source phrase, target phrase) pairs, each pair once.
+
+    A repeated pair is counted once when the repeats are consecutive, as they are in a sorted
+    Moses table; memory stays bounded by the vocabulary, not by the table.
+    """
+    src_counts: Counter[str] = Counter()
+    tgt_counts: Counter[str] = Counter()
+    previous: tuple[str, str] | None = None
+    for src, tgt in pairs:
+        if (src, tgt) == previous:
+            continue
+        previous = (src, tgt)
+        src_counts.update(tok for tok in src.replace("\t", " ").split(" ") if tok)
+        tgt_counts.update(tok for tok in tgt.replace("\t", " ").split(" ") if tok)
+    return Vocab.from_counts(src_counts, src_size), Vocab.from_counts(tgt_counts, tgt_size)
+
+
+def save_vocabs(folder: str, src: Vocab, tgt: Vocab) -> tuple[str, str]:
+    os.makedirs(folder, exist_ok=True)
+    src_path = os.path.join(folder, SRC_VOCAB_FILE)
+    tgt_path = os.path.join(folder, TGT_VOCAB_FILE)
+    src.save(src_path)
+    tgt.save(tgt_path)
+    return src_path, tgt_path
