@@ -43,6 +43,32 @@ def cli() -> None:
     """Score Moses phrase tables with the RNN Encoder-Decoder of Cho et al. (2014)."""
 
 
+@cli.command()
+@click.argument("table")
+@click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
+@click.option("--src-vocab-size", default=15000, show_default=True, help="Source shortlist ids.")
+@click.option("--tgt-vocab-size", default=15000, show_default=True, help="Target shortlist ids.")
+@user_errors
+def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
+
+    \b
+    Example:
+      rescorer vocab model/phrase-table.gz -o vocab/ --src-vocab-size 15000
+    """
+    from rescorer.phrase_table import TableReader
+    from rescorer.vocab import build_vocabs, save_vocabs
+
+    with TableReader(table) as reader:
+        src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
+    paths = save_vocabs(out_dir, src, tgt)
+    click.echo(
+        f"{reader.stats.lines} pairs: {len(src.words)} source and {len(tgt.words)} target words "
+        f"in the shortlists; wrote {paths[0]} and {paths[1]}",
+        err=True,
+    )
+
+
 def main() -> None:
     """Console entry point."""
     cli()
