@@ -1,0 +1,286 @@
+"""The RNN Encoder-Decoder of Cho et al. (2014), as GroundHog's code computes it.
+
+Every equation is in ``research/rnnenc-spec.md`` §1; the comments cite its items. Notation (row
+vectors, as in GroundHog): ``B`` batch, ``S`` source length, ``T`` target length (both counting
+the EOS the caller appends), ``E`` embedding size (the rank, 100), ``H`` hidden size (1000),
+``M`` maxout units (500), ``P`` maxout pool (2), ``V`` softmax rows (shortlist size + 1 for EOS).
+
+The gated unit (§1.2), written by hand because ``nn.GRU`` resets *after* the recurrent matmul::
+
+    r  = σ(W_r e + U_r h)             u = σ(W_u e + U_u h)          (no gate biases)
+    h~ = tanh(W e + b + U (r ⊙ h))    h = u ⊙ h~ + (1 - u) ⊙ h      (u = 1 - z of the paper)
+
+The decoder adds ``C_r c``, ``C_u c`` inside the gates and ``C c`` (not reset) in the candidate;
+its readout is ``o_t = O_c c + O_h s_{t-1} + b_o + [t>1] O_y f(y_{t-1})``, maxout, then the
+rank-E factorised softmax ``(m W_1) W_2 + b_out`` (§1.4-1.7).
+
+For speed the input side of all steps is projected with one matmul before the recurrence, each
+step does one ``[U_r;U_u] h`` and one ``U (r ⊙ h)`` matmul, and the readout and softmax run after
+the loop on the packed non-padding positions only. Under ``torch.autocast`` the matmuls run in
+bf16 while the recurrent state, the log-softmax and every sum stay in fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "DecoderContext",
+    "EncoderDecoder",
+    "ModelConfig",
+    "init_weights_",
+    "sequence_logprobs",
+]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of the model; the defaults are the paper's (rnnenc-spec.md §1, state.py)."""
+
+    src_vocab_size: int = 15000  # source shortlist incl. ids 0 (reserved) and 1 (UNK); EOS = size
+    tgt_vocab_size: int = 15000  # target shortlist, likewise; the softmax has size + 1 classes
+    hidden_size: int = 1000  # H: encoder and decoder state
+    embed_size: int = 100  # E: rank of the factorised input and output matrices
+    maxout_units: int = 500  # M: units of the deep output layer
+    maxout_pool: int = 2  # P: pieces pooled by each maxout unit
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelConfig.{f.name} must be a positive integer, got {value!r}")
+        if self.src_vocab_size < 2 or self.tgt_vocab_size < 2:
+            raise ValueError("vocabulary sizes must be at least 2 (ids 0 and 1 are reserved)")
+
+    @property
+    def src_rows(self) -> int:
+        """Rows of the source embedding: the shortlist plus EOS."""
+        return self.src_vocab_size + 1
+
+    @property
+    def tgt_rows(self) -> int:
+        """Rows of the target embedding and classes of the softmax: the shortlist plus EOS."""
+        return self.tgt_vocab_size + 1
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown model config keys: {', '.join(unknown)}")
+        return cls(**data)
+
+
+class GatedEmbeddingInput(nn.Module):
+    """Embedding with a learned bias and the input side of a gated unit: one (E, 3H) product.
+
+    Output columns are ``[W_r e ; W_u e ; W e + b]`` (rnnenc-spec.md §1.2, encdec.py:569-607).
+    """
+
+    def __init__(self, num_rows: int, embed_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(num_rows, embed_size)  # E_x or E_y
+        self.embed_bias = nn.Parameter(torch.zeros(embed_size))  # b_e or b_f
+        self.input_proj = nn.Linear(embed_size, 3 * hidden_size, bias=False)  # [W_r; W_u; W]
+        self.cand_bias = nn.Parameter(torch.zeros(hidden_size))  # b (candidate only)
+        self.hidden_size = hidden_size
+
+    def embed_ids(self, ids: Tensor) -> Tensor:
+        """ids (B,L) long -> e (B,L,E)."""
+        return self.embed(ids) + self.embed_bias
+
+    def project(self, emb: Tensor) -> Tensor:
+        """emb (B,L,E) -> x (B,L,3H) in fp32: [W_r e ; W_u e ; W e + b]."""
+        x = self.input_proj(emb).float()  # (B,L,3H)
+        bias = torch.cat([x.new_zeros(2 * self.hidden_size), self.cand_bias.float()])  # (3H,)
+        return x + bias
+
+
+class GatedRecurrence(nn.Module):
+    """The recurrent side of the gated unit: ``[U_r; U_u]`` and ``U``, no biases."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, 2 * hidden_size, bias=False)  # [U_r; U_u]
+        self.cand_proj = nn.Linear(hidden_size, hidden_size, bias=False)  # U
+        self.hidden_size = hidden_size
+
+    def step(self, x: Tensor, h: Tensor) -> Tensor:
+        """One step of the unit (rec_layers.py:1018-1095).
+
+        x: (B,3H) fp32 input side [W_r e ; W_u e ; W e + b] (+ the decoder's context terms);
+        h: (B,H) fp32 previous state. Returns the new state (B,H) fp32.
+        """
+        H = self.hidden_size
+        gates = torch.sigmoid(x[:, : 2 * H] + self.gate_proj(h))  # (B,2H)
+        r, u = gates[:, :H], gates[:, H:]  # (B,H) each
+        cand = torch.tanh(x[:, 2 * H :] + self.cand_proj(r * h))  # (B,H): reset before U
+        return torch.lerp(h, cand, u)  # u ⊙ h~ + (1 - u) ⊙ h
+
+
+class DecoderContext(NamedTuple):
+    """The decoder's per-source terms, computed once per source phrase (B = sources)."""
+
+    c: Tensor  # (B,H) summary vector
+    s0: Tensor  # (B,H) initial state tanh(W_init c + b_init)
+    c_gates: Tensor  # (B,2H) [C_r c ; C_u c]
+    c_cand: Tensor  # (B,H) C c
+    c_out: Tensor  # (B,P*M) O_c c
+
+    def index_select(self, index: Tensor) -> DecoderContext:
+        """Rows ``index`` (K,) of every term, e.g. to expand one source to its many targets."""
+        return DecoderContext(*(t.index_select(0, index) for t in self))
+
+
+class EncoderDecoder(nn.Module):
+    """The paper's model; ``token_logprobs`` is the one function behind training and scoring."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        H, E = config.hidden_size, config.embed_size
+        PM = config.maxout_units * config.maxout_pool
+        # Encoder (rnnenc-spec.md §1.2).
+        self.enc_input = GatedEmbeddingInput(config.src_rows, E, H)
+        self.enc_rec = GatedRecurrence(H)
+        # Decoder initial state s0 = tanh(W_init c + b_init) (§1.4).
+        self.dec_init = nn.Linear(H, H, bias=True)
+        # c enters the decoder through [C_r; C_u; C] (§1.5) and O_c (§1.6): one (H, 3H+PM) product.
+        self.dec_context = nn.Linear(H, 3 * H + PM, bias=False)
+        # Decoder recurrence (§1.5).
+        self.dec_input = GatedEmbeddingInput(config.tgt_rows, E, H)
+        self.dec_rec = GatedRecurrence(H)
+        # Deep output (§1.6): O_h has the readout's only bias; O_y takes f(y_{t-1}).
+        self.out_hidden = nn.Linear(H, PM, bias=True)  # O_h, b_o
+        self.out_prev_word = nn.Linear(E, PM, bias=False)  # O_y
+        # Rank-E factorised softmax (§1.7): W_1 (M x E), W_2 (E x V) and b_out.
+        self.out_rank = nn.Linear(config.maxout_units, E, bias=False)  # W_1
+        self.out_vocab = nn.Linear(E, config.tgt_rows, bias=True)  # W_2, b_out
+
+    # ----------------------------------------------------------------------------- encoder
+    def encode(self, src_ids: Tensor, src_lens: Tensor) -> Tensor:
+        """Summary vectors c (B,H) fp32: the encoder state after the EOS step (§1.3).
+
+        src_ids: (B,S) long, each row ending with EOS, padded with PAD_ID after it;
+        src_lens: (B,) long, lengths including the EOS (>= 1).
+        """
+        B, S = src_ids.shape
+        x = self.enc_input.project(self.enc_input.embed_ids(src_ids))  # (B,S,3H)
+        h = x.new_zeros(B, self.config.hidden_size)  # (B,H) h_0 = 0
+        states = []
+        for t in range(S):
+            h = self.enc_rec.step(x[:, t], h)  # (B,H)
+            states.append(h)
+        # Padding never reaches c: take each row's state at its true last step.
+        all_states = torch.stack(states, dim=1)  # (B,S,H)
+        last = (src_lens - 1).to(all_states.device)  # (B,)
+        return all_states[torch.arange(B, device=all_states.device), last]  # (B,H)
+
+    # ----------------------------------------------------------------------------- decoder
+    def decoder_context(self, c: Tensor) -> DecoderContext:
+        """The per-source decoder terms of summary vectors c (B,H)."""
+        H = self.config.hidden_size
+        s0 = torch.tanh(self.dec_init(c).float())  # (B,H)
+        proj = self.dec_context(c).float()  # (B,3H+PM)
+        return DecoderContext(
+            c=c,
+            s0=s0,
+            c_gates=proj[:, : 2 * H],  # (B,2H)
+            c_cand=proj[:, 2 * H : 3 * H],  # (B,H)
+            c_out=proj[:, 3 * H :],  # (B,PM)
+        )
+
+    def token_logprobs(self, ctx: DecoderContext, tgt_ids: Tensor, tgt_lens: Tensor) -> Tensor:
+        """ln p(y_t | y_<t, x) for every target position, fp32 (B,T), 0.0 at padding.
+
+        ctx: the decoder context of each row's source (B rows);
+        tgt_ids: (B,T) long, each row ending with EOS (which is predicted and scored);
+        tgt_lens: (B,) long, lengths including the EOS (>= 1).
+        """
+        B, T = tgt_ids.shape
+        f = self.dec_input.embed_ids(tgt_ids)  # (B,T,E) f(y_t)
+        # Input side of the decoder unit, with C_r c, C_u c and C c added at every step.
+        x = self.dec_input.project(f)  # (B,T,3H)
+        x = x + torch.cat([ctx.c_gates, ctx.c_cand], dim=1).float().unsqueeze(1)  # (B,T,3H)
+        # s_t (after consuming y_t) predicts y_{t+1}: only s_0 .. s_{T-1} are needed.
+        s = ctx.s0.float()  # (B,H)
+        states = [s]
+        for t in range(T - 1):
+            s = self.dec_rec.step(x[:, t], s)  # (B,H)
+            states.append(s)
+        prev_states = torch.stack(states, dim=1)  # (B,T,H) row t holds s_{t-1} (1-based t)
+        # Readout on the packed non-padding positions only.
+        mask = torch.arange(T, device=tgt_ids.device) < tgt_lens.to(tgt_ids.device).unsqueeze(1)
+        rows, cols = mask.nonzero(as_tuple=True)  # (N,), (N,) in row-major order
+        s_prev = prev_states[rows, cols]  # (N,H)
+        # The previous word f(y_{t-1}); zero for t = 1 (no BOS; ff_layers.py Shift).
+        has_prev = cols > 0  # (N,)
+        f_prev = f[rows, (cols - 1).clamp(min=0)] * has_prev.unsqueeze(1).to(f.dtype)  # (N,E)
+        o = (
+            self.out_hidden(s_prev)
+            + self.out_prev_word(f_prev)
+            + ctx.c_out.index_select(0, rows).to(s_prev.dtype)
+        )  # (N,PM)
+        M, P = self.config.maxout_units, self.config.maxout_pool
+        m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
+        logits = self.out_vocab(self.out_rank(m)).float()  # (N,V)
+        targets = tgt_ids[rows, cols]  # (N,)
+        tok = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+        token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
+        return token_logp.index_put((rows, cols), tok)
+
+    def forward(
+        self, src_ids: Tensor, src_lens: Tensor, tgt_ids: Tensor, tgt_lens: Tensor
+    ) -> Tensor:
+        """token_logp (B,T) fp32 of the pairs (src_ids (B,S), tgt_ids (B,T), both ending in EOS)."""
+        ctx = self.decoder_context(self.encode(src_ids, src_lens))
+        return self.token_logprobs(ctx, tgt_ids, tgt_lens)
+
+    def recurrent_matrices(self) -> list[Tensor]:
+        """The H x H recurrent blocks U_r, U_u, U (encoder, then decoder), as views."""
+        H = self.config.hidden_size
+        blocks = []
+        for rec in (self.enc_rec, self.dec_rec):
+            blocks += [rec.gate_proj.weight[:H], rec.gate_proj.weight[H:], rec.cand_proj.weight]
+        return blocks
+
+
+def sequence_logprobs(token_logp: Tensor) -> Tensor:
+    """log p(y|x) (B,) fp32: the sum over target tokens and EOS of token_logp (B,T)."""
+    return token_logp.float().sum(dim=1)
+
+
+@torch.no_grad()
+def init_weights_(model: EncoderDecoder, generator: torch.Generator | None = None) -> None:
+    """GroundHog's initialisation (rnnenc-spec.md §2, utils.py:107-143), in place.
+
+    Biases 0; every recurrent H x H block (U_r, U_u, U on both sides) is the matrix of left
+    singular vectors of an N(0, 1) matrix (scale 1); every other weight is N(0, 0.01).
+    Random numbers are drawn on the CPU so the result does not depend on the device.
+    """
+    recurrent = {id(p) for p in (model.enc_rec.gate_proj.weight, model.enc_rec.cand_proj.weight)}
+    recurrent |= {id(p) for p in (model.dec_rec.gate_proj.weight, model.dec_rec.cand_proj.weight)}
+    for name, param in model.named_parameters():
+        if id(param) in recurrent:
+            continue
+        if name.endswith("bias"):
+            param.zero_()
+        else:
+            draw = torch.randn(param.shape, generator=generator, dtype=torch.float32) * 0.01
+            param.copy_(draw)
+    for block in model.recurrent_matrices():
+        gauss = torch.randn(block.shape, generator=generator, dtype=torch.float64)
+        left, _, _ = torch.linalg.svd(gauss)
+        block.copy_(left.to(torch.float32))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable scalars."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
