@@ -1,0 +1,133 @@
+"""Cut a decompressed phrase table into source-contiguous chunks, deterministically.
+
+Chunk ends are a pure function of the bytes: for every multiple k of ``chunk_bytes``, the start
+of the source group that holds offset k (Moses' own splitting rule, score-parallel.perl, cuts
+only at a new source phrase too). So a resumed run or a shard cuts exactly where a single run
+would: batches are formed identically and scores are identical to the last bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from rescorer.constants import FIELD_SEP_B
+from rescorer.errors import RescorerError
+from rescorer.phrase_table import open_binary
+
+
+@dataclass(frozen=True)
+class Chunk:
+    offset: int  # byte offset of the chunk in the decompressed input
+    first_line: int  # 1-based number of the chunk's first line
+    data: bytes  # whole lines (the last one may lack its newline at end of input)
+
+
+def _source_at(buf: bytes | bytearray, start: int) -> bytes | None:
+    """The source field of the line starting at ``start``, or None if it is not complete."""
+    sep = buf.find(FIELD_SEP_B, start)
+    nl = buf.find(b"\n", start)
+    if sep < 0 and nl < 0:
+        return None
+    end = sep if (sep >= 0 and (nl < 0 or sep < nl)) else nl
+    return bytes(buf[start:end])
+
+
+def _group_start(buf: bytearray, pos: int) -> int:
+    """Start of the source group holding the line that starts at ``pos`` (not before 0)."""
+    src = _source_at(buf, pos)
+    while pos > 0:
+        prev = buf.rfind(b"\n", 0, pos - 1) + 1
+        if _source_at(buf, prev) != src:
+            break
+        pos = prev
+    return pos
+
+
+def iter_chunks(
+    stream: BinaryIO, chunk_bytes: int, *, start: int = 0, first_line: int = 1
+) -> Iterator[Chunk]:
+    """Cut a binary stream into source-contiguous chunks (see the module docstring).
+
+    ``start`` must be a chunk boundary of the same stream (a resume point); the bytes before it
+    are read and dropped.
+    """
+    read = stream.read
+    skipped = 0
+    while skipped < start:
+        data = read(min(1 << 22, start - skipped))
+        if not data:
+            raise RescorerError("the input is shorter than the recorded resume point")
+        skipped += len(data)
+    buf = bytearray()
+    pos = start  # absolute offset of buf[0]
+    line_no = first_line
+    k = start // chunk_bytes + 1
+    eof = False
+    while not eof:
+        target = k * chunk_bytes
+        while pos + len(buf) < target and not eof:
+            data = read(target - pos - len(buf))
+            if not data:
+                eof = True
+            buf += data
+        if eof:
+            break
+        # The line that holds offset k*chunk_bytes must be readable up to its source field.
+        rel = target - pos
+        line_start = buf.rfind(b"\n", 0, rel) + 1
+        while _source_at(buf, line_start) is None:
+            data = read(1 << 16)
+            if not data:
+                eof = True
+                break
+            buf += data
+        if eof:
+            break
+        cut = _group_start(buf, line_start)
+        k += 1
+        if cut == 0:
+            continue  # one source group spans the whole stretch: the chunk grows
+        chunk = bytes(buf[:cut])
+        yield Chunk(pos, line_no, chunk)
+        line_no += chunk.count(b"\n")
+        del buf[:cut]
+        pos += cut
+    if buf:
+        yield Chunk(pos, line_no, bytes(buf))
+
+
+def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> tuple[int, int, int]:
+    """(start offset, first line, end offset) of shard ``shard`` = (K, N), 1-based K.
+
+    Shard edges are chunk boundaries picked by position in the decompressed stream, so the
+    concatenated shard outputs equal the single-run output byte for byte.
+    """
+    k, n = shard
+    with open_binary(path) as stream:
+        total = 0
+        while data := stream.read(1 << 22):
+            total += len(data)
+    blocks = math.ceil(total / chunk_bytes)
+    first_block = (k - 1) * blocks // n
+    end_block = k * blocks // n
+    start = end = None
+    start_line = 1
+    with open_binary(path) as stream:
+        if first_block == 0:
+            start = 0
+        for chunk in iter_chunks(stream, chunk_bytes):
+            chunk_end = chunk.offset + len(chunk.data)
+            block_of_end = math.ceil(chunk_end / chunk_bytes)
+            if start is None and block_of_end > first_block:
+                start, start_line = chunk.offset, chunk.first_line
+            if start is not None and chunk.offset >= end_block * chunk_bytes:
+                end = chunk.offset
+                break
+            if start is None:
+                start_line = chunk.first_line + chunk.data.count(b"\n")
+    if start is None:
+        start = total
+    return start, start_line, total if end is None else end

@@ -1,0 +1,484 @@
+"""``rescorer score``: stream a phrase table through the model and append the feature column(s).
+
+Stages (design.md §2, §4, §8):
+
+- the reader cuts the decompressed input into chunks at source-phrase boundaries
+  (:mod:`rescorer.chunks`: the same cuts in a single run, a resumed run and a shard);
+- workers parse and validate each chunk and turn it into id arrays (:func:`parse_chunk`);
+- the main process scores the chunk on the device (:class:`rescorer.score.Scorer`);
+- workers format the new columns into the lines and compress them, one gzip member per chunk
+  (a multi-member gzip file, which zcat, Python and Moses read as one stream);
+- the main process writes chunks in input order to ``OUT.partial`` and records its progress in
+  ``OUT.partial.json``; on success the partial file is renamed to OUT. ``--resume`` truncates the
+  partial file to the last recorded chunk and goes on from there.
+
+Memory is bounded by ``chunk_bytes`` times the number of chunks in flight, never by the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from isal import igzip
+
+from rescorer.chunks import Chunk, iter_chunks, shard_bounds
+from rescorer.constants import DEFAULT_GZIP_LEVEL
+from rescorer.errors import InputError, RescorerError
+from rescorer.phrase_table import (
+    display_name,
+    format_logp,
+    format_prob,
+    format_score,
+    iter_raw_lines,
+    open_binary,
+    parse_line,
+)
+from rescorer.score import PairBatch
+from rescorer.vocab import Vocab
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Options of ``rescorer score`` (flag names match field names)."""
+
+    column: str = "prob"  # "prob" (exp(log p), what Moses expects) or "logp"
+    word_penalty: bool = False  # also append exp(#target words outside the shortlist)
+    device: str = "auto"
+    precision: str = "auto"
+    batch_tokens: int = 8192
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    workers: int = 0  # parse/format worker processes; 0 = in the main process
+    shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
+    resume: bool = False
+    compresslevel: int = DEFAULT_GZIP_LEVEL
+    skip_bad_lines: str | None = None
+    quiet: bool = False
+
+
+@dataclass
+class ScoreStats:
+    lines_in: int = 0
+    lines_out: int = 0
+    bad: int = 0
+    pairs_scored: int = 0
+    seconds: float = 0.0
+    resumed_from_line: int = 0
+    device: str = ""
+    precision: str = ""
+    bad_examples: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------ workers
+_vocabs: tuple[Vocab, Vocab] | None = None
+
+
+def init_worker(src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    global _vocabs
+    _vocabs = (src_vocab, tgt_vocab)
+
+
+@dataclass
+class ParsedChunk:
+    chunk_offset: int
+    chunk_len: int
+    first_line: int
+    lines_in: int
+    lines: list[bytes]  # good lines without newline
+    cuts: list[int]  # byte offset of the end of each good line's score field
+    pairs: PairBatch
+    unk: np.ndarray  # (N,) int32 target words outside the shortlist
+    bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
+
+
+def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
+    """Validate and encode a chunk (runs in a worker)."""
+    assert _vocabs is not None
+    src_vocab, tgt_vocab = _vocabs
+    raw_lines = chunk.data.split(b"\n")
+    if raw_lines and raw_lines[-1] == b"":
+        raw_lines.pop()
+    lines: list[bytes] = []
+    cuts: list[int] = []
+    bad: list[tuple[int, str, bytes]] = []
+    src_ids: list[int] = []
+    src_off = [0]
+    pair_src: list[int] = []
+    tgt_ids: list[int] = []
+    tgt_off = [0]
+    unk: list[int] = []
+    previous = None
+    for i, raw in enumerate(raw_lines):
+        lineno = chunk.first_line + i
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad.append((lineno, f"invalid UTF-8 ({exc.reason} at byte {exc.start})", raw))
+            continue
+        entry = parse_line(text, lineno)
+        if isinstance(entry, str):
+            bad.append((lineno, entry, raw))
+            continue
+        if num_scores is not None and len(entry.scores) != num_scores:
+            message = (
+                f"found {len(entry.scores)} scores, expected {num_scores} "
+                "(the count of the first line)"
+            )
+            bad.append((lineno, message, raw))
+            continue
+        lines.append(raw)
+        rest = entry.rest.encode("utf-8")
+        cuts.append(len(raw) - len(rest))
+        if entry.src != previous:
+            src_ids += src_vocab.encode_eos(entry.src_tokens)
+            src_off.append(len(src_ids))
+            previous = entry.src
+        pair_src.append(len(src_off) - 2)
+        tgt_tokens = entry.tgt_tokens
+        tgt_ids += tgt_vocab.encode_eos(tgt_tokens)
+        tgt_off.append(len(tgt_ids))
+        unk.append(tgt_vocab.unk_count(tgt_tokens))
+    pairs = PairBatch(
+        np.asarray(src_ids, dtype=np.int32),
+        np.asarray(src_off, dtype=np.int64),
+        np.asarray(pair_src, dtype=np.int64),
+        np.asarray(tgt_ids, dtype=np.int32),
+        np.asarray(tgt_off, dtype=np.int64),
+    )
+    return ParsedChunk(
+        chunk.offset,
+        len(chunk.data),
+        chunk.first_line,
+        len(raw_lines),
+        lines,
+        cuts,
+        pairs,
+        np.asarray(unk, dtype=np.int32),
+        bad,
+    )
+
+
+def format_chunk(
+    lines: list[bytes],
+    cuts: list[int],
+    logp: np.ndarray,
+    unk: np.ndarray,
+    column: str,
+    word_penalty: bool,
+    compresslevel: int | None,
+) -> bytes:
+    """The chunk's lines with the new column(s) in the score field; gzip member if asked."""
+    fmt = format_prob if column == "prob" else format_logp
+    parts = []
+    for i, raw in enumerate(lines):
+        cut = cuts[i]
+        extra = fmt(float(logp[i]))
+        if word_penalty:
+            extra += " " + format_score(math.exp(int(unk[i])))
+        parts.append(b"%b %b%b\n" % (raw[:cut], extra.encode("ascii"), raw[cut:]))
+    data = b"".join(parts)
+    if compresslevel is not None:
+        return igzip.compress(data, compresslevel=compresslevel, mtime=0)
+    return data
+
+
+# ------------------------------------------------------------------------------ the run
+class _Inline:
+    """The subset of a multiprocessing Pool used here, run in the calling process."""
+
+    def imap(self, func: Callable, items: Iterator) -> Iterator:  # type: ignore[type-arg]
+        return map(func, items)
+
+    def apply_async(self, func: Callable, args: tuple) -> _Done:  # type: ignore[type-arg]
+        return _Done(func(*args))
+
+    def close(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+    def terminate(self) -> None:
+        pass
+
+
+class _Done:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def get(self) -> object:
+        return self.value
+
+    def ready(self) -> bool:
+        return True
+
+
+def _parse_job(args: tuple[Chunk, int | None, str]) -> ParsedChunk:
+    return parse_chunk(*args)
+
+
+def _first_num_scores(path: str) -> int | None:
+    """The score count of the input's first well-formed line (what every line must match)."""
+    with open_binary(path) as stream:
+        for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
+            try:
+                entry = parse_line(raw.decode("utf-8").rstrip("\n"), lineno)
+            except UnicodeDecodeError:
+                continue
+            if not isinstance(entry, str):
+                return len(entry.scores)
+    return None
+
+
+class _Progress:
+    """A progress line on stderr (pairs/s, share of the input) when stderr is a terminal."""
+
+    def __init__(self, total_bytes: int | None, enabled: bool) -> None:
+        self.enabled = enabled
+        self.total = total_bytes
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(
+                total=total_bytes, unit="B", unit_scale=True, file=sys.stderr, dynamic_ncols=True
+            )
+
+    def update(self, nbytes: int, pairs: int) -> None:
+        if self.bar is not None:
+            rate = pairs / max(time.monotonic() - self.start, 1e-9)
+            self.bar.set_postfix_str(f"{pairs:,} pairs, {rate:,.0f} pairs/s", refresh=False)
+            self.bar.update(nbytes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
+    """Append the log p(y|x) feature column to every line of ``table``; write ``out``."""
+    import torch
+
+    from rescorer.checkpoint import load_model_dir
+    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.score import Scorer
+
+    if config.column not in ("prob", "logp"):
+        raise RescorerError(f"--column {config.column!r}: expected prob or logp")
+    if out == "-" and config.resume:
+        raise RescorerError("--resume needs an output file, not stdout")
+    if table == "-" and (config.resume or config.shard):
+        raise RescorerError("--resume and --shard need an input file, not stdin")
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    if device.type == "cpu" and torch.get_num_threads() > (os.cpu_count() or 1):
+        torch.set_num_threads(os.cpu_count() or 1)
+    loaded = load_model_dir(model_dir, device=str(device))
+    scorer = Scorer(loaded.model, device, precision, config.batch_tokens)
+    name = display_name(table)
+    num_scores = _first_num_scores(table) if table != "-" else None
+    stats = ScoreStats(device=str(device), precision=precision)
+
+    start, first_line, end = 0, 1, None
+    if config.shard is not None:
+        start, first_line, end = shard_bounds(table, config.chunk_bytes, config.shard)
+
+    gz = out.endswith(".gz")
+    partial, record = out + ".partial", out + ".partial.json"
+    run_key = {
+        "table": os.path.abspath(table) if table != "-" else "-",
+        "model_dir": os.path.abspath(model_dir),
+        "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
+    }
+    out_offset = bad_offset = 0
+    if config.resume and os.path.exists(record):
+        with open(record, encoding="utf-8") as f:
+            state = json.load(f)
+        if state["run"] != json.loads(json.dumps(run_key)):
+            raise RescorerError(
+                f"{record}: was written for another input, model or options; "
+                "run without --resume to start over"
+            )
+        start, first_line = state["offset"], state["next_line"]
+        out_offset, bad_offset = state["out_bytes"], state["bad_bytes"]
+        stats.lines_in, stats.lines_out, stats.bad = (
+            state["lines_in"],
+            state["lines_out"],
+            state["bad"],
+        )
+        stats.resumed_from_line = first_line
+    if out == "-":
+        sink = sys.stdout.buffer
+    else:
+        sink = open(partial, "r+b" if out_offset else "wb")  # noqa: SIM115
+        sink.truncate(out_offset)
+        sink.seek(out_offset)
+    bad_out = None
+    if config.skip_bad_lines:
+        bad_out = open(config.skip_bad_lines, "r+b" if bad_offset else "wb")  # noqa: SIM115
+        bad_out.truncate(bad_offset)
+        bad_out.seek(bad_offset)
+
+    pool = (
+        multiprocessing.get_context("spawn").Pool(
+            config.workers, initializer=init_worker, initargs=(loaded.src_vocab, loaded.tgt_vocab)
+        )
+        if config.workers > 0
+        else _Inline()
+    )
+    if config.workers == 0:
+        init_worker(loaded.src_vocab, loaded.tgt_vocab)
+    in_flight = threading.BoundedSemaphore(max(2, 2 * config.workers + 2))
+    t0 = time.monotonic()
+    total_bytes = (end - start) if end is not None else None
+    progress = _Progress(total_bytes, enabled=not config.quiet and sys.stderr.isatty())
+    ok = interrupted = False
+    try:
+        with open_binary(table) as stream:
+
+            def jobs() -> Iterator[tuple[Chunk, int | None, str]]:
+                for chunk in iter_chunks(
+                    stream, config.chunk_bytes, start=start, first_line=first_line
+                ):
+                    if end is not None and chunk.offset >= end:
+                        return
+                    in_flight.acquire()
+                    yield chunk, num_scores, name
+
+            writes: deque = deque()  # type: ignore[type-arg]
+
+            def drain(limit: int) -> None:
+                nonlocal out_offset
+                while len(writes) > limit or (writes and writes[0][0].ready()):
+                    result, parsed, next_line = writes.popleft()
+                    data = result.get()
+                    sink.write(data)
+                    out_offset += len(data)
+                    if parsed.bad:
+                        assert bad_out is not None
+                        for lineno, message, raw in parsed.bad:
+                            bad_out.write(raw + b"\n")
+                            if len(stats.bad_examples) < 5:
+                                stats.bad_examples.append(f"{name}:{lineno}: {message}")
+                        bad_out.flush()
+                        stats.bad += len(parsed.bad)
+                    stats.lines_in += parsed.lines_in
+                    stats.lines_out += len(parsed.lines)
+                    if out != "-":
+                        sink.flush()
+                        _write_record(
+                            record,
+                            run_key,
+                            parsed.chunk_offset + parsed.chunk_len,
+                            next_line,
+                            out_offset,
+                            bad_out.tell() if bad_out is not None else 0,
+                            stats,
+                        )
+                    progress.update(parsed.chunk_len, stats.lines_out)
+                    in_flight.release()
+
+            for parsed in pool.imap(_parse_job, jobs()):
+                if parsed.bad and bad_out is None:
+                    lineno, message, _ = parsed.bad[0]
+                    raise InputError(name, lineno, message)
+                logp = scorer.score(parsed.pairs)
+                stats.pairs_scored += len(logp)
+                next_line = parsed.first_line + parsed.lines_in
+                result = pool.apply_async(
+                    format_chunk,
+                    (
+                        parsed.lines,
+                        parsed.cuts,
+                        logp,
+                        parsed.unk,
+                        config.column,
+                        config.word_penalty,
+                        config.compresslevel if gz else None,
+                    ),
+                )
+                # Only what the format step needs stays in memory while it runs.
+                parsed.pairs = _EMPTY_PAIRS
+                writes.append((result, parsed, next_line))
+                drain(limit=max(1, config.workers))
+            drain(limit=0)
+        if out == "-":
+            sink.flush()
+        ok = True
+    except KeyboardInterrupt:
+        interrupted = True  # keep OUT.partial and its record for --resume
+        raise
+    finally:
+        progress.close()
+        if config.workers > 0:
+            if ok:
+                pool.close()
+            else:
+                pool.terminate()
+            pool.join()
+        if bad_out is not None:
+            bad_out.close()
+        if out != "-":
+            sink.close()
+            if ok:
+                os.replace(partial, out)
+                _remove(record)
+            elif not interrupted:  # bad input or a crash: leave nothing behind
+                _remove(partial)
+                _remove(record)
+    stats.seconds = time.monotonic() - t0
+    return stats
+
+
+_EMPTY_PAIRS = PairBatch(
+    np.zeros(0, np.int32),
+    np.zeros(1, np.int64),
+    np.zeros(0, np.int64),
+    np.zeros(0, np.int32),
+    np.zeros(1, np.int64),
+)
+
+
+def _write_record(
+    path: str,
+    run: dict[str, object],
+    offset: int,
+    next_line: int,
+    out_bytes: int,
+    bad_bytes: int,
+    stats: ScoreStats,
+) -> None:
+    """Record a resume point: everything up to ``offset`` of the input is in the output."""
+    state = {
+        "run": run,
+        "offset": offset,
+        "next_line": next_line,
+        "out_bytes": out_bytes,
+        "bad_bytes": bad_bytes,
+        "lines_in": stats.lines_in,
+        "lines_out": stats.lines_out,
+        "bad": stats.bad,
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f)
+    os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
