@@ -8,7 +8,6 @@ would: batches are formed identically and scores are identical to the last bit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -102,32 +101,26 @@ def iter_chunks(
 def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> tuple[int, int, int]:
     """(start offset, first line, end offset) of shard ``shard`` = (K, N), 1-based K.
 
-    Shard edges are chunk boundaries picked by position in the decompressed stream, so the
-    concatenated shard outputs equal the single-run output byte for byte.
+    A chunk at offset o of a T-byte stream belongs to shard floor(o N / T) + 1: shards are runs
+    of whole chunks, so the concatenated shard outputs equal the single-run output byte for byte.
+    Costs one pass to measure T and one cutting pass up to the shard's end.
     """
     k, n = shard
     with open_binary(path) as stream:
         total = 0
         while data := stream.read(1 << 22):
             total += len(data)
-    blocks = math.ceil(total / chunk_bytes)
-    first_block = (k - 1) * blocks // n
-    end_block = k * blocks // n
-    start = end = None
-    start_line = 1
+    start, start_line, end = total, 1, total
     with open_binary(path) as stream:
-        if first_block == 0:
-            start = 0
+        line = 1
         for chunk in iter_chunks(stream, chunk_bytes):
-            chunk_end = chunk.offset + len(chunk.data)
-            block_of_end = math.ceil(chunk_end / chunk_bytes)
-            if start is None and block_of_end > first_block:
-                start, start_line = chunk.offset, chunk.first_line
-            if start is not None and chunk.offset >= end_block * chunk_bytes:
+            index = chunk.offset * n // max(total, 1)  # 0-based shard of this chunk
+            if index == k - 1 and start == total:
+                start, start_line = chunk.offset, line
+            if index >= k:
                 end = chunk.offset
                 break
-            if start is None:
-                start_line = chunk.first_line + chunk.data.count(b"\n")
-    if start is None:
-        start = total
-    return start, start_line, total if end is None else end
+            line += chunk.data.count(b"\n")
+    if start == total:
+        start_line = line
+    return start, start_line, end
