@@ -1,0 +1,360 @@
+"""moses.ini: read features and weights, and rewrite the file for a new phrase table.
+
+Parsing follows Moses (moses-spec.md §2): ``#`` starts a comment anywhere on a line
+(``Parameter::ReadConfigFile``), ``[name]`` opens a section, ``[feature]`` lines are
+``Type key=value ...`` (a feature without ``name=`` is called Type + its index among lines of
+that type), ``[weight]`` lines are ``Name= v1 v2 ...``. Every line's original text is kept, so a
+rewrite changes only the tokens it means to change and leaves every other byte alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rescorer.errors import InputError, RescorerError
+
+# mert-moses.pl and mert's extractor take a name with "_" for a sparse feature; a dense
+# feature's name must look like this (mert-moses.pl:1517-1519, mert/Data.cpp:227).
+DENSE_NAME = re.compile(r"[A-Za-z][0-9A-Za-z]*\Z")
+
+TEXT_TABLE = "PhraseDictionaryMemory"
+COMPACT_TABLE = "PhraseDictionaryCompact"
+ONDISK_TABLE = "PhraseDictionaryOnDisk"
+# Tables rescorer moses-ini can point at a new table (the others have no text-table path).
+REWRITABLE_TABLES = (TEXT_TABLE, COMPACT_TABLE, ONDISK_TABLE, "PhraseDictionaryScope3")
+KENLM = "KENLM"
+DEFAULT_NEW_WEIGHT = 0.2
+_TOKEN = re.compile(r"[^ \t\r\n]+")
+
+
+def is_translation_model(kind: str) -> bool:
+    """Feature types that are phrase tables (Moses' PhraseDictionary* family and ProbingPT)."""
+    return kind.startswith("PhraseDictionary") or kind in ("ProbingPT", "RuleTable")
+
+
+def code_part(text: str) -> str:
+    """A line without its comment and line ending (Moses cuts at the first ``#``)."""
+    return text.split("#", 1)[0].rstrip("\r\n")
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureLine:
+    """One line of ``[feature]``: its type, ``key=value`` arguments and (default) name."""
+
+    lineno: int  # 1-based line number in the ini
+    kind: str  # the feature's type, e.g. PhraseDictionaryMemory, KENLM, WordPenalty
+    args: tuple[tuple[str, str], ...]
+    name: str  # name= or the default Type<index>
+
+    def get(self, key: str) -> str | None:
+        return next((value for k, value in self.args if k == key), None)
+
+    @property
+    def num_features(self) -> int | None:
+        value = self.get("num-features")
+        return int(value) if value is not None and value.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class WeightLine:
+    """One line of ``[weight]``: ``Name= v1 v2 ...``."""
+
+    lineno: int
+    name: str
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class MosesIni:
+    """A parsed moses.ini that remembers every original line (with its line ending)."""
+
+    path: str
+    lines: tuple[str, ...]
+    features: tuple[FeatureLine, ...]
+    weight_lines: tuple[WeightLine, ...]
+
+    def feature(self, name: str) -> FeatureLine:
+        for feature in self.features:
+            if feature.name == name:
+                return feature
+        known = ", ".join(f.name for f in self.features) or "none"
+        raise RescorerError(f"{self.path}: no feature named {name!r} (features: {known})")
+
+    def features_of_kind(self, *kinds: str) -> list[FeatureLine]:
+        return [f for f in self.features if f.kind in kinds]
+
+    def translation_models(self) -> list[FeatureLine]:
+        return [f for f in self.features if is_translation_model(f.kind)]
+
+    def weights(self) -> dict[str, tuple[float, ...]]:
+        """Every ``[weight]`` line, name to values (dense and sparse alike)."""
+        return {w.name: w.values for w in self.weight_lines}
+
+    def weight_line(self, name: str) -> WeightLine:
+        for line in self.weight_lines:
+            if line.name == name:
+                return line
+        raise RescorerError(f"{self.path}: no '{name}=' line in [weight]")
+
+    def resolve(self, path: str) -> str:
+        """A path from the ini, relative to the ini's folder unless absolute."""
+        if os.path.isabs(path):
+            return path
+        return os.path.join(os.path.dirname(os.path.abspath(self.path)), path)
+
+    def text(self, replacements: Mapping[int, str] | None = None) -> str:
+        """The file's text with the given 1-based lines replaced (each with its line ending)."""
+        replacements = replacements or {}
+        return "".join(replacements.get(i, line) for i, line in enumerate(self.lines, start=1))
+
+
+def read_ini(path: str) -> MosesIni:
+    """Parse a moses.ini; malformed feature or weight lines are InputErrors naming the line."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+    parts = data.split(b"\n")
+    raw_lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    lines: list[str] = []
+    for lineno, raw in enumerate(raw_lines, start=1):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InputError(path, lineno, f"invalid UTF-8: {exc.reason}") from exc
+    return _parse(path, tuple(lines))
+
+
+def _parse(path: str, lines: tuple[str, ...]) -> MosesIni:
+    section = ""
+    features: list[FeatureLine] = []
+    weights: list[WeightLine] = []
+    seen_kinds: dict[str, int] = {}
+    for lineno, line in enumerate(lines, start=1):
+        code = code_part(line).strip(" \t")
+        if not code:
+            continue
+        if code.startswith("["):
+            section = code[1 : code.index("]")] if "]" in code else code[1:]
+            continue
+        if section == "feature":
+            feature = _parse_feature(path, lineno, code, seen_kinds)
+            if any(f.name == feature.name for f in features):
+                raise InputError(path, lineno, f"a second feature named {feature.name!r}")
+            features.append(feature)
+        elif section == "weight":
+            weights.append(_parse_weight(path, lineno, code))
+    return MosesIni(path, lines, tuple(features), tuple(weights))
+
+
+def _parse_feature(path: str, lineno: int, code: str, seen: dict[str, int]) -> FeatureLine:
+    kind, *tokens = _TOKEN.findall(code)
+    args: list[tuple[str, str]] = []
+    for tok in tokens:
+        key, sep, value = tok.partition("=")
+        if not sep or not key:
+            raise InputError(
+                path, lineno, f"feature argument {tok!r} is not key=value, expected 'Type k=v ...'"
+            )
+        if any(k == key for k, _ in args):
+            raise InputError(path, lineno, f"duplicate key {key!r} in feature line")
+        args.append((key, value))
+    index = seen.get(kind, 0)
+    seen[kind] = index + 1
+    name = next((v for k, v in args if k == "name"), f"{kind}{index}")
+    feature = FeatureLine(lineno, kind, tuple(args), name)
+    if feature.get("num-features") is not None and feature.num_features is None:
+        raise InputError(
+            path, lineno, f"num-features={feature.get('num-features')!r} is not a count"
+        )
+    return feature
+
+
+def _parse_weight(path: str, lineno: int, code: str) -> WeightLine:
+    name, *tokens = _TOKEN.findall(code)
+    if not name.endswith("=") or len(name) < 2:
+        raise InputError(
+            path, lineno, f"weight line starts with {name!r}, expected 'Name= v1 v2 ...'"
+        )
+    try:
+        values = tuple(float(tok) for tok in tokens)
+    except ValueError:
+        raise InputError(
+            path, lineno, f"weights of {name[:-1]} are not all numbers, expected 'Name= v1 v2 ...'"
+        ) from None
+    if not values:
+        raise InputError(path, lineno, f"no weights after {name!r}, expected 'Name= v1 v2 ...'")
+    return WeightLine(lineno, name[:-1], values)
+
+
+def _replace_arg(line: str, key: str, value: str) -> str:
+    """``line`` with the token ``key=...`` replaced by ``key=value`` (other bytes unchanged)."""
+    code_end = len(code_part(line))
+    for match in _TOKEN.finditer(line, 0, code_end):
+        if match.group().startswith(key + "="):
+            return f"{line[: match.start()]}{key}={value}{line[match.end() :]}"
+    raise AssertionError(f"no {key}= in {line!r}")  # callers check the key exists
+
+
+def _append_values(line: str, values: Sequence[float]) -> str:
+    """A weight line with ``values`` appended after its last number (comment, ending kept)."""
+    code = code_part(line)
+    end = len(code.rstrip(" \t"))
+    added = "".join(f" {v:g}" for v in values)
+    return f"{line[:end]}{added}{line[end:]}"
+
+
+def choose_translation_model(
+    ini: MosesIni, num_columns: int, feature_name: str | None
+) -> FeatureLine:
+    """The TranslationModel whose table gained columns: named, or the only one with fewer."""
+    models = ini.translation_models()
+    if not models:
+        raise RescorerError(f"{ini.path}: no phrase-table feature in [feature]")
+    if feature_name is not None:
+        feature = ini.feature(feature_name)
+        if not is_translation_model(feature.kind):
+            raise RescorerError(
+                f"{ini.path}: {feature_name} is a {feature.kind}, not a phrase table"
+            )
+        return feature
+    fewer = [m for m in models if (m.num_features or 0) < num_columns]
+    described = ", ".join(f"{m.name} has num-features={m.num_features}" for m in models)
+    if len(fewer) == 1:
+        return fewer[0]
+    if not fewer:
+        raise RescorerError(
+            f"the new table has {num_columns} score columns and no phrase table of {ini.path} "
+            f"has fewer ({described}): is it the scored table?"
+        )
+    raise RescorerError(
+        f"several phrase tables of {ini.path} have fewer than {num_columns} columns "
+        f"({described}): pass --feature-name"
+    )
+
+
+@dataclass(frozen=True)
+class IniUpdate:
+    """A rewritten ini and what changed."""
+
+    text: str
+    feature: FeatureLine
+    num_features: int  # the new count
+    new_path: str  # the path= now in the ini
+    binarize_command: str | None  # for compact / on-disk tables: how to rebuild them
+
+
+def update_for_scored_table(
+    ini: MosesIni,
+    table_path: str,
+    num_columns: int,
+    *,
+    weights: Sequence[float] = (),
+    feature_name: str | None = None,
+) -> IniUpdate:
+    """Point a TranslationModel at a table with more columns: num-features, weights, path.
+
+    ``weights`` are the added columns' weights (default 0.2 each); their number must be the
+    table's column count minus the feature's num-features (moses-spec.md §2.2).
+    """
+    feature = choose_translation_model(ini, num_columns, feature_name)
+    old = feature.num_features
+    where = f"{ini.path}:{feature.lineno}"
+    if old is None:
+        raise RescorerError(f"{where}: {feature.name} has no num-features=")
+    if not DENSE_NAME.match(feature.name):
+        raise RescorerError(
+            f"{where}: feature name {feature.name!r} is not [A-Za-z][0-9A-Za-z]*: "
+            "mert-moses.pl would take its columns for sparse features"
+        )
+    if feature.kind not in REWRITABLE_TABLES:
+        raise RescorerError(f"{where}: rescorer cannot rewrite a {feature.kind}; edit it by hand")
+    if feature.get("tuneable-components") is not None:
+        raise RescorerError(f"{where}: {feature.name} has tuneable-components=; edit it by hand")
+    added = num_columns - old
+    if added <= 0:
+        raise RescorerError(
+            f"{table_path} has {num_columns} score columns, {feature.name} already has "
+            f"num-features={old}: is it the scored table?"
+        )
+    if weights and len(weights) != added:
+        raise RescorerError(
+            f"{table_path} has {num_columns} score columns, {feature.name} has {old}: that is "
+            f"{added} new column(s), but {len(weights)} --weight value(s) were given"
+        )
+    new_weights = tuple(weights) or (DEFAULT_NEW_WEIGHT,) * added
+    weight_line = ini.weight_line(feature.name)
+    if len(weight_line.values) != old:
+        raise InputError(
+            ini.path,
+            weight_line.lineno,
+            f"{feature.name} has {len(weight_line.values)} weights but num-features={old}",
+        )
+    new_path, command = _binarized_target(feature, table_path, num_columns)
+    feature_text = _replace_arg(ini.lines[feature.lineno - 1], "num-features", str(num_columns))
+    if feature.get("path") is None:
+        raise RescorerError(f"{where}: {feature.name} has no path=")
+    feature_text = _replace_arg(feature_text, "path", new_path)
+    weight_text = _append_values(ini.lines[weight_line.lineno - 1], new_weights)
+    text = ini.text({feature.lineno: feature_text, weight_line.lineno: weight_text})
+    return IniUpdate(text, feature, num_columns, new_path, command)
+
+
+def _binarized_target(
+    feature: FeatureLine, table_path: str, num_columns: int
+) -> tuple[str, str | None]:
+    """The path for the ini and, for binarised tables, the command that builds it (§2.2)."""
+    base = table_path[:-3] if table_path.endswith(".gz") else table_path
+    if feature.kind == COMPACT_TABLE:
+        command = (
+            f"processPhraseTableMin -in {table_path} -out {base} -nscores {num_columns} -threads 1"
+        )
+        return f"{base}.minphr", command
+    if feature.kind == ONDISK_TABLE:
+        n_in = len((feature.get("input-factor") or "0").split(","))
+        n_out = len((feature.get("output-factor") or "0").split(","))
+        folder = f"{base}.folder"
+        command = f"CreateOnDiskPt {n_in} {n_out} {num_columns} 100 2 {table_path} {folder}"
+        return folder, command
+    return table_path, None
+
+
+def with_table_path(ini: MosesIni, feature: FeatureLine, table_path: str) -> str:
+    """The ini's text with ``feature``'s path= replaced (every other byte unchanged)."""
+    if feature.get("path") is None:
+        raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
+    line = _replace_arg(ini.lines[feature.lineno - 1], "path", table_path)
+    return ini.text({feature.lineno: line})
+
+
+def count_columns(table_path: str) -> int:
+    """The number of dense scores on a phrase table's first line."""
+    from rescorer.phrase_table import read_table
+
+    for entry in read_table(table_path):
+        return len(entry.scores)
+    raise RescorerError(f"{table_path}: the table is empty")
+
+
+def write_scored_ini(
+    ini_path: str,
+    table_path: str,
+    out_path: str,
+    *,
+    weights: Sequence[float] = (),
+    feature_name: str | None = None,
+) -> IniUpdate:
+    """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table."""
+    from rescorer.phrase_table import open_output
+
+    ini = read_ini(ini_path)
+    update = update_for_scored_table(
+        ini, table_path, count_columns(table_path), weights=weights, feature_name=feature_name
+    )
+    with open_output(out_path) as out:
+        out.write(update.text)
+    return update
