@@ -352,8 +352,11 @@ def write_scored_ini(
     from rescorer.phrase_table import open_output
 
     ini = read_ini(ini_path)
+    num_columns = count_columns(table_path)
+    # an absolute path: Moses resolves relative ones against the directory it runs in, and
+    # mert-moses.pl runs it in its working dir
     update = update_for_scored_table(
-        ini, table_path, count_columns(table_path), weights=weights, feature_name=feature_name
+        ini, os.path.abspath(table_path), num_columns, weights=weights, feature_name=feature_name
     )
     with open_output(out_path) as out:
         out.write(update.text)

@@ -183,14 +183,16 @@ def test_malformed_ini_names_file_and_line(
     assert (err.value.path, err.value.lineno) == (str(ini_path), lineno)
 
 
-def test_cli_moses_ini(tmp_path: Path) -> None:
+def test_cli_moses_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = scored_table(tmp_path)
     out = tmp_path / "new.ini"
-    args = ["moses-ini", str(REAL_INI), "--phrase-table", str(table), "-o", str(out)]
+    monkeypatch.chdir(tmp_path)
+    args = ["moses-ini", str(REAL_INI), "--phrase-table", table.name, "-o", str(out)]
     result = CliRunner().invoke(cli, [*args, "--weight", "0.05"])
     assert result.exit_code == 0, result.output
     assert "num-features 4 -> 5" in result.stderr
     assert "0.0192088 0.05\n" in out.read_text()
+    assert f" path={table} " in out.read_text()  # absolute: Moses resolves against its cwd
     bad = CliRunner().invoke(cli, [*args[:3], str(SLICE), "-o", str(tmp_path / "bad.ini")])
     assert bad.exit_code == 1 and "rescorer: error:" in bad.stderr
     assert not (tmp_path / "bad.ini").exists()
