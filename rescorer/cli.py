@@ -159,7 +159,9 @@ def weight_options(func: F) -> F:
             help="Set a feature's weights (repeatable), e.g. TranslationModel0=0.2,0.2,0.2,0.2.",
         ),
         click.option("--feature-name", help="The table's feature when the ini has several."),
-        click.option("--lm", "lm_path", help="KenLM file instead of the ini's KENLM path."),
+        click.option(
+            "--lm", "lm_path", metavar="FILE", help="KenLM file instead of the ini's path."
+        ),
         click.option("--no-lm", is_flag=True, help="Leave the language model out of the score."),
     ]
     for option in reversed(options):
@@ -185,7 +187,13 @@ def weight_args(ini: str | None, overrides: tuple[str, ...], **opts: Any) -> dic
 
 @cli.command("moses-ini")
 @click.argument("ini")
-@click.option("--phrase-table", "table", required=True, help="The scored table (reads line 1).")
+@click.option(
+    "--phrase-table",
+    "table",
+    metavar="TABLE",
+    required=True,
+    help="The scored table (reads line 1).",
+)
 @click.option("-o", "--output", "out", required=True, help="The new moses.ini.")
 @click.option(
     "--weight", "weights", type=float, multiple=True, help="Per added column (default 0.2 each)."
@@ -242,14 +250,27 @@ def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
 @cli.command("filter")
 @click.argument("table")
 @click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
-@click.option("--input", "input_path", help="Keep sources that are n-grams (n<=10) of FILE.")
+@click.option(
+    "--input", "input_path", metavar="FILE", help="Keep sources that are n-grams (n<=10) of FILE."
+)
 @click.option("--tokenize", "tokenize_lang", metavar="LANG", help="Tokenise --input (sacremoses).")
 @click.option("--lowercase", is_flag=True, help="Lowercase --input after --tokenize.")
-@click.option("--min-score", "min_scores", multiple=True, metavar="COL:TH", help="Drop col < TH.")
+@click.option(
+    "--min-score",
+    "min_scores",
+    multiple=True,
+    metavar="COL:TH",
+    help="Drop pairs whose column COL (from 0) is below TH (repeatable).",
+)
 @click.option("--top-k", type=int, help="Per source, keep the K best by the combined score.")
 @weight_options
-@click.option("--moses-ini", "ini_in", help="The ini to rewrite for --ini-out (default --weights).")
-@click.option("--ini-out", help="Write an ini whose phrase table is OUT.")
+@click.option(
+    "--moses-ini",
+    "ini_in",
+    metavar="INI",
+    help="The ini to rewrite for --ini-out (default --weights).",
+)
+@click.option("--ini-out", metavar="NEW_INI", help="Write an ini whose phrase table is OUT.")
 @user_errors
 def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> None:
     """Filter TABLE as Moses does, in one order-preserving pass.
@@ -283,7 +304,9 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
 @click.option("--weights", "ini", metavar="INI", help="moses.ini whose [weight] to use.")
 @click.option("--weight", "overrides", multiple=True, metavar="NAME=V1,..", help="Set weights.")
 @click.option("--decoded-with", metavar="INI", help="The ini that made NBEST: keeps hidden parts.")
-@click.option("--feature-file", multiple=True, help="Extra 'Name= v ..' per n-best line.")
+@click.option(
+    "--feature-file", multiple=True, metavar="FILE", help="Extra 'Name= v ..' per n-best line."
+)
 @click.option("--nbest-out", is_flag=True, help="Write the re-sorted n-best list, new totals.")
 @user_errors
 def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **opts: Any) -> None:
