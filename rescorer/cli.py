@@ -254,7 +254,7 @@ def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
     "--input", "input_path", metavar="FILE", help="Keep sources that are n-grams (n<=10) of FILE."
 )
 @click.option("--tokenize", "tokenize_lang", metavar="LANG", help="Tokenise --input (sacremoses).")
-@click.option("--lowercase", is_flag=True, help="Lowercase --input after --tokenize.")
+@click.option("--lowercase", is_flag=True, help="Lowercase --input (after --tokenize).")
 @click.option(
     "--min-score",
     "min_scores",

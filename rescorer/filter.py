@@ -207,7 +207,9 @@ def filter_table(
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")
     target_ini = _ini_to_rewrite(ini_in, ini, out_path, feature_name) if ini_out else None
-    tokenize = None
+    if config.input_path is None and (config.tokenize_lang or config.lowercase):
+        raise RescorerError("--tokenize and --lowercase apply to --input FILE: give it")
+    tokenize: Callable[[str], str] | None = str.lower if config.lowercase else None
     if config.tokenize_lang is not None:
         from rescorer.text import moses_tokenizer
 

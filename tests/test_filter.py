@@ -65,6 +65,13 @@ def test_tokenize_raw_input(tmp_path: Path) -> None:
     assert run(args)[0] == 0
     assert run([str(TABLE), "--input", str(tokenized), "-o", str(b)])[0] == 0
     assert read_lines(a) == read_lines(b) != []
+    upper = tmp_path / "upper.en"
+    upper.write_text(tokenized.read_text().upper())
+    c = tmp_path / "c.gz"
+    assert run([str(TABLE), "--input", str(upper), "--lowercase", "-o", str(c)])[0] == 0
+    assert read_lines(c) == read_lines(b)
+    code, stderr = run([str(TABLE), "--tokenize", "en", "-o", str(tmp_path / "d.gz")])
+    assert code == 1 and "give it" in stderr
 
 
 def test_min_score_drops_raw_columns_below_threshold(tmp_path: Path) -> None:
