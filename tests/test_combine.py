@@ -162,3 +162,13 @@ def test_combine_and_filter_do_not_import_torch(tmp_path: Path) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_malformed_table_names_the_line_and_leaves_no_output(tmp_path: Path) -> None:
+    table = tmp_path / "bad.txt"
+    table.write_text("a ||| b ||| 0.5 0.5 0.5 0.5\na ||| c ||| 0.5 0.5 0.5\n")
+    out = tmp_path / "out.gz"
+    args = ["combine", str(table), "--weights", str(REAL_INI), "--no-lm", "-o", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and f"{table}:2: found 3 scores" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt"]
