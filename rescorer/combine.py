@@ -201,26 +201,33 @@ class Combiner:
 
     def score(self, entry: PhraseEntry) -> float:
         """The weighted score Moses gives ``entry`` for table-limit pruning (natural log)."""
+        config = self.config
+        try:
+            total = 0.0
+            for weight, value in zip(config.table_weights, entry.scores, strict=True):
+                total += weight * max(math.log(value), LOGP_FLOOR)
+        except ValueError:  # ln of 0 or of a negative number: rare, done again with care
+            total = self._table_score_with_zeros(entry)
+        tokens = entry.tgt_tokens
+        total += config.phrase_penalty - config.word_penalty * len(tokens)
+        for weight, lm in self._lms:
+            total += weight * lm.phrase_estimate(tokens)
+        return total
+
+    def _table_score_with_zeros(self, entry: PhraseEntry) -> float:
         total = 0.0
         for col, (weight, value) in enumerate(
             zip(self.config.table_weights, entry.scores, strict=True)
         ):
-            if value > 0.0:
-                total += weight * max(math.log(value), LOGP_FLOOR)
-            elif value == 0.0:
-                total += weight * LOGP_FLOOR  # ln 0 = -inf, floored
-            else:
+            if value < 0.0:
                 raise InputError(
                     self.source_name,
                     entry.lineno,
                     f"score column {col} is {value:g}: Moses takes ln() of every column, "
                     "so values must be probabilities (> 0)",
                 )
-        tokens = entry.tgt_tokens
-        total -= self.config.word_penalty * len(tokens)
-        total += self.config.phrase_penalty
-        for weight, lm in self._lms:
-            total += weight * lm.phrase_estimate(tokens)
+            # ln 0 = -inf, floored like every other column
+            total += weight * (max(math.log(value), LOGP_FLOOR) if value else LOGP_FLOOR)
         return total
 
 
