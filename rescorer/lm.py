@@ -12,9 +12,10 @@ breakdown. The decoder's future score, which ranks phrase pairs for ``table-limi
 ``weight * (ngram + estimate)``: the whole phrase scored on its own. That equals KenLM's
 ``score(phrase, bos=False, eos=False)`` times ln 10.
 
-Moses' ``RuleScore`` adds KenLM's *rest cost* for the first words; rest cost equals the
-probability for probing and trie models (both ``build_binary`` types and ARPA), the only kinds
-the kenlm Python module loads without rest-cost support.
+Moses' ``RuleScore`` adds KenLM's *rest cost* for the first words. It equals the probability in
+ARPA files and in probing and trie binaries (lm.fr.binary is a trie); only KenLM's rest_probing
+binaries store separate rest costs, which the kenlm Python module does not expose: for those the
+estimate here uses the probabilities.
 """
 
 from __future__ import annotations
