@@ -23,11 +23,11 @@ import math
 import multiprocessing
 import os
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
 
 import numpy as np
 from isal import igzip
@@ -198,35 +198,28 @@ def format_chunk(
 class _Inline:
     """The subset of a multiprocessing Pool used here, run in the calling process."""
 
-    def imap(self, func: Callable, items: Iterator) -> Iterator:  # type: ignore[type-arg]
-        return map(func, items)
-
-    def apply_async(self, func: Callable, args: tuple) -> _Done:  # type: ignore[type-arg]
+    def apply_async(self, func: Callable[..., Any], args: tuple[Any, ...]) -> _Done:
         return _Done(func(*args))
 
     def close(self) -> None:
         pass
 
-    def join(self) -> None:
+    def terminate(self) -> None:
         pass
 
-    def terminate(self) -> None:
+    def join(self) -> None:
         pass
 
 
 class _Done:
-    def __init__(self, value: object) -> None:
+    def __init__(self, value: Any) -> None:
         self.value = value
 
-    def get(self) -> object:
+    def get(self) -> Any:
         return self.value
 
     def ready(self) -> bool:
         return True
-
-
-def _parse_job(args: tuple[Chunk, int | None, str]) -> ParsedChunk:
-    return parse_chunk(*args)
 
 
 def _first_num_scores(path: str) -> int | None:
@@ -243,14 +236,11 @@ def _first_num_scores(path: str) -> int | None:
 
 
 class _Progress:
-    """A progress line on stderr (pairs/s, share of the input) when stderr is a terminal."""
+    """A progress bar on stderr (bytes of input, pairs/s) when stderr is a terminal."""
 
     def __init__(self, total_bytes: int | None, enabled: bool) -> None:
-        self.enabled = enabled
-        self.total = total_bytes
         self.start = time.monotonic()
-        self.last = 0.0
-        self.bar = None
+        self.bar: Any = None
         if enabled:
             from tqdm import tqdm
 
@@ -269,179 +259,233 @@ class _Progress:
             self.bar.close()
 
 
+@dataclass
+class _Resume:
+    """Where a run starts: the input offset and line, and what the outputs already hold."""
+
+    offset: int = 0
+    first_line: int = 1
+    out_bytes: int = 0
+    bad_bytes: int = 0
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class _Output:
+    """OUT.partial plus its progress record OUT.partial.json (or stdout, not resumable)."""
+
+    def __init__(self, out: str, run_key: dict[str, Any], skip_bad_lines: str | None) -> None:
+        self.out = out
+        self.partial, self.record = out + ".partial", out + ".partial.json"
+        self.run_key = json.loads(json.dumps(run_key))
+        self.skip_bad_lines = skip_bad_lines
+        self.sink: BinaryIO | None = None
+        self.bad_out: BinaryIO | None = None
+
+    def load_resume(self) -> _Resume:
+        if not os.path.exists(self.record):
+            return _Resume()
+        with open(self.record, encoding="utf-8") as f:
+            state = json.load(f)
+        if state["run"] != self.run_key:
+            raise RescorerError(
+                f"{self.record}: was written for another input, model or options; "
+                "run without --resume to start over"
+            )
+        return _Resume(
+            state["offset"],
+            state["next_line"],
+            state["out_bytes"],
+            state["bad_bytes"],
+            state["stats"],
+        )
+
+    def open(self, resume: _Resume) -> None:
+        if self.out == "-":
+            self.sink = sys.stdout.buffer
+        else:
+            self.sink = open(self.partial, "r+b" if resume.out_bytes else "wb")  # noqa: SIM115
+            self.sink.truncate(resume.out_bytes)
+            self.sink.seek(resume.out_bytes)
+        if self.skip_bad_lines:
+            mode = "r+b" if resume.bad_bytes else "wb"
+            self.bad_out = open(self.skip_bad_lines, mode)  # noqa: SIM115
+            self.bad_out.truncate(resume.bad_bytes)
+            self.bad_out.seek(resume.bad_bytes)
+
+    def write(self, data: bytes, bad_lines: list[bytes]) -> None:
+        assert self.sink is not None
+        self.sink.write(data)
+        if bad_lines:
+            assert self.bad_out is not None
+            self.bad_out.write(b"".join(line + b"\n" for line in bad_lines))
+
+    def checkpoint(self, offset: int, next_line: int, stats: ScoreStats) -> None:
+        """Record that the input up to ``offset`` is in the output (after flushing both)."""
+        if self.out == "-":
+            return
+        assert self.sink is not None
+        self.sink.flush()
+        if self.bad_out is not None:
+            self.bad_out.flush()
+        state = {
+            "run": self.run_key,
+            "offset": offset,
+            "next_line": next_line,
+            "out_bytes": self.sink.tell(),
+            "bad_bytes": self.bad_out.tell() if self.bad_out is not None else 0,
+            "stats": {"lines_in": stats.lines_in, "lines_out": stats.lines_out, "bad": stats.bad},
+        }
+        tmp = self.record + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(state, f)
+        os.replace(tmp, self.record)
+
+    def close(self, ok: bool, keep_partial: bool) -> None:
+        if self.bad_out is not None:
+            self.bad_out.close()
+        if self.out == "-":
+            if ok and self.sink is not None:
+                self.sink.flush()
+            return
+        if self.sink is not None:
+            self.sink.close()
+        if ok:
+            os.replace(self.partial, self.out)
+            _remove(self.record)
+        elif not keep_partial:  # bad input or a crash: leave nothing behind
+            _remove(self.partial)
+            _remove(self.record)
+
+
 def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
-    """Append the log p(y|x) feature column to every line of ``table``; write ``out``."""
+    """Append the log p(y|x) feature column(s) to every line of ``table``; write ``out``.
+
+    Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
+    """
     import torch
 
     from rescorer.checkpoint import load_model_dir
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.score import Scorer
 
-    if config.column not in ("prob", "logp"):
-        raise RescorerError(f"--column {config.column!r}: expected prob or logp")
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
     if table == "-" and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need an input file, not stdin")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
-    if device.type == "cpu" and torch.get_num_threads() > (os.cpu_count() or 1):
-        torch.set_num_threads(os.cpu_count() or 1)
-    loaded = load_model_dir(model_dir, device=str(device))
+    loaded = load_model_dir(model_dir, device=device)
     scorer = Scorer(loaded.model, device, precision, config.batch_tokens)
-    name = display_name(table)
-    num_scores = _first_num_scores(table) if table != "-" else None
+    if device.type == "cpu" and config.workers > 0:
+        torch.set_num_threads(max(1, torch.get_num_threads()))
     stats = ScoreStats(device=str(device), precision=precision)
-
     start, first_line, end = 0, 1, None
     if config.shard is not None:
         start, first_line, end = shard_bounds(table, config.chunk_bytes, config.shard)
-
-    gz = out.endswith(".gz")
-    partial, record = out + ".partial", out + ".partial.json"
     run_key = {
         "table": os.path.abspath(table) if table != "-" else "-",
         "model_dir": os.path.abspath(model_dir),
         "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
     }
-    out_offset = bad_offset = 0
-    if config.resume and os.path.exists(record):
-        with open(record, encoding="utf-8") as f:
-            state = json.load(f)
-        if state["run"] != json.loads(json.dumps(run_key)):
-            raise RescorerError(
-                f"{record}: was written for another input, model or options; "
-                "run without --resume to start over"
-            )
-        start, first_line = state["offset"], state["next_line"]
-        out_offset, bad_offset = state["out_bytes"], state["bad_bytes"]
-        stats.lines_in, stats.lines_out, stats.bad = (
-            state["lines_in"],
-            state["lines_out"],
-            state["bad"],
-        )
-        stats.resumed_from_line = first_line
-    if out == "-":
-        sink = sys.stdout.buffer
-    else:
-        sink = open(partial, "r+b" if out_offset else "wb")  # noqa: SIM115
-        sink.truncate(out_offset)
-        sink.seek(out_offset)
-    bad_out = None
-    if config.skip_bad_lines:
-        bad_out = open(config.skip_bad_lines, "r+b" if bad_offset else "wb")  # noqa: SIM115
-        bad_out.truncate(bad_offset)
-        bad_out.seek(bad_offset)
-
-    pool = (
-        multiprocessing.get_context("spawn").Pool(
+    output = _Output(out, run_key, config.skip_bad_lines)
+    resume = output.load_resume() if config.resume else _Resume(start, first_line)
+    if resume.stats:
+        stats.lines_in = resume.stats["lines_in"]
+        stats.lines_out = resume.stats["lines_out"]
+        stats.bad = resume.stats["bad"]
+        stats.resumed_from_line = resume.first_line
+    output.open(resume)
+    name = display_name(table)
+    num_scores = _first_num_scores(table) if table != "-" else None
+    pool: Any = _Inline()
+    if config.workers > 0:
+        pool = multiprocessing.get_context("spawn").Pool(
             config.workers, initializer=init_worker, initargs=(loaded.src_vocab, loaded.tgt_vocab)
         )
-        if config.workers > 0
-        else _Inline()
-    )
-    if config.workers == 0:
+    else:
         init_worker(loaded.src_vocab, loaded.tgt_vocab)
-    in_flight = threading.BoundedSemaphore(max(2, 2 * config.workers + 2))
+    progress = _Progress(
+        (end or 0) - resume.offset if end else None, not config.quiet and sys.stderr.isatty()
+    )
     t0 = time.monotonic()
-    total_bytes = (end - start) if end is not None else None
-    progress = _Progress(total_bytes, enabled=not config.quiet and sys.stderr.isatty())
     ok = interrupted = False
     try:
         with open_binary(table) as stream:
-
-            def jobs() -> Iterator[tuple[Chunk, int | None, str]]:
-                for chunk in iter_chunks(
-                    stream, config.chunk_bytes, start=start, first_line=first_line
-                ):
-                    if end is not None and chunk.offset >= end:
-                        return
-                    in_flight.acquire()
-                    yield chunk, num_scores, name
-
-            writes: deque = deque()  # type: ignore[type-arg]
-
-            def drain(limit: int) -> None:
-                nonlocal out_offset
-                while len(writes) > limit or (writes and writes[0][0].ready()):
-                    result, parsed, next_line = writes.popleft()
-                    data = result.get()
-                    sink.write(data)
-                    out_offset += len(data)
-                    if parsed.bad:
-                        assert bad_out is not None
-                        for lineno, message, raw in parsed.bad:
-                            bad_out.write(raw + b"\n")
-                            if len(stats.bad_examples) < 5:
-                                stats.bad_examples.append(f"{name}:{lineno}: {message}")
-                        bad_out.flush()
-                        stats.bad += len(parsed.bad)
-                    stats.lines_in += parsed.lines_in
-                    stats.lines_out += len(parsed.lines)
-                    if out != "-":
-                        sink.flush()
-                        _write_record(
-                            record,
-                            run_key,
-                            parsed.chunk_offset + parsed.chunk_len,
-                            next_line,
-                            out_offset,
-                            bad_out.tell() if bad_out is not None else 0,
-                            stats,
-                        )
-                    progress.update(parsed.chunk_len, stats.lines_out)
-                    in_flight.release()
-
-            for parsed in pool.imap(_parse_job, jobs()):
-                if parsed.bad and bad_out is None:
-                    lineno, message, _ = parsed.bad[0]
-                    raise InputError(name, lineno, message)
-                logp = scorer.score(parsed.pairs)
-                stats.pairs_scored += len(logp)
-                next_line = parsed.first_line + parsed.lines_in
-                result = pool.apply_async(
-                    format_chunk,
-                    (
-                        parsed.lines,
-                        parsed.cuts,
-                        logp,
-                        parsed.unk,
-                        config.column,
-                        config.word_penalty,
-                        config.compresslevel if gz else None,
-                    ),
-                )
-                # Only what the format step needs stays in memory while it runs.
-                parsed.pairs = _EMPTY_PAIRS
-                writes.append((result, parsed, next_line))
-                drain(limit=max(1, config.workers))
-            drain(limit=0)
-        if out == "-":
-            sink.flush()
+            chunks = iter_chunks(
+                stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line
+            )
+            if end is not None:
+                chunks = (c for c in chunks if c.offset < end)
+            _run(chunks, pool, scorer, output, config, num_scores, name, stats, progress, out)
         ok = True
     except KeyboardInterrupt:
         interrupted = True  # keep OUT.partial and its record for --resume
         raise
     finally:
         progress.close()
-        if config.workers > 0:
-            if ok:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
-        if bad_out is not None:
-            bad_out.close()
-        if out != "-":
-            sink.close()
-            if ok:
-                os.replace(partial, out)
-                _remove(record)
-            elif not interrupted:  # bad input or a crash: leave nothing behind
-                _remove(partial)
-                _remove(record)
+        (pool.close if ok else pool.terminate)()
+        pool.join()
+        output.close(ok, keep_partial=interrupted)
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+def _run(
+    chunks: Iterator[Chunk],
+    pool: Any,
+    scorer: Any,
+    output: _Output,
+    config: ScoreConfig,
+    num_scores: int | None,
+    name: str,
+    stats: ScoreStats,
+    progress: _Progress,
+    out: str,
+) -> None:
+    """Parse ahead in the pool, score in order, format in the pool, write in order."""
+    gz_level = config.compresslevel if out.endswith(".gz") else None
+    ahead = max(2, 2 * config.workers)  # chunks being parsed at once (bounds memory)
+    parsing: deque[Any] = deque()
+    formatting: deque[tuple[Any, ParsedChunk]] = deque()
+
+    def submit_parse() -> None:
+        while len(parsing) < ahead:
+            chunk = next(chunks, None)
+            if chunk is None:
+                return
+            parsing.append(pool.apply_async(parse_chunk, (chunk, num_scores, name)))
+
+    def write_ready(limit: int) -> None:
+        while len(formatting) > limit or (formatting and formatting[0][0].ready()):
+            result, parsed = formatting.popleft()
+            output.write(result.get(), [raw for _, _, raw in parsed.bad])
+            stats.lines_in += parsed.lines_in
+            stats.lines_out += len(parsed.lines)
+            stats.bad += len(parsed.bad)
+            for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
+                stats.bad_examples.append(f"{name}:{lineno}: {message}")
+            output.checkpoint(
+                parsed.chunk_offset + parsed.chunk_len,
+                parsed.first_line + parsed.lines_in,
+                stats,
+            )
+            progress.update(parsed.chunk_len, stats.lines_out)
+
+    submit_parse()
+    while parsing:
+        parsed: ParsedChunk = parsing.popleft().get()
+        submit_parse()
+        if parsed.bad and config.skip_bad_lines is None:
+            lineno, message, _ = parsed.bad[0]
+            raise InputError(name, lineno, message)
+        logp = scorer.score(parsed.pairs)
+        stats.pairs_scored += len(logp)
+        args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
+        result = pool.apply_async(format_chunk, (*args, gz_level))
+        parsed.pairs = _EMPTY_PAIRS  # only what the writer needs stays in memory
+        formatting.append((result, parsed))
+        write_ready(limit=max(1, config.workers))
+    write_ready(limit=0)
 
 
 _EMPTY_PAIRS = PairBatch(
@@ -451,32 +495,6 @@ _EMPTY_PAIRS = PairBatch(
     np.zeros(0, np.int32),
     np.zeros(1, np.int64),
 )
-
-
-def _write_record(
-    path: str,
-    run: dict[str, object],
-    offset: int,
-    next_line: int,
-    out_bytes: int,
-    bad_bytes: int,
-    stats: ScoreStats,
-) -> None:
-    """Record a resume point: everything up to ``offset`` of the input is in the output."""
-    state = {
-        "run": run,
-        "offset": offset,
-        "next_line": next_line,
-        "out_bytes": out_bytes,
-        "bad_bytes": bad_bytes,
-        "lines_in": stats.lines_in,
-        "lines_out": stats.lines_out,
-        "bad": stats.bad,
-    }
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f)
-    os.replace(tmp, path)
 
 
 def _remove(path: str) -> None:

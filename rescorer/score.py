@@ -147,7 +147,7 @@ class Scorer:
                 srcs = batch.pair_src[rows]  # (B,)
                 uniq, inverse = np.unique(srcs, return_inverse=True)
                 ctx = model.decoder_context(c_all[torch.from_numpy(uniq).to(dev)])  # (U_b,.)
-                if len(uniq) < len(rows):
+                if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
                     ctx = ctx.index_select(torch.from_numpy(inverse.astype(np.int64)).to(dev))
                 ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
                 token_logp = model.token_logprobs(ctx, ids.to(dev, non_blocking=True), lens.to(dev))

@@ -1,0 +1,289 @@
+"""``rescorer score``: the feature column Moses reads, nothing else changed, resumable, sharded."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rescorer.checkpoint import save_model_dir
+from rescorer.cli import cli
+from rescorer.errors import InputError
+from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.phrase_table import read_table
+from rescorer.pipeline import ScoreConfig, score_table
+from rescorer.score import score_pairs_straightforward
+from rescorer.vocab import build_vocabs
+
+SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
+LINES = gzip.decompress(SLICE.read_bytes()).decode().splitlines()
+PAIRS = [(e.src, e.tgt) for e in read_table(str(SLICE))]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random model over shortlists of the slice (some words stay out: UNK is used)."""
+    torch.manual_seed(0)
+    src_vocab, tgt_vocab = build_vocabs(PAIRS, 400, 400)
+    model = EncoderDecoder(ModelConfig(400, 400, hidden_size=24, embed_size=8, maxout_units=12))
+    init_weights_(model)
+    with torch.no_grad():  # spread the scores out: N(0, 0.01) weights give near-uniform outputs
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("model")
+    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "tests/test_pipeline.py"})
+    return folder
+
+
+def run_score(tmp: Path, model_dir: Path, out_name: str = "out.gz", **opts: object) -> Path:
+    out = tmp / out_name
+    defaults: dict[str, object] = {"device": "cpu", "precision": "fp32", "chunk_bytes": 16384}
+    defaults.update(opts)
+    score_table(str(SLICE), str(model_dir), str(out), ScoreConfig(**defaults))  # type: ignore[arg-type]
+    return out
+
+
+def read_lines(path: Path) -> list[str]:
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    return data.decode().splitlines()
+
+
+def reference_logp(model_dir: Path) -> np.ndarray:
+    from rescorer.checkpoint import load_model_dir
+
+    loaded = load_model_dir(model_dir)
+    return score_pairs_straightforward(loaded.model, loaded.src_vocab, loaded.tgt_vocab, PAIRS)
+
+
+def test_every_field_kept_and_prob_column_appended(tmp_path: Path, model_dir: Path) -> None:
+    prob = read_lines(run_score(tmp_path, model_dir))
+    logp = read_lines(run_score(tmp_path, model_dir, "logp.gz", column="logp"))
+    assert len(prob) == len(logp) == len(LINES)
+    expected = reference_logp(model_dir)
+    for i, (orig, p_line, l_line) in enumerate(zip(LINES, prob, logp, strict=True)):
+        o = orig.split(" ||| ")
+        p, q = p_line.split(" ||| "), l_line.split(" ||| ")
+        assert p[:2] == o[:2] and p[3:] == o[3:] and q[3:] == o[3:]  # every other field as it was
+        p_scores, q_scores = p[2].split(" "), q[2].split(" ")
+        assert p_scores[:-1] == o[2].split(" ") and len(p_scores) == 5  # column count + 1
+        value, raw = float(p_scores[-1]), float(q_scores[-1])
+        assert 0.0 < value <= 1.0
+        assert abs(math.log(value) - max(raw, -100.0)) < 1e-4  # ln(prob column) == logp column
+        assert abs(raw - expected[i]) < 1e-5  # and it is the model's log p(y|x)
+
+
+def test_word_penalty_column_counts_out_of_shortlist_words(tmp_path: Path, model_dir: Path) -> None:
+    from rescorer.vocab import Vocab
+
+    tgt_vocab = Vocab.load(str(model_dir / "vocab.tgt.json"))
+    lines = read_lines(run_score(tmp_path, model_dir, word_penalty=True))
+    unk_seen = 0
+    for orig, line in zip(LINES, lines, strict=True):
+        scores = line.split(" ||| ")[2].split(" ")
+        assert len(scores) == 6  # column count + 2
+        n = tgt_vocab.unk_count(orig.split(" ||| ")[1].split(" "))
+        assert abs(math.log(float(scores[-1])) - n) < 1e-5  # exp(n)
+        unk_seen += n > 0
+    assert unk_seen > 100  # the fixture's shortlist leaves words out
+
+
+def test_score_equals_minus_training_loss(model_dir: Path) -> None:
+    from rescorer.batching import pad_batch
+    from rescorer.checkpoint import load_model_dir
+
+    loaded = load_model_dir(model_dir)
+    pairs = PAIRS[:64]
+    src_ids, src_lens = pad_batch([loaded.src_vocab.encode_eos(s.split()) for s, _ in pairs])
+    tgt_ids, tgt_lens = pad_batch([loaded.tgt_vocab.encode_eos(t.split()) for _, t in pairs])
+    with torch.no_grad():
+        loss = -loaded.model(src_ids, src_lens, tgt_ids, tgt_lens).sum()  # the training loss
+    scores = score_pairs_straightforward(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs)
+    assert abs(float(loss) + scores.sum()) < 1e-3
+
+
+def test_fast_path_equals_straightforward_fp32_and_bf16(tmp_path: Path, model_dir: Path) -> None:
+    expected = reference_logp(model_dir)
+    for precision, tol in (("fp32", 1e-5), ("bf16", 1e-2)):
+        out = run_score(tmp_path, model_dir, f"{precision}.gz", column="logp", precision=precision)
+        got = np.array([float(line.split(" ||| ")[2].split(" ")[-1]) for line in read_lines(out)])
+        # The logp column carries 8 significant digits: compare at that resolution.
+        assert np.max(np.abs(got - expected) / np.maximum(1.0, np.abs(expected) * 1e-3)) < tol
+
+
+def test_encoder_reuse_changes_no_score(model_dir: Path) -> None:
+    from rescorer.checkpoint import load_model_dir
+    from rescorer.score import Scorer, encode_pairs
+
+    loaded = load_model_dir(model_dir)
+    scorer = Scorer(loaded.model, torch.device("cpu"), "fp32", batch_tokens=512)
+    shared = encode_pairs(loaded.src_vocab, loaded.tgt_vocab, PAIRS)
+    assert len(shared.src_off) - 1 < len(PAIRS) - 80  # the slice has sources with many targets
+    # The same pairs with every source repeated per pair (no reuse possible).
+    separate = encode_pairs(loaded.src_vocab, loaded.tgt_vocab, [(f"{s}", t) for s, t in PAIRS])
+    separate.src_ids = np.concatenate(
+        [shared.src_ids[shared.src_off[j] : shared.src_off[j + 1]] for j in shared.pair_src]
+    )
+    lengths = np.diff(shared.src_off)[shared.pair_src]
+    separate.src_off = np.concatenate([[0], np.cumsum(lengths)])
+    separate.pair_src = np.arange(len(PAIRS))
+    np.testing.assert_allclose(scorer.score(shared), scorer.score(separate), atol=1e-5)
+
+
+def test_batch_size_and_workers_keep_order_and_lines(tmp_path: Path, model_dir: Path) -> None:
+    one = run_score(tmp_path, model_dir, "a.gz", column="logp", batch_tokens=64)
+    two = run_score(tmp_path, model_dir, "b.gz", column="logp", batch_tokens=4096, workers=2)
+    a, b = read_lines(one), read_lines(two)
+    assert len(a) == len(b) == len(LINES)
+    for x, y in zip(a, b, strict=True):
+        assert (
+            x.rsplit(" ", 1)[0] == y.rsplit(" ", 1)[0]
+            or x.split(" ||| ")[:2] == y.split(" ||| ")[:2]
+        )
+        vx = float(x.split(" ||| ")[2].split(" ")[-1])
+        vy = float(y.split(" ||| ")[2].split(" ")[-1])
+        assert abs(vx - vy) < 1e-4 * max(1.0, abs(vx))
+
+
+def test_workers_give_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
+    inline = run_score(tmp_path, model_dir, "inline.gz")
+    pooled = run_score(tmp_path, model_dir, "pooled.gz", workers=2)
+    assert inline.read_bytes() == pooled.read_bytes()
+
+
+def test_shards_concatenate_to_the_single_run(tmp_path: Path, model_dir: Path) -> None:
+    whole = run_score(tmp_path, model_dir, "whole.txt")
+    parts = [
+        run_score(tmp_path, model_dir, f"part{k}.txt", shard=(k, 3)).read_bytes() for k in (1, 2, 3)
+    ]
+    assert all(parts) and b"".join(parts) == whole.read_bytes()
+
+
+def test_plain_stdin_to_stdout(model_dir: Path, tmp_path: Path) -> None:
+    whole = run_score(tmp_path, model_dir, "whole.txt")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rescorer",
+            "score",
+            "-",
+            "-m",
+            str(model_dir),
+            "-o",
+            "-",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--chunk-bytes",
+            "16384",
+            "-q",
+        ],
+        input=gzip.decompress(SLICE.read_bytes()),
+        capture_output=True,
+        check=True,
+    )
+    assert proc.stdout == whole.read_bytes()
+
+
+def test_malformed_line_stops_with_file_and_line_and_no_output(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    bad = tmp_path / "bad.gz"
+    lines = list(LINES)
+    lines[1500] = " ||| ".join([*lines[1500].split(" ||| ")[:2], "0.5 zero 1 1"])
+    bad.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    out = tmp_path / "out.gz"
+    cfg = ScoreConfig(device="cpu", chunk_bytes=16384)
+    with pytest.raises(InputError) as err:
+        score_table(str(bad), str(model_dir), str(out), cfg)
+    assert str(err.value).startswith(f"{bad}:1501: score 2 is 'zero'")
+    assert sorted(os.listdir(tmp_path)) == ["bad.gz"]  # no output, no partial, no record
+
+
+def test_skip_bad_lines_accounts_for_every_line(tmp_path: Path, model_dir: Path) -> None:
+    bad = tmp_path / "bad.txt"
+    lines = list(LINES)
+    lines[10] = "broken"
+    lines[2000] = "a ||| b ||| 0.5"
+    bad.write_text("\n".join(lines) + "\n")
+    out, rejects = tmp_path / "out.txt", tmp_path / "rejects.txt"
+    cfg = ScoreConfig(device="cpu", chunk_bytes=16384, skip_bad_lines=str(rejects))
+    stats = score_table(str(bad), str(model_dir), str(out), cfg)
+    assert (stats.lines_in, stats.lines_out, stats.bad) == (len(LINES), len(LINES) - 2, 2)
+    assert rejects.read_text().splitlines() == ["broken", "a ||| b ||| 0.5"]
+    assert len(read_lines(out)) == len(LINES) - 2
+
+
+def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
+    out = tmp_path / "cli.gz"
+    runner = CliRunner()
+    args = ["score", str(SLICE), "-m", str(model_dir), "-o", str(out), "--device", "cpu"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "scored 2,090 pairs" in result.output
+    assert len(read_lines(out)) == 2090
+    missing = runner.invoke(
+        cli,
+        ["score", str(tmp_path / "nope.gz"), "-m", str(model_dir), "-o", str(tmp_path / "x.gz")],
+    )
+    assert missing.exit_code == 1 and "nope.gz: cannot open" in missing.output
+    usage = runner.invoke(cli, [*args, "--shard", "4/3"])
+    assert usage.exit_code == 2
+
+
+def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
+    """SIGKILL a run part-way through, --resume it, and compare with an uninterrupted run."""
+    # A longer input so the run is still going when it is killed: the slice, 12 times over
+    # with the source phrases made distinct per copy (tables are grouped by source).
+    big = tmp_path / "big.gz"
+    lines = [f"{i:02d}{line}" for i in range(12) for line in LINES]
+    big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    cmd = [
+        sys.executable,
+        "-m",
+        "rescorer",
+        "score",
+        str(big),
+        "-m",
+        str(model_dir),
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--chunk-bytes",
+        "8192",
+        "-q",
+    ]
+    whole = tmp_path / "whole.gz"
+    subprocess.run([*cmd, "-o", str(whole)], check=True)
+    out = tmp_path / "resumed.gz"
+    record = Path(str(out) + ".partial.json")
+    proc = subprocess.Popen([*cmd, "-o", str(out)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if record.exists() and json.loads(record.read_text() or "{}").get("next_line", 0) > 6000:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists() and record.exists()
+    done = json.loads(record.read_text())["next_line"]
+    assert 1 < done < len(lines)
+    subprocess.run([*cmd, "-o", str(out), "--resume"], check=True)
+    assert out.read_bytes() == whole.read_bytes()
+    assert not record.exists() and not Path(str(out) + ".partial").exists()
