@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Scoring speed: rescorer's pipeline against the straightforward implementation, same run.
+
+Reports, for one table and one model on one device:
+
+- the device's matrix-multiply peak, measured here (bf16 and fp32 GEMMs of ``--gemm-size``);
+- the straightforward implementation: batches of 64 pairs in file order, fp32, every pair
+  encoding its own source (``rescorer.score.score_pairs_straightforward``), on the first
+  ``--baseline-lines`` pairs;
+- the fast path, model alone (pre-parsed chunks through ``Scorer.score``) on the same pairs;
+- the whole pipeline end to end (``score_table``: gzip table in, gzip table out) on
+  ``--lines`` lines;
+- model FLOP/s: the multiply-adds the model needs for those pairs (counted from the model
+  built: the encoder once per distinct source, the per-source decoder terms, every target
+  token's recurrence and factorised softmax; no padding) per second, against the peaks.
+
+Defaults: the real en-fr table (repeated if ``--lines`` exceeds it) and the paper's model sizes
+with random weights. Prints a Markdown block for BENCHMARKS.md.
+
+    python scripts/bench_score.py [--lines 100000] [--baseline-lines 5000] [--device auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from isal import igzip
+
+from rescorer.checkpoint import load_model_dir, save_model_dir
+from rescorer.chunks import iter_chunks
+from rescorer.device import resolve_device, resolve_precision
+from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.phrase_table import open_binary, read_table
+from rescorer.pipeline import ScoreConfig, init_worker, parse_chunk, score_table
+from rescorer.score import Scorer, score_pairs_straightforward
+from rescorer.vocab import build_vocabs
+
+DEFAULT_TABLE = os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
+)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:
+    """Best FLOP/s of an n x n x n matrix product over ``seconds``."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    a @ b
+    sync(device)
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        for _ in range(4):
+            a @ b
+        sync(device)
+        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def model_macs(cfg: ModelConfig, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
+    """Multiply-adds of the fast path: sources (with EOS) once each, every target (with EOS)."""
+    H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_vocab_size + 1
+    PM = cfg.maxout_units * cfg.maxout_pool
+    enc_token = E * 3 * H + 3 * H * H  # input projection + [U_r;U_u] h + U (r h)
+    per_source = H * H + H * (3 * H + PM)  # s0 and [C_r; C_u; C; O_c] c
+    dec_token = E * 3 * H + 3 * H * H + H * PM + E * PM + cfg.maxout_units * E + E * V
+    return float(
+        enc_token * src_lens.sum() + per_source * len(src_lens) + dec_token * tgt_lens.sum()
+    )
+
+
+def write_table(source: str, lines: int, path: str) -> int:
+    """The first ``lines`` lines of ``source`` (cycling through it again if needed), gzip."""
+    written = 0
+    with igzip.open(path, "wb", compresslevel=1) as out:
+        while written < lines:
+            with open_binary(source) as stream:
+                for raw in stream:
+                    if written == lines:
+                        break
+                    out.write(raw)
+                    written += 1
+    return written
+
+
+def commit() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run(
+        ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() or "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default=DEFAULT_TABLE)
+    parser.add_argument("--model", help="A model directory (default: paper sizes, random).")
+    parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--baseline-lines", type=int, default=5_000)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--batch-tokens", type=int, default=8192)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
+    parser.add_argument("--gemm-size", type=int, default=2048)
+    args = parser.parse_args()
+
+    device = resolve_device(args.device)
+    precision = resolve_precision(args.precision, device)
+    tmp = tempfile.mkdtemp(prefix="bench_score.")
+    table = os.path.join(tmp, "table.gz")
+    n_lines = write_table(args.table, args.lines, table)
+    model_dir = args.model
+    if model_dir is None:  # the paper's sizes, random N(0, 0.01)/orthogonal weights
+        model_dir = os.path.join(tmp, "model")
+        pairs = ((e.src, e.tgt) for e in read_table(args.table))
+        src_vocab, tgt_vocab = build_vocabs(pairs, 15000, 15000)
+        torch.manual_seed(0)
+        model = EncoderDecoder(ModelConfig())
+        init_weights_(model)
+        save_model_dir(model_dir, model, src_vocab, tgt_vocab, {"made_by": "bench_score.py"})
+    loaded = load_model_dir(model_dir, device=device)
+    cfg = loaded.model.config
+
+    peaks = {
+        p: gemm_peak(device, d, args.gemm_size)
+        for p, d in (("bf16", torch.bfloat16), ("fp32", torch.float32))
+    }
+
+    # The baseline's pairs, parsed once (parsing is not what the model-alone figures time).
+    entries = itertools.islice(read_table(table), args.baseline_lines)
+    base_pairs = [(e.src, e.tgt) for e in entries]
+    t = time.perf_counter()
+    base_logp = score_pairs_straightforward(
+        loaded.model, loaded.src_vocab, loaded.tgt_vocab, base_pairs
+    )
+    sync(device)
+    base_s = time.perf_counter() - t
+
+    init_worker(loaded.src_vocab, loaded.tgt_vocab)
+    base_table = os.path.join(tmp, "base.gz")
+    write_table(table, len(base_pairs), base_table)
+    with open_binary(base_table) as stream:
+        chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
+    scorer = Scorer(loaded.model, device, precision, args.batch_tokens)
+    scorer.score(chunks[0].pairs)  # warm-up (allocator, autocast caches)
+    sync(device)
+    t = time.perf_counter()
+    fast_logp = np.concatenate([scorer.score(c.pairs) for c in chunks])
+    sync(device)
+    fast_s = time.perf_counter() - t
+    src_lens = np.concatenate([np.diff(c.pairs.src_off) for c in chunks])
+    tgt_lens = np.concatenate([np.diff(c.pairs.tgt_off) for c in chunks])
+    macs = model_macs(cfg, src_lens, tgt_lens)
+    max_diff = float(np.max(np.abs(fast_logp - base_logp)))
+
+    out = os.path.join(tmp, "out.gz")
+    config = ScoreConfig(
+        device=str(device),
+        precision=precision,
+        batch_tokens=args.batch_tokens,
+        workers=args.workers,
+        chunk_bytes=args.chunk_bytes,
+        quiet=True,
+    )
+    t = time.perf_counter()
+    stats = score_table(table, model_dir, out, config)
+    e2e_s = time.perf_counter() - t
+
+    n_base = len(base_pairs)
+    base_rate, fast_rate, e2e_rate = n_base / base_s, n_base / fast_s, stats.pairs_scored / e2e_s
+    flops = 2 * macs / fast_s
+    dev_name = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else (platform.processor() or platform.machine())
+    )
+    print(
+        f"### {datetime.date.today()}, commit {commit()}, {dev_name} ({device}), "
+        f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
+    print(
+        f"model: {cfg.hidden_size} hidden, {cfg.embed_size} rank, {cfg.maxout_units} maxout, "
+        f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size} shortlists"
+        f"{' (random weights)' if args.model is None else ' (' + model_dir + ')'}; "
+        f"precision {precision}, batch {args.batch_tokens} tokens, {args.workers} workers"
+    )
+    print(
+        f"table: {args.table}, first {n_lines:,} lines; on the first {n_base:,}: "
+        f"{src_lens.mean():.2f} tokens per distinct source and {tgt_lens.mean():.2f} per "
+        f"target (with EOS), {len(tgt_lens) / len(src_lens):.2f} targets per source"
+    )
+    print()
+    print("| measurement | pairs | seconds | pairs/s | vs straightforward |")
+    print("|---|---|---|---|---|")
+    print(
+        f"| straightforward (64 pairs/batch, file order, fp32, no reuse) | {n_base:,} | "
+        f"{base_s:.2f} | {base_rate:,.0f} | 1.0x |"
+    )
+    print(
+        f"| fast path, model alone ({precision}) | {n_base:,} | {fast_s:.2f} | "
+        f"{fast_rate:,.0f} | {fast_rate / base_rate:.1f}x |"
+    )
+    print(
+        f"| end to end, gzip to gzip ({precision}) | {stats.pairs_scored:,} | {e2e_s:.2f} | "
+        f"{e2e_rate:,.0f} | {e2e_rate / base_rate:.1f}x |"
+    )
+    print()
+    print(
+        f"model work: {macs / n_base / 1e6:.1f} M multiply-adds per pair; fast path "
+        f"{flops / 1e9:,.1f} GFLOP/s = {100 * flops / peaks['bf16']:.0f}% of the measured bf16 "
+        f"GEMM peak ({peaks['bf16'] / 1e9:,.0f} GFLOP/s), {100 * flops / peaks['fp32']:.0f}% of "
+        f"fp32 ({peaks['fp32'] / 1e9:,.0f} GFLOP/s)"
+    )
+    print(f"max |log p fast - log p straightforward| on those pairs: {max_diff:.2e}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
