@@ -1,9 +1,10 @@
-"""Chunk cuts: exact cover, source boundaries only, and the same cuts after a resume or in a shard."""
+"""Chunk cuts: exact cover, source boundaries only, the same cuts after a resume or in a shard."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import itertools
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def test_chunks_cover_input_and_cut_between_sources(size: int) -> None:
     chunks = chunks_of(DATA, size)
     assert b"".join(c.data for c in chunks) == DATA
     line = 1
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in itertools.pairwise(chunks):
         assert source(before.data.splitlines()[-1]) != source(after.data.splitlines()[0])
     for c in chunks:
         assert c.first_line == line
