@@ -348,7 +348,7 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 @click.option("--valid-fraction", default=0.01, show_default=True, help="Sources held out.")
 @click.option("--valid-max-pairs", default=5000, show_default=True, help="Held-out pairs scored.")
 @click.option("--valid-every", default=1000, show_default=True, help="Updates per validation.")
-@click.option("--sort-batches", default=10, show_default=True, help="Batches regrouped by length.")
+@click.option("--sort-batches", default=1, show_default=True, help="Batches regrouped by length.")
 @click.option("--seed", default=1, show_default=True, help="Data split, order and init.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option(

@@ -28,6 +28,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+# The packed readout rows are padded to a multiple of this (see token_logprobs).
+ROW_BUCKET = 64
+
 __all__ = [
     "DecoderContext",
     "EncoderDecoder",
@@ -219,6 +222,13 @@ class EncoderDecoder(nn.Module):
         # Readout on the packed non-padding positions only.
         mask = torch.arange(T, device=tgt_ids.device) < tgt_lens.to(tgt_ids.device).unsqueeze(1)
         rows, cols = mask.nonzero(as_tuple=True)  # (N,), (N,) in row-major order
+        N = rows.numel()
+        # Round N up to a multiple of ROW_BUCKET with copies of position (0, 0), dropped below:
+        # few distinct matrix shapes keep oneDNN's per-shape caches and the heap from growing.
+        extra = -N % ROW_BUCKET
+        if extra:
+            rows = torch.cat([rows, rows.new_zeros(extra)])  # (N',)
+            cols = torch.cat([cols, cols.new_zeros(extra)])  # (N',)
         s_prev = prev_states[rows, cols]  # (N,H)
         # The previous word f(y_{t-1}); zero for t = 1 (no BOS; ff_layers.py Shift).
         has_prev = cols > 0  # (N,)
@@ -231,8 +241,9 @@ class EncoderDecoder(nn.Module):
         M, P = self.config.maxout_units, self.config.maxout_pool
         m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
         logits = self.out_vocab(self.out_rank(m)).float()  # (N,V)
-        targets = tgt_ids[rows, cols]  # (N,)
+        targets = tgt_ids[rows, cols]  # (N',)
         tok = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+        rows, cols, tok = rows[:N], cols[:N], tok[:N]  # (N,)
         token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
         return token_logp.index_put((rows, cols), tok)
 

@@ -1,0 +1,152 @@
+"""Padding id sequences into tensors, and the training data order.
+
+``pad_batch`` is what every caller needs. ``PairArrays`` holds encoded pairs compactly (flat int32
+ids plus offsets, about 4 bytes a token) and pads any subset of them with numpy. ``epoch_batches``
+is the training order: a seeded permutation of all pairs per epoch (uniform sampling of unique
+pairs without replacement, rnnenc-spec.md §2), cut into windows of ``sort_k`` batches whose pairs
+are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156) so less is padded.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rescorer.constants import PAD_ID
+
+__all__ = ["PairArrays", "PairArraysBuilder", "PairBatch", "epoch_batches", "pad_batch"]
+
+
+def pad_batch(
+    seqs: Sequence[Sequence[int]], device: torch.device | str = "cpu"
+) -> tuple[Tensor, Tensor]:
+    """ids (B,L) long padded with PAD_ID, and lens (B,) long, of ``seqs`` (each non-empty)."""
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))  # (B,)
+    ids = np.full((len(seqs), int(lens.max(initial=0))), PAD_ID, dtype=np.int64)  # (B,L)
+    for row, seq in zip(ids, seqs, strict=True):
+        row[: len(seq)] = seq
+    return torch.from_numpy(ids).to(device), torch.from_numpy(lens).to(device)
+
+
+class PairBatch(NamedTuple):
+    """A padded batch of (source, target) id sequences, each ending with EOS."""
+
+    src_ids: Tensor  # (B,S) long
+    src_lens: Tensor  # (B,) long
+    tgt_ids: Tensor  # (B,T) long
+    tgt_lens: Tensor  # (B,) long
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.src_ids.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Predicted target tokens, EOS included."""
+        return int(self.tgt_lens.sum())
+
+
+def _pad_flat(flat: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Rows ``index`` (B,) of a flat id array with offsets, padded: (B,L) int64."""
+    starts, ends = offsets[index], offsets[index + 1]  # (B,)
+    lens = ends - starts
+    width = int(lens.max(initial=0))
+    cols = np.arange(width)  # (L,)
+    positions = starts[:, None] + cols[None, :]  # (B,L)
+    valid = cols[None, :] < lens[:, None]  # (B,L)
+    picked = flat[np.minimum(positions, max(len(flat) - 1, 0))] if len(flat) else positions
+    return np.where(valid, picked, PAD_ID).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class PairArrays:
+    """Encoded pairs: ``src[src_offsets[i]:src_offsets[i+1]]`` is source i (with EOS), etc."""
+
+    src: np.ndarray  # (sum of source lengths,) int32
+    src_offsets: np.ndarray  # (n+1,) int64
+    tgt: np.ndarray  # (sum of target lengths,) int32
+    tgt_offsets: np.ndarray  # (n+1,) int64
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    @property
+    def src_lens(self) -> np.ndarray:
+        return np.diff(self.src_offsets)  # (n,)
+
+    @property
+    def tgt_lens(self) -> np.ndarray:
+        return np.diff(self.tgt_offsets)  # (n,)
+
+    def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> PairBatch:
+        """The pairs ``index`` (B,) as a padded batch on ``device``."""
+        index = np.asarray(index, dtype=np.int64)
+        src = torch.from_numpy(_pad_flat(self.src, self.src_offsets, index))
+        tgt = torch.from_numpy(_pad_flat(self.tgt, self.tgt_offsets, index))
+        src_lens = torch.from_numpy(self.src_lens[index].astype(np.int64))
+        tgt_lens = torch.from_numpy(self.tgt_lens[index].astype(np.int64))
+        return PairBatch(src.to(device), src_lens.to(device), tgt.to(device), tgt_lens.to(device))
+
+    def subset(self, index: np.ndarray) -> PairArrays:
+        """A new PairArrays holding the pairs ``index`` in that order."""
+        builder = PairArraysBuilder()
+        for i in np.asarray(index, dtype=np.int64):
+            s0, s1 = self.src_offsets[i], self.src_offsets[i + 1]
+            t0, t1 = self.tgt_offsets[i], self.tgt_offsets[i + 1]
+            builder.add(self.src[s0:s1].tolist(), self.tgt[t0:t1].tolist())
+        return builder.build()
+
+
+class PairArraysBuilder:
+    """Collects encoded pairs in compact arrays (no per-pair Python objects are kept)."""
+
+    def __init__(self) -> None:
+        self._src = array("i")
+        self._tgt = array("i")
+        self._src_off = array("q", [0])
+        self._tgt_off = array("q", [0])
+
+    def __len__(self) -> int:
+        return len(self._src_off) - 1
+
+    def add(self, src_ids: Sequence[int], tgt_ids: Sequence[int]) -> None:
+        self._src.extend(src_ids)
+        self._tgt.extend(tgt_ids)
+        self._src_off.append(len(self._src))
+        self._tgt_off.append(len(self._tgt))
+
+    def build(self) -> PairArrays:
+        return PairArrays(
+            src=np.frombuffer(self._src, dtype=np.int32).copy(),
+            src_offsets=np.frombuffer(self._src_off, dtype=np.int64).copy(),
+            tgt=np.frombuffer(self._tgt, dtype=np.int32).copy(),
+            tgt_offsets=np.frombuffer(self._tgt_off, dtype=np.int64).copy(),
+        )
+
+
+def epoch_batches(
+    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, sort_k: int = 1
+) -> list[np.ndarray]:
+    """The batches (arrays of pair indices) of one epoch, a pure function of its arguments.
+
+    lengths: (n,) the length used to group pairs (e.g. max of source and target length).
+    Each epoch draws a fresh permutation from (seed, epoch); every pair appears exactly once.
+    With ``sort_k > 1`` each window of ``sort_k`` consecutive batches is regrouped by length
+    (stable sort, then cut in order), which keeps the sample and reduces padding.
+    """
+    n = len(lengths)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    window = batch_size * max(sort_k, 1)
+    batches = []
+    for start in range(0, n, window):
+        chunk = order[start : start + window]
+        if sort_k > 1:
+            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    return batches

@@ -1,0 +1,186 @@
+"""The self-contained model directory (design.md §3).
+
+``config.json`` (model and training configs), ``vocab.src.json``, ``vocab.tgt.json``,
+``model.safetensors`` (tensors only: loading it cannot run code) and ``provenance.json`` (training
+file, its line count and sha256, versions, date, command line). Every file is written to a
+temporary name in the same folder and renamed into place, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rescorer.constants import (
+    CONFIG_FILE,
+    PROVENANCE_FILE,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+)
+from rescorer.errors import RescorerError
+from rescorer.model import EncoderDecoder, ModelConfig, count_parameters
+from rescorer.vocab import Vocab
+
+__all__ = [
+    "LoadedModel",
+    "describe_model_dir",
+    "load_model_dir",
+    "read_json",
+    "save_model_dir",
+    "save_weights",
+    "write_json",
+]
+
+CONFIG_FORMAT = "rescorer-model-1"
+
+
+class LoadedModel(NamedTuple):
+    model: EncoderDecoder  # in eval mode, on the requested device
+    config: ModelConfig
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    provenance: dict[str, Any]
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically (temporary file, then rename)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(data, out, ensure_ascii=False, indent=2)
+        out.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str | Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError as exc:
+        raise RescorerError(f"{path}: missing (not a complete rescorer model directory?)") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RescorerError(f"{path}: cannot read JSON: {exc}") from exc
+
+
+def save_weights(path: str | Path, model: EncoderDecoder) -> None:
+    """The model's parameters as safetensors (fp32, CPU), atomically."""
+    state = model.state_dict()
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
+    tmp = f"{path}.tmp"
+    save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
+    os.replace(tmp, path)
+
+
+def save_model_dir(
+    folder: str | Path,
+    model: EncoderDecoder,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    provenance: dict[str, Any],
+    *,
+    train_config: dict[str, Any] | None = None,
+) -> None:
+    """Write a complete model directory (creating ``folder`` if needed)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    if src_vocab.size != cfg.src_vocab_size or tgt_vocab.size != cfg.tgt_vocab_size:
+        raise RescorerError(
+            f"vocabulary sizes {src_vocab.size}/{tgt_vocab.size} differ from the model's "
+            f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}"
+        )
+    config: dict[str, Any] = {"format": CONFIG_FORMAT, "model": cfg.to_dict()}
+    if train_config is not None:
+        config["train"] = train_config
+    write_json(folder / CONFIG_FILE, config)
+    src_vocab.save(str(folder / SRC_VOCAB_FILE))
+    tgt_vocab.save(str(folder / TGT_VOCAB_FILE))
+    save_weights(folder / WEIGHTS_FILE, model)
+    write_json(folder / PROVENANCE_FILE, provenance)
+
+
+def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
+    """The ModelConfig and the whole config.json of a model directory."""
+    path = Path(folder) / CONFIG_FILE
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
+        raise RescorerError(f"{path}: not a rescorer model config (format {CONFIG_FORMAT})")
+    try:
+        return ModelConfig.from_dict(data["model"]), data
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RescorerError(f"{path}: bad model config: {exc}") from exc
+
+
+def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a model directory written by ``save_model_dir``; needs nothing but the folder."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RescorerError(f"{folder}: no such model directory")
+    config, _ = read_model_config(folder)
+    src_vocab = Vocab.load(str(folder / SRC_VOCAB_FILE))
+    tgt_vocab = Vocab.load(str(folder / TGT_VOCAB_FILE))
+    if (src_vocab.size, tgt_vocab.size) != (config.src_vocab_size, config.tgt_vocab_size):
+        raise RescorerError(f"{folder}: vocabulary sizes disagree with {CONFIG_FILE}")
+    weights_path = folder / WEIGHTS_FILE
+    if not weights_path.is_file():
+        raise RescorerError(f"{weights_path}: missing (training has not saved a model yet?)")
+    try:
+        state = load_file(str(weights_path), device=str(torch.device(device)))
+    except (SafetensorError, OSError) as exc:
+        raise RescorerError(f"{weights_path}: cannot read weights: {exc}") from exc
+    with torch.device("meta"):
+        model = EncoderDecoder(config)
+    try:
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        raise RescorerError(f"{weights_path}: weights do not fit {CONFIG_FILE}: {exc}") from exc
+    provenance_path = folder / PROVENANCE_FILE
+    provenance = read_json(provenance_path) if provenance_path.is_file() else {}
+    return LoadedModel(model.eval(), config, src_vocab, tgt_vocab, provenance)
+
+
+def describe_model_dir(folder: str | Path) -> str:
+    """What ``rescorer info`` prints: configs, vocabulary sizes, parameter count, provenance."""
+    folder = Path(folder)
+    config, data = read_model_config(folder)
+    src_vocab = Vocab.load(str(folder / SRC_VOCAB_FILE))
+    tgt_vocab = Vocab.load(str(folder / TGT_VOCAB_FILE))
+    with torch.device("meta"):
+        num_params = count_parameters(EncoderDecoder(config))
+    provenance_path = folder / PROVENANCE_FILE
+    provenance = read_json(provenance_path) if provenance_path.is_file() else {}
+    lines = [f"model directory: {folder}", "model:"]
+    lines += [f"  {k}: {v}" for k, v in config.to_dict().items()]
+    lines.append(f"  parameters: {num_params:,}")
+    lines.append("vocabularies:")
+    for side, vocab in (("source", src_vocab), ("target", tgt_vocab)):
+        lines.append(
+            f"  {side}: shortlist {vocab.size} ({len(vocab.words)} words + UNK + reserved id 0),"
+            f" EOS id {vocab.eos_id}, {vocab.num_rows} rows"
+        )
+    if "train" in data:
+        lines.append("training config:")
+        lines += [f"  {k}: {v}" for k, v in data["train"].items()]
+    lines.append("provenance:")
+    lines += _flatten(provenance, indent=1)
+    weights = folder / WEIGHTS_FILE
+    lines.append(f"weights: {weights.name} ({'present' if weights.is_file() else 'MISSING'})")
+    return "\n".join(lines)
+
+
+def _flatten(data: dict[str, Any], indent: int) -> list[str]:
+    pad = "  " * indent
+    out = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.append(f"{pad}{key}:")
+            out += _flatten(value, indent + 1)
+        else:
+            out.append(f"{pad}{key}: {value}")
+    return out
