@@ -181,6 +181,13 @@ def _flatten(data: dict[str, Any], indent: int) -> list[str]:
         if isinstance(value, dict):
             out.append(f"{pad}{key}:")
             out += _flatten(value, indent + 1)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out.append(f"{pad}{key}:")
+            for i, item in enumerate(value, start=1):
+                out.append(f"{pad}  [{i}]")
+                out += _flatten(item, indent + 2)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            out.append(f"{pad}{key}: {' '.join(value)}")
         else:
             out.append(f"{pad}{key}: {value}")
     return out

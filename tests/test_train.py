@@ -1,0 +1,386 @@
+"""Training: loss, data split and order, overfitting real pairs, resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rescorer.batching import PairArraysBuilder, PairBatch, epoch_batches, pad_batch
+from rescorer.checkpoint import load_model_dir
+from rescorer.cli import cli
+from rescorer.constants import TRAIN_LOG_FILE, TRAIN_STATE_FILE, WEIGHTS_FILE
+from rescorer.errors import RescorerError
+from rescorer.model import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
+from rescorer.phrase_table import read_table
+from rescorer.train import (
+    TrainConfig,
+    _heldout,
+    batch_loss,
+    parse_duration,
+    read_training_data,
+    train,
+    unigram_logprob_sum,
+)
+from rescorer.vocab import Vocab, build_vocabs
+
+TINY = ModelConfig(
+    src_vocab_size=300, tgt_vocab_size=300, hidden_size=12, embed_size=8, maxout_units=6
+)
+FAST = TrainConfig(
+    batch_size=16, device="cpu", precision="fp32", quiet=True, valid_fraction=0.1, valid_every=5
+)
+
+
+def encoded_pairs(path: Path, n: int, size: int = 300) -> tuple[PairBatch, Vocab, Vocab]:
+    entries = list(read_table(str(path)))[:n]
+    src_vocab, tgt_vocab = build_vocabs([(e.src, e.tgt) for e in entries], size, size)
+    src = pad_batch([src_vocab.encode_eos(e.src_tokens) for e in entries])
+    tgt = pad_batch([tgt_vocab.encode_eos(e.tgt_tokens) for e in entries])
+    return PairBatch(*src, *tgt), src_vocab, tgt_vocab
+
+
+def test_loss_is_minus_the_summed_token_logprobs(
+    tiny_model: EncoderDecoder, sample_table: Path
+) -> None:
+    batch, _, _ = encoded_pairs(sample_table, 12, size=30)
+    loss = batch_loss(tiny_model, batch)
+    token_logp = tiny_model(*batch)
+    torch.testing.assert_close(loss, -token_logp.sum())
+    # ... and the sum of the pairs' own log-probabilities, each scored alone.
+    alone = 0.0
+    for i in range(batch.num_pairs):
+        s, t = int(batch.src_lens[i]), int(batch.tgt_lens[i])
+        one = tiny_model(
+            batch.src_ids[i : i + 1, :s],
+            batch.src_lens[i : i + 1],
+            batch.tgt_ids[i : i + 1, :t],
+            batch.tgt_lens[i : i + 1],
+        )
+        alone += float(sequence_logprobs(one)[0].detach())
+    assert float(loss.detach()) == pytest.approx(-alone, abs=1e-4)
+    assert loss.dtype == torch.float32
+
+
+def test_a_tiny_model_overfits_50_real_pairs(sample_table: Path) -> None:
+    """Capacity and gradients through every part: 50 real pairs get log-probabilities near 0."""
+    batch, _, _ = encoded_pairs(sample_table, 50, size=200)
+    torch.manual_seed(0)
+    model = EncoderDecoder(
+        ModelConfig(
+            src_vocab_size=200, tgt_vocab_size=200, hidden_size=32, embed_size=16, maxout_units=16
+        )
+    )
+    init_weights_(model, torch.Generator().manual_seed(0))
+    before = sequence_logprobs(model(*batch)).detach()
+    # Adam for speed (Adadelta from this init needs thousands of updates on a tiny model).
+    optim = torch.optim.Adam(model.parameters(), lr=0.03)
+    for _ in range(300):
+        optim.zero_grad()
+        batch_loss(model, batch).backward()
+        optim.step()
+    after = sequence_logprobs(model(*batch)).detach()
+    assert before.mean() < -20  # about 4-5 tokens at ln(201) each
+    assert after.mean() > -0.5, after
+    assert after.min() > -3.0, after
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("90m") == 5400
+    assert parse_duration("2h") == 7200
+    assert parse_duration("30s") == 30
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("1.5h") == 5400
+    assert parse_duration("45") == 45
+    for bad in ("", "m", "3x", "1h 30m", "-1m"):
+        with pytest.raises(RescorerError):
+            parse_duration(bad)
+
+
+def test_epoch_batches_cover_every_pair_once_in_a_seeded_order() -> None:
+    lengths = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5])
+    for sort_k in (1, 2):
+        e0 = epoch_batches(lengths, 4, seed=7, epoch=0, sort_k=sort_k)
+        assert sorted(np.concatenate(e0).tolist()) == list(range(11))
+        assert [len(b) for b in e0] == [4, 4, 3]
+        again = epoch_batches(lengths, 4, seed=7, epoch=0, sort_k=sort_k)
+        assert all(np.array_equal(a, b) for a, b in zip(e0, again, strict=True))
+        e1 = epoch_batches(lengths, 4, seed=7, epoch=1, sort_k=sort_k)
+        assert not all(np.array_equal(a, b) for a, b in zip(e0, e1, strict=True))
+    # sort_k = 2: the two batches of the first window are ordered by length.
+    first, second, _ = epoch_batches(lengths, 4, seed=7, epoch=0, sort_k=2)
+    assert lengths[first].max() <= lengths[second].min()
+
+
+def test_pair_arrays_pad_like_pad_batch() -> None:
+    seqs = [([5, 9], [3, 4, 9]), ([9], [9]), ([2, 3, 4, 9], [7, 9])]
+    builder = PairArraysBuilder()
+    for s, t in seqs:
+        builder.add(s, t)
+    arrays = builder.build()
+    batch = arrays.batch(np.array([2, 0, 1]))
+    ids, lens = pad_batch([seqs[i][0] for i in (2, 0, 1)])
+    assert torch.equal(batch.src_ids, ids) and torch.equal(batch.src_lens, lens)
+    ids, lens = pad_batch([seqs[i][1] for i in (2, 0, 1)])
+    assert torch.equal(batch.tgt_ids, ids) and torch.equal(batch.tgt_lens, lens)
+    assert batch.num_tokens == 6
+    assert arrays.subset(np.array([1])).tgt.tolist() == [9]
+
+
+def test_validation_is_held_out_by_source(sample_table: Path) -> None:
+    entries = list(read_table(str(sample_table)))
+    src_vocab, tgt_vocab = build_vocabs([(e.src, e.tgt) for e in entries], 300, 300)
+    cfg = TrainConfig(valid_fraction=0.3, seed=3)
+    data = read_training_data(str(sample_table), src_vocab, tgt_vocab, cfg)
+    held = {e.src for e in entries if _heldout(e.src, 3, 0.3)}
+    assert 0 < len(held) < len({e.src for e in entries})
+    n_held = sum(e.src in held for e in entries)
+    assert (len(data.train), len(data.valid), data.heldout_pairs) == (200 - n_held, n_held, n_held)
+    assert data.heldout_sources == len(held)
+    # Every validation source id sequence is a held-out source; none of them is trained on.
+    valid_srcs = {tuple(src_vocab.encode_eos(e.src_tokens)) for e in entries if e.src in held}
+    train_srcs = {tuple(src_vocab.encode_eos(e.src_tokens)) for e in entries if e.src not in held}
+    offs = data.valid.src_offsets
+    got = {tuple(data.valid.src[offs[i] : offs[i + 1]].tolist()) for i in range(len(data.valid))}
+    assert got == valid_srcs and not (got & train_srcs - valid_srcs)
+    # A cap scores a seeded subset but still keeps every held-out pair out of training.
+    capped = read_training_data(
+        str(sample_table),
+        src_vocab,
+        tgt_vocab,
+        TrainConfig(valid_fraction=0.3, seed=3, valid_max_pairs=5),
+    )
+    assert (len(capped.valid), len(capped.train), capped.heldout_pairs) == (5, 200 - n_held, n_held)
+
+
+def test_unigram_perplexity_by_hand() -> None:
+    vocab = Vocab(words=("a", "b"), size=4)  # ids: 1 UNK, 2 a, 3 b, EOS 4
+    train_b, valid_b = PairArraysBuilder(), PairArraysBuilder()
+    train_b.add([4], [2, 2, 4])
+    train_b.add([4], [3, 4])
+    valid_b.add([4], [2, 1, 4])
+    # Training target counts: a 2, b 1, EOS 2, UNK 0; total 5; 4 classes (UNK, a, b, EOS).
+    expected = math.log(3 / 9) + math.log(1 / 9) + math.log(3 / 9)
+    got = unigram_logprob_sum(train_b.build(), valid_b.build(), vocab)
+    assert got == pytest.approx(expected)
+
+
+def final_weights(out: Path) -> dict[str, torch.Tensor]:
+    return torch.load(out / TRAIN_STATE_FILE, weights_only=True)["model"]
+
+
+def test_resume_gives_the_same_weights_as_one_run(tmp_path: Path, sample_table: Path) -> None:
+    cfg = FAST
+    whole = train(
+        str(sample_table),
+        tmp_path / "whole",
+        TINY,
+        TrainConfig(**{**cfg.to_dict(), "max_updates": 17}),
+    )
+    assert whole.stopped_by == "max-updates" and whole.updates == 17
+    assert whole.epochs_done > 1  # the resumed run crosses an epoch boundary
+    split = tmp_path / "split"
+    first = train(
+        str(sample_table), split, TINY, TrainConfig(**{**cfg.to_dict(), "max_updates": 7})
+    )
+    assert first.updates == 7
+    with pytest.raises(RescorerError, match="already holds a model"):
+        train(str(sample_table), split, TINY, cfg)
+    again = train(
+        str(sample_table),
+        split,
+        TINY,
+        TrainConfig(**{**cfg.to_dict(), "max_updates": 17}),
+        resume=True,
+    )
+    assert again.updates == 17
+    a, b = final_weights(tmp_path / "whole"), final_weights(split)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    state_a = torch.load(tmp_path / "whole" / TRAIN_STATE_FILE, weights_only=True)
+    state_b = torch.load(split / TRAIN_STATE_FILE, weights_only=True)
+    for key in ("update", "epoch", "batch_in_epoch", "pairs_seen"):
+        assert state_a["run"][key] == state_b["run"][key]
+    for pa, pb in zip(
+        state_a["optimizer"]["state"].values(), state_b["optimizer"]["state"].values(), strict=True
+    ):
+        assert torch.equal(pa["square_avg"], pb["square_avg"])
+        assert torch.equal(pa["acc_delta"], pb["acc_delta"])
+    # The log holds progress and validation records, the best model loads.
+    records = [json.loads(line) for line in (split / TRAIN_LOG_FILE).read_text().splitlines()]
+    valid = [r for r in records if "valid_ppl" in r]
+    assert [r["update"] for r in valid] == [5, 7, 10, 15, 17]
+    assert all(r["unigram_ppl"] == valid[0]["unigram_ppl"] for r in valid)
+    assert load_model_dir(split).config == TINY
+
+
+def test_interrupt_then_resume_matches_one_run(tmp_path: Path, sample_table: Path) -> None:
+    """SIGINT in a real process stops after the current update and saves; --resume finishes."""
+    flags = [
+        "--src-vocab-size",
+        "300",
+        "--tgt-vocab-size",
+        "300",
+        "--hidden-size",
+        "12",
+        "--embed-size",
+        "8",
+        "--maxout-units",
+        "6",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--valid-fraction",
+        "0.1",
+        "--valid-every",
+        "5",
+        "--max-updates",
+        "400",
+        "--log-every",
+        "1",
+    ]
+    out = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", "train", str(sample_table), "-o", str(out), *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "update 3 " in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, rest
+    assert "stopped (interrupted)" in rest, rest
+    stopped_at = torch.load(out / TRAIN_STATE_FILE, weights_only=True)["run"]["update"]
+    assert 3 <= stopped_at < 400
+    # Finish to 40 updates in-process, compare with one uninterrupted run of 40.
+    end = 40 if stopped_at < 40 else stopped_at
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            str(sample_table),
+            "-o",
+            str(out),
+            "--resume",
+            "--max-updates",
+            str(end),
+            "--quiet",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    whole = tmp_path / "whole"
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": end})
+    train(str(sample_table), whole, TINY, cfg)
+    a, b = final_weights(whole), final_weights(out)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_resume_refuses_other_model_flags(tmp_path: Path, sample_table: Path) -> None:
+    out = tmp_path / "m"
+    train(str(sample_table), out, TINY, TrainConfig(**{**FAST.to_dict(), "max_updates": 2}))
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["train", str(sample_table), "-o", str(out), "--resume", "--hidden-size", "16"]
+    )
+    assert result.exit_code == 1
+    assert "--hidden-size 16 differs from the saved run's 12" in result.output
+    result = runner.invoke(
+        cli, ["train", str(sample_table), "-o", str(out), "--resume", "--seed", "5"]
+    )
+    assert result.exit_code == 1 and "--seed 5 differs" in result.output
+    result = runner.invoke(cli, ["train", str(tmp_path / "missing.gz"), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "missing.gz" in result.output
+    result = runner.invoke(cli, ["train", "-o", str(tmp_path / "x")])
+    assert result.exit_code == 2
+
+
+def test_cli_train_then_info(tmp_path: Path, sample_table: Path) -> None:
+    out = tmp_path / "model"
+    runner = CliRunner()
+    result = runner.invoke(
+        cli,
+        [
+            "train",
+            str(sample_table),
+            "-o",
+            str(out),
+            "--src-vocab-size",
+            "100",
+            "--tgt-vocab-size",
+            "120",
+            "--hidden-size",
+            "8",
+            "--embed-size",
+            "4",
+            "--maxout-units",
+            "3",
+            "--batch-size",
+            "32",
+            "--max-updates",
+            "4",
+            "--valid-every",
+            "2",
+            "--log-every",
+            "2",
+            "--device",
+            "cpu",
+            "--precision",
+            "bf16",
+            "--valid-fraction",
+            "0.2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "pairs/s" in result.output and "validation perplexity" in result.output
+    assert "unigram" in result.output
+    assert (out / WEIGHTS_FILE).is_file()
+    info = runner.invoke(cli, ["info", str(out)])
+    assert info.exit_code == 0, info.output
+    for text in (
+        "hidden_size: 8",
+        "shortlist 100",
+        "shortlist 120",
+        "EOS id 120",
+        "parameters:",
+        "sha256:",
+        "lines: 200",
+        "torch_version",
+        "precision: bf16",
+        "valid_ppl",
+    ):
+        assert text in info.output, text
+    bad = runner.invoke(cli, ["info", str(tmp_path)])
+    assert bad.exit_code == 1 and "config.json" in bad.output
+
+
+def test_pairs_input_equals_table_input(tmp_path: Path, sample_table: Path) -> None:
+    entries = list(read_table(str(sample_table)))
+    (tmp_path / "src.txt").write_text("".join(e.src + "\n" for e in entries), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(e.tgt + "\n" for e in entries), encoding="utf-8")
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 3})
+    train(str(sample_table), tmp_path / "a", TINY, cfg)
+    train((str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")), tmp_path / "b", TINY, cfg)
+    a, b = final_weights(tmp_path / "a"), final_weights(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    (tmp_path / "tgt.txt").write_text("x\n", encoding="utf-8")
+    with pytest.raises(RescorerError, match="more lines"):
+        train((str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")), tmp_path / "c", TINY, cfg)
