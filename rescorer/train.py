@@ -51,7 +51,14 @@ from rescorer.model import EncoderDecoder, ModelConfig, init_weights_, sequence_
 from rescorer.phrase_table import TableReader, open_text, split_tokens
 from rescorer.vocab import Vocab, build_vocabs
 
-__all__ = ["TrainConfig", "TrainResult", "batch_loss", "parse_duration", "train"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "batch_loss",
+    "parse_duration",
+    "train",
+    "train_step",
+]
 
 STATE_FORMAT = "rescorer-train-state-1"
 Source = str | tuple[str, str]  # a phrase table, or parallel (source file, target file)
@@ -135,6 +142,28 @@ def batch_loss(model: EncoderDecoder, batch: PairBatch) -> torch.Tensor:
     """The training loss: minus the summed log-probabilities of the batch's tokens (fp32)."""
     token_logp = model(*batch)  # (B,T) fp32
     return -sequence_logprobs(token_logp).sum()
+
+
+def train_step(
+    model: EncoderDecoder,
+    optim: torch.optim.Optimizer,
+    batch: PairBatch,
+    precision: str,
+    clip_norm: float,
+) -> float:
+    """One update: loss (bf16 autocast if asked), backward, global-norm clip, optimiser step.
+
+    Returns the batch's summed NLL. A non-finite gradient norm skips the step (GroundHog instead
+    replaced the gradient by 0.1 * the parameters; rnnenc-spec.md §2).
+    """
+    with autocast(batch.src_ids.device, precision):
+        loss = batch_loss(model, batch)
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if torch.isfinite(norm):
+        optim.step()
+    return float(loss.detach())
 
 
 # --------------------------------------------------------------------------------- data
@@ -493,19 +522,10 @@ class _Trainer:
     def step(self, index: np.ndarray) -> tuple[int, int, float]:
         """One update on the pairs ``index``: (pairs, target tokens, summed NLL)."""
         batch = self.data.train.batch(index, self.device)
-        with autocast(self.device, self.precision):
-            loss = batch_loss(self.model, batch)
-        self.optim.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip_norm)
-        if torch.isfinite(norm):
-            self.optim.step()
-        else:
-            self.say(
-                f"rescorer train: update {self.run_state.update + 1}: non-finite gradient,"
-                " update skipped"
-            )
-        return batch.num_pairs, batch.num_tokens, float(loss.detach())
+        loss = train_step(self.model, self.optim, batch, self.precision, self.cfg.clip_norm)
+        if not math.isfinite(loss):
+            self.say(f"rescorer train: update {self.run_state.update + 1}: non-finite loss")
+        return batch.num_pairs, batch.num_tokens, loss
 
     def checkpoint(self) -> None:
         """Validate, keep the best weights, count patience, save the training state."""
