@@ -108,6 +108,13 @@ def parse_shard(
 )
 @click.option("--batch-tokens", default=8192, show_default=True, help="Padded tokens per batch.")
 @click.option("--workers", default=0, show_default=True, help="Parse/format worker processes.")
+@click.option(
+    "--compile",
+    type=click.Choice(["auto", "yes", "no"]),
+    default="auto",
+    show_default=True,
+    help="torch.compile the recurrence and softmax (auto: for inputs of 4 MiB or more).",
+)
 @click.option("--chunk-bytes", default=1 << 20, show_default=True, help="Input bytes per chunk.")
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")

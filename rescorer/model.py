@@ -22,6 +22,8 @@ bf16 while the recurrent state, the log-softmax and every sum stay in fp32.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
 
@@ -128,6 +130,14 @@ class GatedRecurrence(nn.Module):
         return torch.lerp(h, cand, u)  # u ⊙ h~ + (1 - u) ⊙ h
 
 
+class _Kernels(NamedTuple):
+    """Compiled versions of the encoder step, the decoder step and the readout."""
+
+    enc_step: Callable[[Tensor, Tensor], Tensor]
+    dec_step: Callable[[Tensor, Tensor], Tensor]
+    readout: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
 class DecoderContext(NamedTuple):
     """The decoder's per-source terms, computed once per source phrase (B = sources)."""
 
@@ -166,6 +176,7 @@ class EncoderDecoder(nn.Module):
         # Rank-E factorised softmax (§1.7): W_1 (M x E), W_2 (E x V) and b_out.
         self.out_rank = nn.Linear(config.maxout_units, E, bias=False)  # W_1
         self.out_vocab = nn.Linear(E, config.tgt_rows, bias=True)  # W_2, b_out
+        self._kernels: _Kernels | None = None  # compiled steps and readout (compile_kernels)
 
     # ----------------------------------------------------------------------------- encoder
     def encode(self, src_ids: Tensor, src_lens: Tensor) -> Tensor:
@@ -178,8 +189,9 @@ class EncoderDecoder(nn.Module):
         x = self.enc_input.project(self.enc_input.embed_ids(src_ids))  # (B,S,3H)
         h = x.new_zeros(B, self.config.hidden_size)  # (B,H) h_0 = 0
         states = []
+        enc_step = self._kernels.enc_step if self._kernels else self.enc_rec.step
         for t in range(S):
-            h = self.enc_rec.step(x[:, t], h)  # (B,H)
+            h = enc_step(x[:, t], h)  # (B,H)
             states.append(h)
         # Padding never reaches c: take each row's state at its true last step.
         all_states = torch.stack(states, dim=1)  # (B,S,H)
@@ -215,8 +227,9 @@ class EncoderDecoder(nn.Module):
         # s_t (after consuming y_t) predicts y_{t+1}: only s_0 .. s_{T-1} are needed.
         s = ctx.s0.float()  # (B,H)
         states = [s]
+        dec_step = self._kernels.dec_step if self._kernels else self.dec_rec.step
         for t in range(T - 1):
-            s = self.dec_rec.step(x[:, t], s)  # (B,H)
+            s = dec_step(x[:, t], s)  # (B,H)
             states.append(s)
         prev_states = torch.stack(states, dim=1)  # (B,T,H) row t holds s_{t-1} (1-based t)
         # Readout on the packed non-padding positions only.
@@ -233,19 +246,42 @@ class EncoderDecoder(nn.Module):
         # The previous word f(y_{t-1}); zero for t = 1 (no BOS; ff_layers.py Shift).
         has_prev = cols > 0  # (N,)
         f_prev = f[rows, (cols - 1).clamp(min=0)] * has_prev.unsqueeze(1).to(f.dtype)  # (N,E)
-        o = (
-            self.out_hidden(s_prev)
-            + self.out_prev_word(f_prev)
-            + ctx.c_out.index_select(0, rows).to(s_prev.dtype)
-        )  # (N,PM)
-        M, P = self.config.maxout_units, self.config.maxout_pool
-        m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
-        logits = self.out_vocab(self.out_rank(m)).float()  # (N,V)
-        targets = tgt_ids[rows, cols]  # (N',)
-        tok = logits.gather(1, targets.unsqueeze(1)).squeeze(1) - torch.logsumexp(logits, dim=1)
+        c_out = ctx.c_out.index_select(0, rows)  # (N,PM)
+        readout = self._kernels.readout if self._kernels else self.readout_logprobs
+        tok = readout(s_prev, f_prev, c_out, tgt_ids[rows, cols])  # (N',)
         rows, cols, tok = rows[:N], cols[:N], tok[:N]  # (N,)
         token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
         return token_logp.index_put((rows, cols), tok)
+
+    def readout_logprobs(
+        self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
+    ) -> Tensor:
+        """ln p(y_t | ...) (N,) fp32 at N packed positions: deep output, maxout, softmax (§1.6).
+
+        s_prev: (N,H) the decoder state before each position; f_prev: (N,E) the previous word's
+        embedding (zeros at t = 1); c_out: (N,PM) O_c c of each position's source; targets (N,).
+        """
+        o = self.out_hidden(s_prev) + self.out_prev_word(f_prev) + c_out.to(s_prev.dtype)
+        M, P = self.config.maxout_units, self.config.maxout_pool
+        m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
+        logits = self.out_vocab(self.out_rank(m)).float()  # (N,V)
+        picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,)
+        return picked - torch.logsumexp(logits, dim=1)  # (N,) fp32
+
+    def compile_kernels(self) -> None:
+        """Run the recurrent steps and the readout through ``torch.compile`` from now on.
+
+        Inductor fuses each step's gate arithmetic and the log-softmax (one pass over the
+        logits instead of several); the matrix products stay library calls, so results agree
+        with eager mode to float rounding. Compiling takes tens of seconds once per process
+        (faster with inductor's on-disk cache), so it pays off on large tables only.
+        """
+        compile_ = functools.partial(torch.compile, dynamic=True)
+        self._kernels = _Kernels(
+            compile_(self.enc_rec.step),
+            compile_(self.dec_rec.step),
+            compile_(self.readout_logprobs),
+        )
 
     def forward(
         self, src_ids: Tensor, src_lens: Tensor, tgt_ids: Tensor, tgt_lens: Tensor

@@ -61,6 +61,7 @@ class ScoreConfig:
     batch_tokens: int = 8192
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     workers: int = 0  # parse/format worker processes; 0 = in the main process
+    compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
     resume: bool = False
     compresslevel: int = DEFAULT_GZIP_LEVEL
@@ -357,6 +358,19 @@ class _Output:
             _remove(self.record)
 
 
+COMPILE_MIN_BYTES = 4 << 20
+
+
+def want_compile(choice: str, table: str) -> bool:
+    """``auto`` compiles for input files of at least 4 MiB: compiling costs tens of seconds once
+    and pays off after some ten thousand pairs."""
+    if choice not in ("auto", "yes", "no"):
+        raise RescorerError(f"--compile {choice!r}: expected auto, yes or no")
+    if choice != "auto":
+        return choice == "yes"
+    return table != "-" and os.path.isfile(table) and os.path.getsize(table) >= COMPILE_MIN_BYTES
+
+
 def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
     """Append the log p(y|x) feature column(s) to every line of ``table``; write ``out``.
 
@@ -375,7 +389,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     loaded = load_model_dir(model_dir, device=device)
-    scorer = Scorer(loaded.model, device, precision, config.batch_tokens)
+    scorer = Scorer(
+        loaded.model, device, precision, config.batch_tokens, want_compile(config.compile, table)
+    )
     if device.type == "cpu" and config.workers > 0:
         torch.set_num_threads(max(1, torch.get_num_threads()))
     stats = ScoreStats(device=str(device), precision=precision)

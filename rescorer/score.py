@@ -113,8 +113,11 @@ class Scorer:
         device: torch.device,
         precision: str = "fp32",
         batch_tokens: int = 4096,
+        compile_kernels: bool = False,
     ) -> None:
         self.model = model.to(device).eval()
+        if compile_kernels:
+            self.model.compile_kernels()
         self.device = device
         self.precision = precision
         self.batch_tokens = batch_tokens

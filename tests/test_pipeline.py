@@ -290,3 +290,13 @@ def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) 
     subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
     assert out.read_bytes() == whole.read_bytes()
     assert not record.exists() and not Path(str(out) + ".partial").exists()
+
+
+def logp_column(path: Path) -> np.ndarray:
+    return np.array([float(line.split(" ||| ")[2].split(" ")[-1]) for line in read_lines(path)])
+
+
+def test_compiled_kernels_give_the_same_scores(tmp_path: Path, model_dir: Path) -> None:
+    eager = logp_column(run_score(tmp_path, model_dir, "eager.gz", column="logp", compile="no"))
+    fused = logp_column(run_score(tmp_path, model_dir, "fused.gz", column="logp", compile="yes"))
+    np.testing.assert_allclose(fused, eager, rtol=1e-6, atol=1e-5)
