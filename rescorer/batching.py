@@ -20,7 +20,14 @@ from torch import Tensor
 
 from rescorer.constants import PAD_ID
 
-__all__ = ["PairArrays", "PairArraysBuilder", "PairBatch", "epoch_batches", "pad_batch"]
+__all__ = [
+    "PairArrays",
+    "PairArraysBuilder",
+    "PairBatch",
+    "epoch_batches",
+    "pad_batch",
+    "pad_flat",
+]
 
 
 def pad_batch(
@@ -52,7 +59,7 @@ class PairBatch(NamedTuple):
         return int(self.tgt_lens.sum())
 
 
-def _pad_flat(flat: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> np.ndarray:
+def pad_flat(flat: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> np.ndarray:
     """Rows ``index`` (B,) of a flat id array with offsets, padded: (B,L) int64."""
     starts, ends = offsets[index], offsets[index + 1]  # (B,)
     lens = ends - starts
@@ -87,8 +94,8 @@ class PairArrays:
     def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> PairBatch:
         """The pairs ``index`` (B,) as a padded batch on ``device``."""
         index = np.asarray(index, dtype=np.int64)
-        src = torch.from_numpy(_pad_flat(self.src, self.src_offsets, index))
-        tgt = torch.from_numpy(_pad_flat(self.tgt, self.tgt_offsets, index))
+        src = torch.from_numpy(pad_flat(self.src, self.src_offsets, index))
+        tgt = torch.from_numpy(pad_flat(self.tgt, self.tgt_offsets, index))
         src_lens = torch.from_numpy(self.src_lens[index].astype(np.int64))
         tgt_lens = torch.from_numpy(self.tgt_lens[index].astype(np.int64))
         return PairBatch(src.to(device), src_lens.to(device), tgt.to(device), tgt_lens.to(device))

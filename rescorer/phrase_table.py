@@ -120,6 +120,21 @@ def parse_line(text: str, lineno: int) -> PhraseEntry | str:
     return PhraseEntry(lineno, src, tgt, scores, score_field, rest)
 
 
+def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEntry | str:
+    """Decode and parse one raw line (newline stripped or not); the entry or what is wrong.
+
+    ``num_scores``: the score count every line must have (that of the first line), if known.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"invalid UTF-8 ({exc.reason} at byte {exc.start})"
+    entry = parse_line(text[:-1] if text.endswith("\n") else text, lineno)
+    if isinstance(entry, str) or num_scores is None or len(entry.scores) == num_scores:
+        return entry
+    return f"found {len(entry.scores)} scores, expected {num_scores} (the count of the first line)"
+
+
 def display_name(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
@@ -256,25 +271,12 @@ class TableReader:
         stats = self.stats
         for lineno, raw in enumerate(iter_raw_lines(self._stream, self.path), start=1):
             stats.lines = lineno
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                self._bad(raw, lineno, f"invalid UTF-8 ({exc.reason} at byte {exc.start})")
-                continue
-            entry = parse_line(text[:-1] if text.endswith("\n") else text, lineno)
+            entry = parse_raw_line(raw, lineno, stats.num_scores)
             if isinstance(entry, str):
                 self._bad(raw, lineno, entry)
                 continue
             if stats.num_scores is None:
                 stats.num_scores = len(entry.scores)
-            elif len(entry.scores) != stats.num_scores:
-                self._bad(
-                    raw,
-                    lineno,
-                    f"found {len(entry.scores)} scores, expected {stats.num_scores} "
-                    "(the count of the first line)",
-                )
-                continue
             yield entry
 
 

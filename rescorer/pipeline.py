@@ -42,9 +42,9 @@ from rescorer.phrase_table import (
     format_score,
     iter_raw_lines,
     open_binary,
-    parse_line,
+    parse_raw_line,
 )
-from rescorer.score import PairBatch
+from rescorer.score import GroupedPairs, GroupedPairsBuilder
 from rescorer.vocab import Vocab
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -99,7 +99,7 @@ class ParsedChunk:
     lines_in: int
     lines: list[bytes]  # good lines without newline
     cuts: list[int]  # byte offset of the end of each good line's score field
-    pairs: PairBatch
+    pairs: GroupedPairs
     unk: np.ndarray  # (N,) int32 target words outside the shortlist
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
 
@@ -114,50 +114,21 @@ def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
     lines: list[bytes] = []
     cuts: list[int] = []
     bad: list[tuple[int, str, bytes]] = []
-    src_ids: list[int] = []
-    src_off = [0]
-    pair_src: list[int] = []
-    tgt_ids: list[int] = []
-    tgt_off = [0]
+    builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
     unk: list[int] = []
-    previous = None
     for i, raw in enumerate(raw_lines):
         lineno = chunk.first_line + i
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            bad.append((lineno, f"invalid UTF-8 ({exc.reason} at byte {exc.start})", raw))
-            continue
-        entry = parse_line(text, lineno)
+        entry = parse_raw_line(raw, lineno, num_scores)
         if isinstance(entry, str):
             bad.append((lineno, entry, raw))
-            continue
-        if num_scores is not None and len(entry.scores) != num_scores:
-            message = (
-                f"found {len(entry.scores)} scores, expected {num_scores} "
-                "(the count of the first line)"
-            )
-            bad.append((lineno, message, raw))
             continue
         lines.append(raw)
         rest = entry.rest.encode("utf-8")
         cuts.append(len(raw) - len(rest))
-        if entry.src != previous:
-            src_ids += src_vocab.encode_eos(entry.src_tokens)
-            src_off.append(len(src_ids))
-            previous = entry.src
-        pair_src.append(len(src_off) - 2)
         tgt_tokens = entry.tgt_tokens
-        tgt_ids += tgt_vocab.encode_eos(tgt_tokens)
-        tgt_off.append(len(tgt_ids))
+        builder.add(entry.src, tgt_tokens)
         unk.append(tgt_vocab.unk_count(tgt_tokens))
-    pairs = PairBatch(
-        np.asarray(src_ids, dtype=np.int32),
-        np.asarray(src_off, dtype=np.int64),
-        np.asarray(pair_src, dtype=np.int64),
-        np.asarray(tgt_ids, dtype=np.int32),
-        np.asarray(tgt_off, dtype=np.int64),
-    )
+    pairs = builder.build()
     return ParsedChunk(
         chunk.offset,
         len(chunk.data),
@@ -227,10 +198,7 @@ def _first_num_scores(path: str) -> int | None:
     """The score count of the input's first well-formed line (what every line must match)."""
     with open_binary(path) as stream:
         for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
-            try:
-                entry = parse_line(raw.decode("utf-8").rstrip("\n"), lineno)
-            except UnicodeDecodeError:
-                continue
+            entry = parse_raw_line(raw, lineno, None)
             if not isinstance(entry, str):
                 return len(entry.scores)
     return None
@@ -504,7 +472,7 @@ def _run(
     write_ready(limit=0)
 
 
-_EMPTY_PAIRS = PairBatch(
+_EMPTY_PAIRS = GroupedPairs(
     np.zeros(0, np.int32),
     np.zeros(1, np.int64),
     np.zeros(0, np.int64),

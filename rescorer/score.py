@@ -1,6 +1,6 @@
 """log p(y|x) of phrase pairs: the model side of ``rescorer score``.
 
-Pairs arrive as flat id arrays (see :class:`PairBatch`): the distinct source phrases of a chunk
+Pairs arrive as flat id arrays (:class:`GroupedPairs`): the distinct source phrases of a chunk
 once each, every pair pointing at its source. The fast path:
 
 1. encodes each distinct source once (sources sorted by length, token-bounded batches),
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rescorer.constants import PAD_ID
+from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import autocast
 from rescorer.model import EncoderDecoder, sequence_logprobs
 from rescorer.phrase_table import split_tokens
@@ -32,7 +32,7 @@ from rescorer.vocab import Vocab
 
 
 @dataclass
-class PairBatch:
+class GroupedPairs:
     """Phrase pairs as flat id arrays; sequences already end with EOS.
 
     src_ids[src_off[i]:src_off[i+1]] is distinct source i; pair j has source pair_src[j] and
@@ -50,41 +50,52 @@ class PairBatch:
         return len(self.pair_src)
 
 
-def encode_pairs(src_vocab: Vocab, tgt_vocab: Vocab, pairs: Sequence[tuple[str, str]]) -> PairBatch:
+class GroupedPairsBuilder:
+    """Collects pairs one at a time; consecutive pairs with the same source share its ids."""
+
+    def __init__(self, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
+        self.src_ids: list[int] = []
+        self.src_off = [0]
+        self.pair_src: list[int] = []
+        self.tgt_ids: list[int] = []
+        self.tgt_off = [0]
+        self.previous: str | None = None
+
+    def add(self, src: str, tgt_tokens: Sequence[str]) -> None:
+        """Add the pair (source phrase ``src``, target tokens); EOS is appended to both."""
+        if src != self.previous:
+            self.src_ids += self.src_vocab.encode_eos(split_tokens(src))
+            self.src_off.append(len(self.src_ids))
+            self.previous = src
+        self.pair_src.append(len(self.src_off) - 2)
+        self.tgt_ids += self.tgt_vocab.encode_eos(tgt_tokens)
+        self.tgt_off.append(len(self.tgt_ids))
+
+    def build(self) -> GroupedPairs:
+        return GroupedPairs(
+            np.asarray(self.src_ids, dtype=np.int32),
+            np.asarray(self.src_off, dtype=np.int64),
+            np.asarray(self.pair_src, dtype=np.int64),
+            np.asarray(self.tgt_ids, dtype=np.int32),
+            np.asarray(self.tgt_off, dtype=np.int64),
+        )
+
+
+def encode_pairs(
+    src_vocab: Vocab, tgt_vocab: Vocab, pairs: Sequence[tuple[str, str]]
+) -> GroupedPairs:
     """Ids of (source phrase, target phrase) pairs; consecutive equal sources are shared."""
-    src_ids: list[int] = []
-    src_off = [0]
-    pair_src: list[int] = []
-    tgt_ids: list[int] = []
-    tgt_off = [0]
-    previous = None
+    builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
     for src, tgt in pairs:
-        if src != previous:
-            src_ids += src_vocab.encode_eos(split_tokens(src))
-            src_off.append(len(src_ids))
-            previous = src
-        pair_src.append(len(src_off) - 2)
-        tgt_ids += tgt_vocab.encode_eos(split_tokens(tgt))
-        tgt_off.append(len(tgt_ids))
-    return PairBatch(
-        np.asarray(src_ids, dtype=np.int32),
-        np.asarray(src_off, dtype=np.int64),
-        np.asarray(pair_src, dtype=np.int64),
-        np.asarray(tgt_ids, dtype=np.int32),
-        np.asarray(tgt_off, dtype=np.int64),
-    )
+        builder.add(src, split_tokens(tgt))
+    return builder.build()
 
 
 def gather_padded(flat: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[Tensor, Tensor]:
     """Rows ``rows`` of a flat ragged array as a padded id matrix (B,L) and lengths (B,)."""
-    starts = off[rows]  # (B,)
-    lens = off[rows + 1] - starts  # (B,)
-    width = int(lens.max())
-    pos = np.arange(width)  # (L,)
-    mask = pos[None, :] < lens[:, None]  # (B,L)
-    idx = np.where(mask, starts[:, None] + pos[None, :], 0)  # (B,L)
-    ids = np.where(mask, flat[idx], PAD_ID)  # (B,L)
-    return torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(lens.astype(np.int64))
+    lens = off[rows + 1] - off[rows]  # (B,)
+    return torch.from_numpy(pad_flat(flat, off, rows)), torch.from_numpy(lens.astype(np.int64))
 
 
 def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> Iterator[np.ndarray]:
@@ -105,7 +116,7 @@ def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> It
 
 
 class Scorer:
-    """Scores PairBatches with a model on one device, fast path (see module docstring)."""
+    """Scores GroupedPairses with a model on one device, fast path (see module docstring)."""
 
     def __init__(
         self,
@@ -123,7 +134,7 @@ class Scorer:
         self.batch_tokens = batch_tokens
 
     @torch.inference_mode()
-    def score(self, batch: PairBatch) -> np.ndarray:
+    def score(self, batch: GroupedPairs) -> np.ndarray:
         """log p(y|x) (N,) float64 for every pair, in input order."""
         n = batch.num_pairs
         out = np.empty(n, dtype=np.float64)
@@ -194,19 +205,10 @@ def score_pairs_straightforward(
         chunk = pairs[start : start + batch_size]
         src = [src_vocab.encode_eos(split_tokens(s)) for s, _ in chunk]
         tgt = [tgt_vocab.encode_eos(split_tokens(t)) for _, t in chunk]
-        src_ids, src_lens = pad(src)
-        tgt_ids, tgt_lens = pad(tgt)
+        src_ids, src_lens = pad_batch(src)
+        tgt_ids, tgt_lens = pad_batch(tgt)
         token_logp = model(
             src_ids.to(device), src_lens.to(device), tgt_ids.to(device), tgt_lens.to(device)
         )  # (B,T)
         out[start : start + len(chunk)] = sequence_logprobs(token_logp).double().cpu().numpy()
     return out
-
-
-def pad(seqs: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """Padded ids (B,L) and lengths (B,) of id lists."""
-    lens = torch.tensor([len(s) for s in seqs], dtype=torch.long)  # (B,)
-    ids = torch.full((len(seqs), int(lens.max())), PAD_ID, dtype=torch.long)  # (B,L)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return ids, lens
