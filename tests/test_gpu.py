@@ -1,0 +1,71 @@
+"""GPU checks (skipped on machines without CUDA): the same scores and training on the device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.phrase_table import read_table
+from rescorer.score import score_pairs, score_pairs_straightforward
+from rescorer.vocab import Vocab, build_vocabs
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
+
+
+def tiny_model() -> tuple[EncoderDecoder, list[tuple[str, str]], Vocab, Vocab]:
+    pairs = [(e.src, e.tgt) for e in read_table(str(SLICE))]
+    src_vocab, tgt_vocab = build_vocabs(pairs, 400, 400)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(400, 400, hidden_size=64, embed_size=16, maxout_units=32))
+    init_weights_(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model, pairs, src_vocab, tgt_vocab
+
+
+def test_gpu_scores_equal_cpu_scores() -> None:
+    model, pairs, src_vocab, tgt_vocab = tiny_model()
+    cpu = score_pairs_straightforward(model, src_vocab, tgt_vocab, pairs)
+    cuda = torch.device("cuda")
+    fp32 = score_pairs(model, src_vocab, tgt_vocab, pairs, device=cuda)
+    np.testing.assert_allclose(fp32, cpu, atol=1e-4)
+    if torch.cuda.is_bf16_supported():
+        bf16 = score_pairs(
+            model,
+            src_vocab,
+            tgt_vocab,
+            pairs,
+            device=cuda,
+            precision="bf16",
+        )
+        assert np.max(np.abs(bf16 - cpu) / np.maximum(1.0, np.abs(cpu) * 1e-3)) < 1e-2
+
+
+def test_gpu_training_step_lowers_the_loss() -> None:
+    from rescorer.batching import pad_batch
+
+    model, pairs, src_vocab, tgt_vocab = tiny_model()
+    model = model.cuda()
+    batch = pairs[:64]
+    src = pad_batch([src_vocab.encode_eos(s.split()) for s, _ in batch], "cuda")
+    tgt = pad_batch([tgt_vocab.encode_eos(t.split()) for _, t in batch], "cuda")
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
+    losses = []
+    for _ in range(20):
+        loss = -model(*src, *tgt).sum()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
