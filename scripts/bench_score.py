@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
     parser.add_argument("--gemm-size", type=int, default=2048)
+    parser.add_argument("--compile", choices=["yes", "no"], default="yes")
     args = parser.parse_args()
 
     device = resolve_device(args.device)
@@ -156,8 +157,8 @@ def main() -> None:
     write_table(table, len(base_pairs), base_table)
     with open_binary(base_table) as stream:
         chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
-    scorer = Scorer(loaded.model, device, precision, args.batch_tokens)
-    scorer.score(chunks[0].pairs)  # warm-up (allocator, autocast caches)
+    scorer = Scorer(loaded.model, device, precision, args.batch_tokens, args.compile == "yes")
+    scorer.score(chunks[0].pairs)  # warm-up (compilation, allocator, autocast caches)
     sync(device)
     t = time.perf_counter()
     fast_logp = np.concatenate([scorer.score(c.pairs) for c in chunks])
