@@ -74,6 +74,9 @@ def save_weights(path: str | Path, model: EncoderDecoder) -> None:
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
     tmp = f"{path}.tmp"
     save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # safetensors creates the file 0600; use the usual mode
     os.replace(tmp, path)
 
 
