@@ -106,7 +106,9 @@ def parse_shard(
     show_default=True,
     help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
 )
-@click.option("--batch-tokens", default=8192, show_default=True, help="Padded tokens per batch.")
+@click.option(
+    "--batch-tokens", type=int, help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU]."
+)
 @click.option("--workers", default=0, show_default=True, help="Parse/format worker processes.")
 @click.option(
     "--compile",

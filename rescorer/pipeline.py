@@ -58,7 +58,7 @@ class ScoreConfig:
     word_penalty: bool = False  # also append exp(#target words outside the shortlist)
     device: str = "auto"
     precision: str = "auto"
-    batch_tokens: int = 8192
+    batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     workers: int = 0  # parse/format worker processes; 0 = in the main process
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
@@ -357,8 +357,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     loaded = load_model_dir(model_dir, device=device)
+    batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     scorer = Scorer(
-        loaded.model, device, precision, config.batch_tokens, want_compile(config.compile, table)
+        loaded.model, device, precision, batch_tokens, want_compile(config.compile, table)
     )
     if device.type == "cpu" and config.workers > 0:
         torch.set_num_threads(max(1, torch.get_num_threads()))

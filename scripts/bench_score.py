@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--baseline-lines", type=int, default=5_000)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--batch-tokens", type=int, default=8192)
+    parser.add_argument("--batch-tokens", type=int, default=None)
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
     parser.add_argument("--gemm-size", type=int, default=2048)
@@ -157,6 +157,8 @@ def main() -> None:
     write_table(table, len(base_pairs), base_table)
     with open_binary(base_table) as stream:
         chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
+    if args.batch_tokens is None:
+        args.batch_tokens = 4096 if device.type == "cpu" else 65536
     scorer = Scorer(loaded.model, device, precision, args.batch_tokens, args.compile == "yes")
     scorer.score(chunks[0].pairs)  # warm-up (compilation, allocator, autocast caches)
     sync(device)
