@@ -37,6 +37,18 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+device_option = click.option(
+    "--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."
+)
+precision_option = click.option(
+    "--precision",
+    type=click.Choice(["auto", "bf16", "fp32"]),
+    default="auto",
+    show_default=True,
+    help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
+)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="rescorer")
 def cli() -> None:
@@ -98,14 +110,8 @@ def parse_shard(
 @click.option(
     "--word-penalty", is_flag=True, help="Also append exp(#target words not in shortlist)."
 )
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option(
-    "--precision",
-    type=click.Choice(["auto", "bf16", "fp32"]),
-    default="auto",
-    show_default=True,
-    help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
-)
+@device_option
+@precision_option
 @click.option(
     "--batch-tokens", type=int, help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU]."
 )
@@ -359,14 +365,8 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 @click.option("--valid-every", default=1000, show_default=True, help="Updates per validation.")
 @click.option("--sort-batches", default=1, show_default=True, help="Batches regrouped by length.")
 @click.option("--seed", default=1, show_default=True, help="Data split, order and init.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option(
-    "--precision",
-    type=click.Choice(["auto", "bf16", "fp32"]),
-    default="auto",
-    show_default=True,
-    help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
-)
+@device_option
+@precision_option
 @click.option("--log-every", default=100, show_default=True, help="Updates per progress line.")
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")
