@@ -325,10 +325,32 @@ def _binarized_target(
 
 def with_table_path(ini: MosesIni, feature: FeatureLine, table_path: str) -> str:
     """The ini's text with ``feature``'s path= replaced (every other byte unchanged)."""
-    if feature.get("path") is None:
-        raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
-    line = _replace_arg(ini.lines[feature.lineno - 1], "path", table_path)
-    return ini.text({feature.lineno: line})
+    return with_feature_paths(ini, {feature.name: table_path})
+
+
+def with_feature_paths(ini: MosesIni, paths: Mapping[str, str]) -> str:
+    """The ini's text with the path= of each named feature replaced (other bytes unchanged)."""
+    replacements: dict[int, str] = {}
+    for name, path in paths.items():
+        feature = ini.feature(name)
+        if feature.get("path") is None:
+            raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
+        replacements[feature.lineno] = _replace_arg(ini.lines[feature.lineno - 1], "path", path)
+    return ini.text(replacements)
+
+
+def absolute_paths(ini: MosesIni) -> str:
+    """The ini's text with every feature's relative path= resolved against the ini's folder.
+
+    Moses resolves a relative path against the directory it runs in, and mert-moses.pl runs
+    it in its working directory, so an ini meant to be used from elsewhere needs these.
+    """
+    paths = {
+        f.name: ini.resolve(path)
+        for f in ini.features
+        if (path := f.get("path")) is not None and not os.path.isabs(path)
+    }
+    return with_feature_paths(ini, paths)
 
 
 def count_columns(table_path: str) -> int:

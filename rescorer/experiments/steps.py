@@ -1,0 +1,151 @@
+"""Resumable steps: each in its own folder of a work directory, skipped once complete.
+
+A step is complete when its folder holds ``done.json`` (written last, atomically, with what the
+step produced and its wall time). A folder without it is what a killed run left: it is removed
+and the step runs again from scratch (a fresh working directory, as mert-moses.pl needs),
+unless the step declares that it continues its own partial work (training with ``--resume``).
+Every command a step runs appends to the step's ``log``; a command that fails stops the run
+with an error naming the step and that log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rescorer.errors import RescorerError
+
+DONE_FILE = "done.json"
+LOG_FILE = "log"
+
+
+class StepError(RescorerError):
+    """A step failed: names the step, what went wrong and the log to read."""
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON under ``path`` atomically (temp file in the same folder, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write text under ``path`` atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class Step:
+    """A running step: its folder, its log and the commands it runs."""
+
+    def __init__(self, name: str, folder: Path) -> None:
+        self.name = name
+        self.folder = folder
+        self.log = folder / LOG_FILE
+
+    def need(self, *paths: Path) -> None:
+        """Stop with a clear error unless every path exists."""
+        for path in paths:
+            if not path.exists():
+                raise StepError(f"step {self.name}: missing {path} (see {self.log})")
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: Path | None = None,
+        stdin: Path | None = None,
+        stdout: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Run a command, its stderr (and stdout unless redirected) appended to the log."""
+        args = [os.fspath(a) for a in argv]
+        with open(self.log, "a", encoding="utf-8") as log:
+            log.write(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else ""))
+            log.write((f" > {stdout}" if stdout else "") + (f"  (in {cwd})" if cwd else "") + "\n")
+            log.flush()
+            out: IO[Any] = open(stdout, "wb") if stdout else log  # noqa: SIM115
+            inp: IO[Any] = open(stdin, "rb") if stdin else subprocess.DEVNULL  # type: ignore[assignment]  # noqa: SIM115
+            try:
+                proc = subprocess.run(
+                    args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env, check=False
+                )
+            except OSError as exc:
+                raise StepError(
+                    f"step {self.name}: cannot run {args[0]}: {exc.strerror} (see {self.log})"
+                ) from exc
+            finally:
+                if stdout:
+                    out.close()
+                if stdin:
+                    inp.close()
+        if proc.returncode != 0:
+            raise StepError(
+                f"step {self.name}: {Path(args[0]).name} exited with status {proc.returncode}"
+                f"{_last_line(self.log)}; see {self.log}"
+            )
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln]
+    except OSError:
+        return ""
+    return f" ({lines[-1].strip()[:200]})" if lines else ""
+
+
+class WorkDir:
+    """The work directory of an experiment: runs steps once, reports progress on stderr."""
+
+    def __init__(self, root: Path, *, echo: Callable[[str], None] | None = None) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def done(self, name: str) -> dict[str, Any] | None:
+        """The record of a complete step, or None."""
+        marker = self.root / name / DONE_FILE
+        if not marker.is_file():
+            return None
+        with open(marker, encoding="utf-8") as f:
+            record: dict[str, Any] = json.load(f)
+        return record
+
+    def step(
+        self,
+        name: str,
+        action: Callable[[Step], dict[str, Any]],
+        *,
+        keep_partial: bool = False,
+    ) -> dict[str, Any]:
+        """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json."""
+        record = self.done(name)
+        if record is not None:
+            self.say(f"table1: {name}: done before ({record['seconds']:.0f} s), skipped")
+            return record
+        folder = self.root / name
+        if folder.exists() and not keep_partial:
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        step = Step(name, folder)
+        self.say(f"table1: {name}: running (log: {step.log})")
+        start = time.monotonic()
+        result = action(step)
+        record = {**result, "seconds": round(time.monotonic() - start, 1)}
+        write_json(folder / DONE_FILE, record)
+        self.say(f"table1: {name}: done in {record['seconds']:.0f} s")
+        return record

@@ -1,0 +1,77 @@
+"""BLEU statistics against sacreBLEU, and approximate randomisation over replicas."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rescorer.experiments.bleu import (
+    approximate_randomization,
+    bleu_from_totals,
+    corpus_stats,
+    sacrebleu_score,
+    sentence_stats,
+)
+
+DATA = Path(__file__).parent / "data"
+# Moses' real 1-best for dev sentences 0-9 and their references
+HYPS = (DATA / "en-fr.dev13.hyp.fr").read_text(encoding="utf-8").splitlines()[:10]
+REFS = (DATA / "tiny-system" / "dev.fr").read_text(encoding="utf-8").splitlines()
+
+
+def test_sentence_stats_by_hand() -> None:
+    # hyp "a b a c" vs ref "a b c": unigrams a,b,a,c -> a clipped to 1: 3 matches of 4
+    assert sentence_stats("a b a c", "a b c") == [4, 3, 3, 1, 0, 0, 4, 3, 2, 1]
+
+
+def test_corpus_bleu_equals_sacrebleu_on_real_output() -> None:
+    ours = float(bleu_from_totals(corpus_stats(HYPS, REFS).sum(axis=0)))
+    theirs, signature = sacrebleu_score(HYPS, REFS)
+    assert "tok:none" in signature
+    assert ours == pytest.approx(theirs, abs=1e-9)
+    assert 30 < ours < 100
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_corpus_bleu_equals_sacrebleu_on_damaged_subsets(seed: int) -> None:
+    """Short, empty and shuffled hypotheses: brevity penalty, exp smoothing, zero orders."""
+    rng = random.Random(seed)
+    pick = rng.sample(range(len(HYPS)), rng.randint(1, 4))
+    hyps = []
+    for i in pick:
+        words = HYPS[i].split()
+        rng.shuffle(words)
+        hyps.append(" ".join(words[: rng.randint(0, len(words))]))
+    refs = [REFS[i] for i in pick]
+    ours = float(bleu_from_totals(corpus_stats(hyps, refs).sum(axis=0)))
+    assert ours == pytest.approx(sacrebleu_score(hyps, refs)[0], abs=1e-9)
+
+
+def test_randomization_of_identical_systems_finds_nothing() -> None:
+    stats = np.stack([corpus_stats(HYPS, REFS)] * 2)  # [K=2, S, W]
+    sig = approximate_randomization(stats, stats, trials=300)
+    assert sig.delta == 0
+    assert sig.p_value == 1.0
+
+
+def test_randomization_finds_a_clearly_better_system() -> None:
+    refs = REFS * 4  # 40 sentences
+    worse = [" ".join(h.split()[: max(1, len(h.split()) // 2)]) for h in HYPS * 4]
+    base = np.stack([corpus_stats(worse, refs)] * 3)
+    better = np.stack([corpus_stats(refs, refs)] * 3)
+    sig = approximate_randomization(base, better, trials=2000, seed=3)
+    assert sig.delta == pytest.approx(100 - float(bleu_from_totals(base[0].sum(axis=0))))
+    assert sig.p_value < 0.01
+    assert sig.replicas == 3
+    # the direction of the test does not matter for the p-value
+    assert approximate_randomization(better, base, trials=2000, seed=3).p_value < 0.01
+
+
+def test_randomization_is_seeded() -> None:
+    base = np.stack([corpus_stats(HYPS, REFS)])
+    other = np.stack([corpus_stats([h[::-1] for h in HYPS], REFS)])
+    first = approximate_randomization(base, other, trials=500, seed=7)
+    assert first == approximate_randomization(base, other, trials=500, seed=7)
