@@ -19,7 +19,7 @@ import tempfile
 import time
 import zlib
 
-from rescorer.phrase_table import copy_table
+from rescorer.io.table import copy_table
 
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"

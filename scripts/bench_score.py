@@ -36,13 +36,13 @@ import numpy as np
 import torch
 from isal import igzip
 
-from rescorer.checkpoint import load_model_dir, save_model_dir
-from rescorer.chunks import iter_chunks
 from rescorer.device import resolve_device, resolve_precision
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.phrase_table import open_binary, read_table
-from rescorer.pipeline import ScoreConfig, init_worker, parse_chunk, score_table
-from rescorer.score import Scorer, score_pairs_straightforward
+from rescorer.io.chunks import iter_chunks
+from rescorer.io.table import open_binary, read_table
+from rescorer.model.checkpoint import load_model_dir, save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.score.pipeline import ScoreConfig, init_worker, parse_chunk, score_table
+from rescorer.score.scorer import Scorer, score_pairs_straightforward
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = os.path.join(

@@ -25,9 +25,9 @@ import torch
 
 from rescorer.batching import PairArraysBuilder, epoch_batches
 from rescorer.device import resolve_device
-from rescorer.model import EncoderDecoder, ModelConfig, count_parameters, init_weights_
-from rescorer.phrase_table import read_table, split_tokens
-from rescorer.train import train_step
+from rescorer.io.table import read_table, split_tokens
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters, init_weights_
+from rescorer.train.loop import train_step
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 
 DATA_DIR = Path(__file__).parent / "data"
 SAMPLE_TABLE = DATA_DIR / "en-fr.sample.phrase-table"  # 200 real lines, 20 blocks of 10

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from rescorer.batching import pad_batch
-from rescorer.checkpoint import describe_model_dir, load_model_dir, save_model_dir
 from rescorer.constants import CONFIG_FILE, PROVENANCE_FILE, SRC_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.model import EncoderDecoder, ModelConfig, sequence_logprobs
+from rescorer.model.checkpoint import describe_model_dir, load_model_dir, save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, sequence_logprobs
 from rescorer.vocab import Vocab
 
 SRC = ["the", "house", "of", "a"]
@@ -60,9 +60,9 @@ def test_loads_in_a_fresh_process_with_no_flags(tmp_path: Path, tiny_model: Enco
     expected = score(tiny_model, src_vocab, tgt_vocab)
     code = (
         "import json, sys, torch\n"
-        "from rescorer.checkpoint import load_model_dir\n"
+        "from rescorer.model.checkpoint import load_model_dir\n"
         "from rescorer.batching import pad_batch\n"
-        "from rescorer.model import sequence_logprobs\n"
+        "from rescorer.model.encdec import sequence_logprobs\n"
         "m = load_model_dir(sys.argv[1])\n"
         "sv, tv = m.src_vocab, m.tgt_vocab\n"
         "s = pad_batch([sv.encode_eos(['the', 'house']), sv.encode_eos(['zzz'])])\n"

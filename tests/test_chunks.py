@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rescorer.chunks import Chunk, iter_chunks, shard_bounds
+from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 
 SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
 DATA = gzip.decompress(SLICE.read_bytes())

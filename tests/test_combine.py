@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from rescorer.cli import cli
-from rescorer.combine import Combiner, CombinerConfig, build_config, parse_weight_option
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses_ini import read_ini
-from rescorer.phrase_table import parse_line, read_table
+from rescorer.io.table import parse_line, read_table
+from rescorer.moses.combine import Combiner, CombinerConfig, build_config, parse_weight_option
+from rescorer.moses.ini import read_ini
 
 DATA = Path(__file__).parent / "data"
 REAL_INI = DATA / "en-fr.moses.ini"

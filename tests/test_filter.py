@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
-from rescorer.filter import FilterConfig, MinScore, filter_table, parse_min_score
-from rescorer.moses_ini import read_ini
-from rescorer.phrase_table import read_table
+from rescorer.io.table import read_table
+from rescorer.moses.filter import FilterConfig, MinScore, filter_table, parse_min_score
+from rescorer.moses.ini import read_ini
 
 DATA = Path(__file__).parent / "data"
 TABLE = DATA / "en-fr.filter-slice.pt.gz"  # 1,004 real lines around test6's n-grams

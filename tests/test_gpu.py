@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.phrase_table import read_table
-from rescorer.score import score_pairs, score_pairs_straightforward
+from rescorer.io.table import read_table
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.score.scorer import score_pairs, score_pairs_straightforward
 from rescorer.vocab import Vocab, build_vocabs
 
 pytestmark = [

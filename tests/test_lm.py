@@ -9,8 +9,8 @@ import kenlm
 import pytest
 
 from rescorer.errors import RescorerError
-from rescorer.lm import LN10, KenLM
-from rescorer.phrase_table import read_table
+from rescorer.io.table import read_table
+from rescorer.moses.lm import LN10, KenLM
 
 DATA = Path(__file__).parent / "data"
 TINY_ARPA = DATA / "tiny.arpa"  # hand-made trigram model, see tests/data/README.md

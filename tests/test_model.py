@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rescorer.model import (
+from rescorer.model.encdec import (
     DecoderContext,
     EncoderDecoder,
     ModelConfig,
@@ -166,9 +166,7 @@ def test_logprob_is_independent_of_padding_and_batch_order(tiny_model: EncoderDe
     ]
     noisy = noisy_model(cfg, seed=3)
     for model in (tiny_model, noisy):
-        alone = [
-            sequence_logprobs(model(*pad([src]), *pad([tgt])))[0].item() for src, tgt in pairs
-        ]
+        alone = [sequence_logprobs(model(*pad([src]), *pad([tgt])))[0].item() for src, tgt in pairs]
         for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
             batch = [pairs[i] for i in order]
             src_ids, src_lens = pad([s for s, _ in batch])

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses_ini import read_ini, update_for_scored_table, write_scored_ini
-from rescorer.phrase_table import read_table
+from rescorer.io.table import read_table
+from rescorer.moses.ini import read_ini, update_for_scored_table, write_scored_ini
 
 DATA = Path(__file__).parent / "data"
 REAL_INI = DATA / "en-fr.moses.ini"  # mert-moses.pl's tuned ini, see tests/data/README.md

@@ -10,10 +10,16 @@ import pytest
 from click.testing import CliRunner
 
 from rescorer.cli import cli
-from rescorer.combine import Weights
 from rescorer.errors import InputError
-from rescorer.moses_ini import read_ini
-from rescorer.nbest import RerankConfig, parse_nbest_line, read_nbest, rerank_nbest, weighted_sum
+from rescorer.moses.combine import Weights
+from rescorer.moses.ini import read_ini
+from rescorer.moses.nbest import (
+    RerankConfig,
+    parse_nbest_line,
+    read_nbest,
+    rerank_nbest,
+    weighted_sum,
+)
 
 DATA = Path(__file__).parent / "data"
 NBEST = DATA / "en-fr.dev13.nbest.gz"  # Moses' 100-best of dev.en sentences 0-12

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rescorer.errors import InputError
-from rescorer.phrase_table import (
+from rescorer.io.table import (
     TableReader,
     copy_table,
     format_logp,
@@ -76,7 +76,7 @@ def test_gzip_output_is_deterministic(tmp_path: Path) -> None:
 
 def test_stdin_to_stdout() -> None:
     data = SLICE.read_bytes()  # gzip on stdin, plain on stdout
-    code = "from rescorer.phrase_table import copy_table; copy_table('-', '-')"
+    code = "from rescorer.io.table import copy_table; copy_table('-', '-')"
     proc = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
     assert proc.stdout == slice_bytes()
 

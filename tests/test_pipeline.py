@@ -17,13 +17,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from rescorer.checkpoint import save_model_dir
 from rescorer.cli import cli
 from rescorer.errors import InputError
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.phrase_table import read_table
-from rescorer.pipeline import ScoreConfig, score_table
-from rescorer.score import score_pairs_straightforward
+from rescorer.io.table import read_table
+from rescorer.model.checkpoint import save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.score.pipeline import ScoreConfig, score_table
+from rescorer.score.scorer import score_pairs_straightforward
 from rescorer.vocab import build_vocabs
 
 SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
@@ -64,7 +64,7 @@ def read_lines(path: Path) -> list[str]:
 
 
 def reference_logp(model_dir: Path) -> np.ndarray:
-    from rescorer.checkpoint import load_model_dir
+    from rescorer.model.checkpoint import load_model_dir
 
     loaded = load_model_dir(model_dir)
     return score_pairs_straightforward(loaded.model, loaded.src_vocab, loaded.tgt_vocab, PAIRS)
@@ -104,7 +104,7 @@ def test_word_penalty_column_counts_out_of_shortlist_words(tmp_path: Path, model
 
 def test_score_equals_minus_training_loss(model_dir: Path) -> None:
     from rescorer.batching import pad_batch
-    from rescorer.checkpoint import load_model_dir
+    from rescorer.model.checkpoint import load_model_dir
 
     loaded = load_model_dir(model_dir)
     pairs = PAIRS[:64]
@@ -126,8 +126,9 @@ def test_fast_path_equals_straightforward_fp32_and_bf16(tmp_path: Path, model_di
 
 
 def test_encoder_reuse_changes_no_score(model_dir: Path) -> None:
-    from rescorer.checkpoint import load_model_dir
-    from rescorer.score import Scorer, encode_pairs
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.score.pairs import encode_pairs
+    from rescorer.score.scorer import Scorer
 
     loaded = load_model_dir(model_dir)
     scorer = Scorer(loaded.model, torch.device("cpu"), "fp32", batch_tokens=512)

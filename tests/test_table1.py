@@ -22,7 +22,7 @@ import pytest
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.table1 import Table1Config, check_config
-from rescorer.moses_ini import read_ini
+from rescorer.moses.ini import read_ini
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = ROOT / "tests" / "data" / "tiny-system"

@@ -16,21 +16,15 @@ import torch
 from click.testing import CliRunner
 
 from rescorer.batching import PairArraysBuilder, PairBatch, epoch_batches, pad_batch
-from rescorer.checkpoint import load_model_dir
 from rescorer.cli import cli
 from rescorer.constants import TRAIN_LOG_FILE, TRAIN_STATE_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
-from rescorer.phrase_table import read_table
-from rescorer.train import (
-    TrainConfig,
-    _heldout,
-    batch_loss,
-    parse_duration,
-    read_training_data,
-    train,
-    unigram_logprob_sum,
-)
+from rescorer.io.table import read_table
+from rescorer.model.checkpoint import load_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
+from rescorer.train.config import TrainConfig, parse_duration
+from rescorer.train.data import is_heldout, read_training_data, unigram_logprob_sum
+from rescorer.train.loop import batch_loss, train
 from rescorer.vocab import Vocab, build_vocabs
 
 TINY = ModelConfig(
@@ -141,7 +135,7 @@ def test_validation_is_held_out_by_source(sample_table: Path) -> None:
     src_vocab, tgt_vocab = build_vocabs([(e.src, e.tgt) for e in entries], 300, 300)
     cfg = TrainConfig(valid_fraction=0.3, seed=3)
     data = read_training_data(str(sample_table), src_vocab, tgt_vocab, cfg)
-    held = {e.src for e in entries if _heldout(e.src, 3, 0.3)}
+    held = {e.src for e in entries if is_heldout(e.src, 3, 0.3)}
     assert 0 < len(held) < len({e.src for e in entries})
     n_held = sum(e.src in held for e in entries)
     assert (len(data.train), len(data.valid), data.heldout_pairs) == (200 - n_held, n_held, n_held)

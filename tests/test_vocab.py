@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from rescorer.cli import cli
 from rescorer.constants import UNK_ID
 from rescorer.errors import RescorerError
-from rescorer.phrase_table import read_table
+from rescorer.io.table import read_table
 from rescorer.vocab import Vocab, build_vocabs
 
 SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"

@@ -41,7 +41,7 @@ from rescorer.experiments.bleu import (
     sacrebleu_score,
 )
 from rescorer.experiments.steps import Step, StepError, WorkDir, write_json, write_text
-from rescorer.moses_ini import absolute_paths, read_ini, with_feature_paths
+from rescorer.moses.ini import absolute_paths, read_ini, with_feature_paths
 
 SYSTEMS = {
     "a": "baseline",

@@ -9,17 +9,13 @@ weights are kept in MODEL_DIR. ``resume=True`` continues a run exactly from TRAI
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
-import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,14 +24,7 @@ import numpy as np
 import torch
 
 from rescorer import __version__
-from rescorer.batching import PairArrays, PairArraysBuilder, PairBatch, epoch_batches
-from rescorer.checkpoint import (
-    read_json,
-    read_model_config,
-    save_model_dir,
-    save_weights,
-    write_json,
-)
+from rescorer.batching import PairArrays, PairBatch, epoch_batches
 from rescorer.constants import (
     CONFIG_FILE,
     PROVENANCE_FILE,
@@ -46,96 +35,24 @@ from rescorer.constants import (
     WEIGHTS_FILE,
 )
 from rescorer.device import autocast, resolve_device, resolve_precision
-from rescorer.errors import InputError, RescorerError, check
-from rescorer.model import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
-from rescorer.phrase_table import TableReader, open_text, split_tokens
-from rescorer.vocab import Vocab, build_vocabs
-
-__all__ = [
-    "TrainConfig",
-    "TrainResult",
-    "batch_loss",
-    "parse_duration",
-    "train",
-    "train_step",
-]
-
-STATE_FORMAT = "rescorer-train-state-1"
-Source = str | tuple[str, str]  # a phrase table, or parallel (source file, target file)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Training settings; field names match the ``rescorer train`` flags."""
-
-    batch_size: int = 64  # pairs per update (paper)
-    max_updates: int | None = None  # total updates of the run (resumes included)
-    max_time: float | None = None  # seconds of this invocation (data loading included)
-    valid_fraction: float = 0.01  # share of source phrases held out (all their pairs)
-    valid_max_pairs: int = 5000  # validation pairs actually scored (a seeded subset)
-    valid_every: int = 1000  # updates between validations (and train-state saves)
-    patience: int | None = 10  # validations without improvement before stopping; None = off
-    seed: int = 1  # data split, data order and initialisation
-    sort_batches: int = 1  # >1: regroup windows of K batches by length (GroundHog sort_k_batches)
-    learning_rate: float = 1.0  # Adadelta lr (Zeiler's Adadelta has none: 1)
-    rho: float = 0.95
-    eps: float = 1e-6
-    clip_norm: float = 1.0  # global L2 norm of the gradient
-    device: str = "auto"
-    precision: str = "auto"  # auto | bf16 | fp32
-    log_every: int = 100  # updates between progress lines
-    quiet: bool = False
-    skip_bad_lines: str | None = None
-
-    # Fields that must not change when a run is resumed (they fix the data and the optimiser).
-    IDENTITY = (
-        "batch_size",
-        "valid_fraction",
-        "valid_max_pairs",
-        "seed",
-        "sort_batches",
-        "learning_rate",
-        "rho",
-        "eps",
-        "clip_norm",
-    )
-
-    def __post_init__(self) -> None:
-        check(self.batch_size >= 1, "--batch-size must be at least 1")
-        check(0.0 <= self.valid_fraction < 1.0, "--valid-fraction must be in [0, 1)")
-        check(self.valid_every >= 1 and self.log_every >= 1, "intervals must be at least 1")
-        check(self.max_updates is None or self.max_updates >= 0, "--max-updates must be >= 0")
-        check(self.max_time is None or self.max_time >= 0, "--max-time must be >= 0")
-        check(self.patience is None or self.patience >= 1, "--patience must be at least 1")
-        check(self.sort_batches >= 1, "--sort-batches must be at least 1")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    out_dir: str
-    updates: int
-    epochs_done: float  # fractional epochs over the training pairs
-    stopped_by: str  # max-updates | max-time | patience | interrupted
-    best_valid_ppl: float | None
-    unigram_ppl: float | None
-    train_pairs: int
-    valid_pairs: int
-    seconds: float
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of ``90m``, ``2h``, ``30s``, ``1h30m``, ``1.5h``, ``2d``; a bare number: seconds."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d*)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d*)?)([dhms])", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise RescorerError(f"bad duration {text!r}: expected e.g. 30s, 90m, 2h or 1h30m")
-    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    return sum(float(n) * scale[u] for n, u in parts)
+from rescorer.errors import check
+from rescorer.model.checkpoint import (
+    read_json,
+    save_model_dir,
+    save_weights,
+    write_json,
+)
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
+from rescorer.train.config import TrainConfig, TrainResult
+from rescorer.train.data import (
+    Source,
+    build_training_vocabs,
+    fingerprint,
+    read_training_data,
+    unigram_logprob_sum,
+)
+from rescorer.train.state import RunState, load_state, save_state
+from rescorer.vocab import Vocab
 
 
 def batch_loss(model: EncoderDecoder, batch: PairBatch) -> torch.Tensor:
@@ -166,108 +83,6 @@ def train_step(
     return float(loss.detach())
 
 
-# --------------------------------------------------------------------------------- data
-def _heldout(src: str, seed: int, fraction: float) -> bool:
-    """Whether source phrase ``src`` belongs to the validation slice (seeded, order-free)."""
-    if fraction <= 0.0:
-        return False
-    digest = hashlib.blake2b(f"{seed}\t{src}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") < fraction * 2.0**64
-
-
-def _iter_pairs(
-    source: Source, skip_bad_lines: str | None, counter: list[int]
-) -> Iterator[tuple[str, str]]:
-    """(source phrase, target phrase) of every input line; counter[0] = lines read."""
-    if isinstance(source, str):
-        with TableReader(source, skip_bad_lines=skip_bad_lines) as reader:
-            for entry in reader:
-                yield entry.src, entry.tgt
-            counter[0] = reader.stats.lines
-        return
-    src_path, tgt_path = source
-    with open_text(src_path) as src_lines, open_text(tgt_path) as tgt_lines:
-        lineno = 0
-        for lineno, (src, tgt) in enumerate(zip(src_lines, tgt_lines), start=1):  # noqa: B905
-            for path, phrase in ((src_path, src), (tgt_path, tgt)):
-                if not split_tokens(phrase):
-                    raise InputError(path, lineno, "empty phrase: expected one phrase per line")
-            yield src, tgt
-        for path, rest in ((src_path, src_lines), (tgt_path, tgt_lines)):
-            if next(rest, None) is not None:
-                raise InputError(path, lineno + 1, "more lines than the other --pairs file")
-        counter[0] = lineno
-
-
-def _fingerprint(source: Source) -> dict[str, Any]:
-    paths = [source] if isinstance(source, str) else list(source)
-    files = []
-    for path in paths:
-        digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as f:
-                for block in iter(lambda f=f: f.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError as exc:
-            raise RescorerError(f"{path}: cannot read: {exc.strerror}") from exc
-        size = os.path.getsize(path)
-        files.append({"path": os.path.abspath(path), "bytes": size, "sha256": digest.hexdigest()})
-    return {"kind": "table" if isinstance(source, str) else "pairs", "files": files}
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    train: PairArrays
-    valid: PairArrays  # the scored validation subset
-    lines: int
-    heldout_pairs: int  # every pair of a held-out source (excluded from training)
-    heldout_sources: int
-
-
-def read_training_data(
-    source: Source, src_vocab: Vocab, tgt_vocab: Vocab, cfg: TrainConfig
-) -> TrainingData:
-    """Encode every pair (EOS appended on both sides) into the training or the validation split."""
-    train, valid = PairArraysBuilder(), PairArraysBuilder()
-    counter = [0]
-    last_src, last_held, held_sources = None, False, 0
-    for src, tgt in _iter_pairs(source, cfg.skip_bad_lines, counter):
-        if src != last_src:
-            last_src, last_held = src, _heldout(src, cfg.seed, cfg.valid_fraction)
-            held_sources += last_held
-        side = valid if last_held else train
-        side.add(src_vocab.encode_eos(split_tokens(src)), tgt_vocab.encode_eos(split_tokens(tgt)))
-    check(len(train) > 0, "no training pairs left (is --valid-fraction too large?)")
-    heldout = valid.build()
-    if len(heldout) > cfg.valid_max_pairs:
-        rng = np.random.default_rng([cfg.seed, 1])
-        pick = np.sort(rng.choice(len(heldout), size=cfg.valid_max_pairs, replace=False))
-        scored = heldout.subset(pick)
-    else:
-        scored = heldout
-    return TrainingData(train.build(), scored, counter[0], len(heldout), held_sources)
-
-
-def _build_vocabs(source: Source, model_cfg: ModelConfig, cfg: TrainConfig) -> tuple[Vocab, Vocab]:
-    """Shortlists counted over the training split only (validation sources excluded)."""
-    counter = [0]
-    pairs = (
-        (s, t)
-        for s, t in _iter_pairs(source, cfg.skip_bad_lines, counter)
-        if not _heldout(s, cfg.seed, cfg.valid_fraction)
-    )
-    return build_vocabs(pairs, model_cfg.src_vocab_size, model_cfg.tgt_vocab_size)
-
-
-def unigram_logprob_sum(train: PairArrays, valid: PairArrays, tgt_vocab: Vocab) -> float:
-    """Sum over validation target tokens (EOS included) of ln p_unigram, fitted on the training
-    targets with add-one smoothing over the target classes (UNK, the shortlist words, EOS)."""
-    counts = np.bincount(train.tgt, minlength=tgt_vocab.num_rows).astype(np.float64)
-    num_classes = len(tgt_vocab.words) + 2
-    logp = np.log((counts + 1.0) / (counts.sum() + num_classes))
-    return float(logp[valid.tgt].sum())
-
-
 @torch.no_grad()
 def evaluate(
     model: EncoderDecoder, pairs: PairArrays, device: torch.device, precision: str
@@ -284,48 +99,6 @@ def evaluate(
             tokens += batch.num_tokens
     model.train(was_training)
     return total, tokens
-
-
-# --------------------------------------------------------------------------------- run state
-@dataclass
-class RunState:
-    """Everything besides model and optimiser that a resumed run needs to continue exactly."""
-
-    update: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0  # batches of ``epoch`` already trained on
-    pairs_seen: int = 0
-    best_valid_ppl: float | None = None
-    bad_validations: int = 0
-    train_seconds: float = 0.0
-
-
-def _save_state(
-    path: Path, model: EncoderDecoder, optim: torch.optim.Optimizer, run: RunState
-) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(
-        {
-            "format": STATE_FORMAT,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": optim.state_dict(),
-            "run": asdict(run),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
-
-
-def _load_state(path: Path, device: torch.device) -> dict[str, Any]:
-    try:
-        state = torch.load(path, map_location=device, weights_only=True)
-    except FileNotFoundError as exc:
-        raise RescorerError(f"{path}: missing: nothing to resume") from exc
-    except Exception as exc:  # any unreadable file is a user-facing error here
-        raise RescorerError(f"{path}: cannot read training state: {exc}") from exc
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise RescorerError(f"{path}: not a rescorer training state ({STATE_FORMAT})")
-    return state
 
 
 class _StopFlag:
@@ -354,30 +127,6 @@ def _fmt_time(seconds: float) -> str:
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
-
-
-# --------------------------------------------------------------------------------- train
-def resume_configs(
-    out_dir: str | Path, model_flags: dict[str, Any], train_flags: dict[str, Any]
-) -> tuple[ModelConfig, TrainConfig]:
-    """The configs of the run saved in ``out_dir``, with the flags given now applied on top.
-
-    Flags that fix the model or the data order must agree with the saved run.
-    """
-    model_cfg, data = read_model_config(out_dir)
-    known = {f.name for f in fields(TrainConfig)}
-    train_cfg = TrainConfig(**{k: v for k, v in data.get("train", {}).items() if k in known})
-    for cfg, flags, keys in (
-        (model_cfg, model_flags, model_flags.keys()),
-        (train_cfg, train_flags, TrainConfig.IDENTITY),
-    ):
-        for key in set(flags) & set(keys):
-            check(
-                getattr(cfg, key) == flags[key],
-                f"--resume: --{key.replace('_', '-')} {flags[key]} differs from the saved "
-                f"run's {getattr(cfg, key)}",
-            )
-    return model_cfg, replace(train_cfg, **train_flags)
 
 
 def train(
@@ -440,7 +189,7 @@ class _Trainer:
         )
         self.run_state = RunState()
         if resume:
-            saved = _load_state(self.state_path, self.device)
+            saved = load_state(self.state_path, self.device)
             self.model.load_state_dict(saved["model"])
             self.optim.load_state_dict(saved["optimizer"])
             self.run_state = RunState(**saved["run"])
@@ -479,7 +228,7 @@ class _Trainer:
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
         out, cfg = self.out, self.cfg
-        self.fingerprint = _fingerprint(source)
+        self.fingerprint = fingerprint(source)
         if resume:
             old = read_json(out / PROVENANCE_FILE).get("data", {})
             check(
@@ -492,7 +241,7 @@ class _Trainer:
             self.tgt_vocab = Vocab.load(str(out / TGT_VOCAB_FILE))
         else:
             self.say("rescorer train: counting the vocabularies")
-            self.src_vocab, self.tgt_vocab = _build_vocabs(source, model_cfg, cfg)
+            self.src_vocab, self.tgt_vocab = build_training_vocabs(source, model_cfg, cfg)
         self.say("rescorer train: encoding the pairs")
         data = self.data = read_training_data(source, self.src_vocab, self.tgt_vocab, cfg)
         self.fingerprint["lines"] = data.lines
@@ -560,7 +309,7 @@ class _Trainer:
             run.bad_validations += 1
         record["best"] = improved
         self.log(record)
-        _save_state(self.state_path, self.model, self.optim, run)
+        save_state(self.state_path, self.model, self.optim, run)
 
     def stop_reason(self, stop: _StopFlag) -> str:
         cfg, run = self.cfg, self.run_state
@@ -630,7 +379,7 @@ class _Trainer:
             if run.update > last_checkpoint or not (self.out / WEIGHTS_FILE).exists():
                 self.checkpoint()
             else:
-                _save_state(self.state_path, self.model, self.optim, run)
+                save_state(self.state_path, self.model, self.optim, run)
         seconds = self.elapsed()
         self.say(
             f"rescorer train: stopped ({stopped_by}) after {run.update:,} updates,"
@@ -653,33 +402,3 @@ class _Trainer:
             valid_pairs=len(self.data.valid),
             seconds=seconds,
         )
-
-
-def configs_from_flags(
-    flags: dict[str, Any], given: set[str], resume_dir: str | Path | None = None
-) -> tuple[ModelConfig, TrainConfig]:
-    """Configs from ``rescorer train``'s flags (``given``: those set on the command line).
-
-    ``max_time`` may be a duration string ("90m"); ``patience`` 0 means off. With ``resume_dir``
-    the saved run's configs are the base and only the given flags apply.
-    """
-    flags = dict(flags)
-    if isinstance(flags.get("max_time"), str):
-        flags["max_time"] = parse_duration(flags["max_time"])
-    if flags.get("patience") == 0:
-        flags["patience"] = None
-    model_keys = {f.name for f in fields(ModelConfig)}
-    train_keys = {f.name for f in fields(TrainConfig)}
-    unknown = set(flags) - model_keys - train_keys
-    check(not unknown, f"unknown training options: {', '.join(sorted(unknown))}")
-    if resume_dir is not None:
-        return resume_configs(
-            resume_dir,
-            {k: flags[k] for k in model_keys & given},
-            {k: flags[k] for k in train_keys & given},
-        )
-    try:
-        model_cfg = ModelConfig(**{k: v for k, v in flags.items() if k in model_keys})
-    except ValueError as exc:
-        raise RescorerError(str(exc)) from exc
-    return model_cfg, TrainConfig(**{k: v for k, v in flags.items() if k in train_keys})

@@ -17,8 +17,7 @@ pairs in file order, fp32, every pair encoding its own source.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -26,93 +25,16 @@ from torch import Tensor
 
 from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import autocast
-from rescorer.model import EncoderDecoder, sequence_logprobs
-from rescorer.phrase_table import split_tokens
+from rescorer.io.table import split_tokens
+from rescorer.model.encdec import EncoderDecoder, sequence_logprobs
+from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
 from rescorer.vocab import Vocab
-
-
-@dataclass
-class GroupedPairs:
-    """Phrase pairs as flat id arrays; sequences already end with EOS.
-
-    src_ids[src_off[i]:src_off[i+1]] is distinct source i; pair j has source pair_src[j] and
-    target tgt_ids[tgt_off[j]:tgt_off[j+1]].
-    """
-
-    src_ids: np.ndarray  # (sum of source lengths,) int32
-    src_off: np.ndarray  # (U+1,) int64
-    pair_src: np.ndarray  # (N,) int64, index of each pair's source
-    tgt_ids: np.ndarray  # (sum of target lengths,) int32
-    tgt_off: np.ndarray  # (N+1,) int64
-
-    @property
-    def num_pairs(self) -> int:
-        return len(self.pair_src)
-
-
-class GroupedPairsBuilder:
-    """Collects pairs one at a time; consecutive pairs with the same source share its ids."""
-
-    def __init__(self, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
-        self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
-        self.src_ids: list[int] = []
-        self.src_off = [0]
-        self.pair_src: list[int] = []
-        self.tgt_ids: list[int] = []
-        self.tgt_off = [0]
-        self.previous: str | None = None
-
-    def add(self, src: str, tgt_tokens: Sequence[str]) -> None:
-        """Add the pair (source phrase ``src``, target tokens); EOS is appended to both."""
-        if src != self.previous:
-            self.src_ids += self.src_vocab.encode_eos(split_tokens(src))
-            self.src_off.append(len(self.src_ids))
-            self.previous = src
-        self.pair_src.append(len(self.src_off) - 2)
-        self.tgt_ids += self.tgt_vocab.encode_eos(tgt_tokens)
-        self.tgt_off.append(len(self.tgt_ids))
-
-    def build(self) -> GroupedPairs:
-        return GroupedPairs(
-            np.asarray(self.src_ids, dtype=np.int32),
-            np.asarray(self.src_off, dtype=np.int64),
-            np.asarray(self.pair_src, dtype=np.int64),
-            np.asarray(self.tgt_ids, dtype=np.int32),
-            np.asarray(self.tgt_off, dtype=np.int64),
-        )
-
-
-def encode_pairs(
-    src_vocab: Vocab, tgt_vocab: Vocab, pairs: Sequence[tuple[str, str]]
-) -> GroupedPairs:
-    """Ids of (source phrase, target phrase) pairs; consecutive equal sources are shared."""
-    builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
-    for src, tgt in pairs:
-        builder.add(src, split_tokens(tgt))
-    return builder.build()
 
 
 def gather_padded(flat: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[Tensor, Tensor]:
     """Rows ``rows`` of a flat ragged array as a padded id matrix (B,L) and lengths (B,)."""
     lens = off[rows + 1] - off[rows]  # (B,)
     return torch.from_numpy(pad_flat(flat, off, rows)), torch.from_numpy(lens.astype(np.int64))
-
-
-def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> Iterator[np.ndarray]:
-    """Cut ``order`` (indices sorted by length) into batches of at most ``max_tokens`` padded
-    tokens (rows x longest row); a row longer than the budget gets a batch of its own."""
-    start, n = 0, len(order)
-    while start < n:
-        end = start + 1
-        longest = int(lengths[order[start]])
-        while end < n:
-            longest_next = max(longest, int(lengths[order[end]]))
-            if longest_next * (end - start + 1) > max_tokens:
-                break
-            longest = longest_next
-            end += 1
-        yield order[start:end]
-        start = end
 
 
 class Scorer:

@@ -5,7 +5,7 @@
 * ``--min-score COL:TH``: drop a pair whose raw column COL (0-based) is below TH
   (scripts/training/threshold-filter.perl, ``-MinScore``; §3.2).
 * ``--top-k K``: per source phrase keep the K pairs with the best combined score (the
-  decoder's ``table-limit``, §3.4; see rescorer.combine). Moses sorts with an unstable
+  decoder's ``table-limit``, §3.4; see rescorer.moses.combine). Moses sorts with an unstable
   ``nth_element``; here ties keep file order.
 
 The filters apply in that order (the decoder's table-limit sees what filtering kept). Lines keep
@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rescorer.combine import Combiner, build_config, peek
 from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses_ini import MosesIni, read_ini, with_table_path
+from rescorer.moses.combine import Combiner, build_config, peek
+from rescorer.moses.ini import MosesIni, read_ini, with_table_path
 
 if TYPE_CHECKING:
-    from rescorer.moses_ini import FeatureLine
-    from rescorer.phrase_table import PhraseEntry
+    from rescorer.io.table import PhraseEntry
+    from rescorer.moses.ini import FeatureLine
 
 MAX_NGRAM = 10  # filter-model-given-input.pl's $MAX_LENGTH
 
@@ -63,7 +63,7 @@ def input_ngrams(
     path: str, *, max_length: int = MAX_NGRAM, tokenize: Callable[[str], str] | None = None
 ) -> set[str]:
     """Every n-gram (1 <= n <= max_length) of every line of ``path``, words joined by a space."""
-    from rescorer.phrase_table import open_text
+    from rescorer.io.table import open_text
 
     ngrams: set[str] = set()
     with open_text(path) as lines:
@@ -202,7 +202,7 @@ def filter_table(
 
     With ``ini_out``, also writes ``ini_in`` (default: ``ini``) pointing at the new table.
     """
-    from rescorer.phrase_table import display_name, open_output, read_table
+    from rescorer.io.table import display_name, open_output, read_table
 
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")
@@ -211,7 +211,7 @@ def filter_table(
         raise RescorerError("--tokenize and --lowercase apply to --input FILE: give it")
     tokenize: Callable[[str], str] | None = str.lower if config.lowercase else None
     if config.tokenize_lang is not None:
-        from rescorer.text import moses_tokenizer
+        from rescorer.moses.tokenize import moses_tokenizer
 
         tokenize = moses_tokenizer(config.tokenize_lang, lowercase=config.lowercase)
     ngrams = input_ngrams(config.input_path, tokenize=tokenize) if config.input_path else None
@@ -257,7 +257,7 @@ def _ini_to_rewrite(
     ini_in: str | None, ini: MosesIni | None, table_path: str, feature_name: str | None
 ) -> tuple[MosesIni, FeatureLine]:
     """The ini to point at the filtered table, and its phrase-table feature."""
-    from rescorer.moses_ini import choose_translation_model
+    from rescorer.moses.ini import choose_translation_model
 
     source = read_ini(ini_in) if ini_in is not None else ini
     if source is None:

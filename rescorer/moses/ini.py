@@ -355,7 +355,7 @@ def absolute_paths(ini: MosesIni) -> str:
 
 def count_columns(table_path: str) -> int:
     """The number of dense scores on a phrase table's first line."""
-    from rescorer.phrase_table import read_table
+    from rescorer.io.table import read_table
 
     for entry in read_table(table_path):
         return len(entry.scores)
@@ -371,7 +371,7 @@ def write_scored_ini(
     feature_name: str | None = None,
 ) -> IniUpdate:
     """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table."""
-    from rescorer.phrase_table import open_output
+    from rescorer.io.table import open_output
 
     ini = read_ini(ini_path)
     num_columns = count_columns(table_path)

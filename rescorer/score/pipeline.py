@@ -3,7 +3,7 @@
 Stages (design.md §2, §4, §8):
 
 - the reader cuts the decompressed input into chunks at source-phrase boundaries
-  (:mod:`rescorer.chunks`: the same cuts in a single run, a resumed run and a shard);
+  (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);
 - workers parse and validate each chunk and turn it into id arrays (:func:`parse_chunk`);
 - the main process scores the chunk on the device (:class:`rescorer.score.Scorer`);
 - workers format the new columns into the lines and compress them, one gzip member per chunk
@@ -32,10 +32,10 @@ from typing import Any, BinaryIO
 import numpy as np
 from isal import igzip
 
-from rescorer.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.constants import DEFAULT_GZIP_LEVEL
 from rescorer.errors import InputError, RescorerError
-from rescorer.phrase_table import (
+from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
+from rescorer.io.table import (
     display_name,
     format_logp,
     format_prob,
@@ -44,7 +44,7 @@ from rescorer.phrase_table import (
     open_binary,
     parse_raw_line,
 )
-from rescorer.score import GroupedPairs, GroupedPairsBuilder
+from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
 from rescorer.vocab import Vocab
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -346,9 +346,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     """
     import torch
 
-    from rescorer.checkpoint import load_model_dir
     from rescorer.device import resolve_device, resolve_precision
-    from rescorer.score import Scorer
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.score.scorer import Scorer
 
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")

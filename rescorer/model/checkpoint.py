@@ -25,7 +25,7 @@ from rescorer.constants import (
     WEIGHTS_FILE,
 )
 from rescorer.errors import RescorerError
-from rescorer.model import EncoderDecoder, ModelConfig, count_parameters
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
 from rescorer.vocab import Vocab
 
 __all__ = [

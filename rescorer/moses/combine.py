@@ -6,7 +6,7 @@ For ``table-limit`` the decoder sorts each source phrase's targets by their futu
     sum_i  w_i * max(ln v_i, -100)          the table's dense columns (LoaderStandard.cpp:203)
   + w_WordPenalty * (-#target words)        FF/WordPenaltyProducer.cpp:20-27
   + w_PhrasePenalty * 1                     FF/PhrasePenalty.cpp:18-38
-  + w_LM * ln P_LM(target phrase alone)     moses/LM/Base.cpp:62-87, see rescorer.lm
+  + w_LM * ln P_LM(target phrase alone)     moses/LM/Base.cpp:62-87, see rescorer.moses.lm
 
 Distortion and lexicalised reordering score nothing for a phrase on its own. Weights come from a
 moses.ini's ``[weight]`` section and ``--weight NAME=v1,v2,...`` overrides.
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from rescorer.constants import FIELD_SEP, LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses_ini import KENLM, MosesIni, is_translation_model
+from rescorer.moses.ini import KENLM, MosesIni, is_translation_model
 
 if TYPE_CHECKING:
-    from rescorer.phrase_table import PhraseEntry
+    from rescorer.io.table import PhraseEntry
 
 # Names used when there is no moses.ini: the ones train-model.perl writes.
 DEFAULT_TABLE = "TranslationModel0"
@@ -195,7 +195,7 @@ class Combiner:
         self.source_name = source_name
         self._lms: list[tuple[float, _LM]] = []
         if config.lms:
-            from rescorer.lm import KenLM  # deferred: kenlm only when an LM is used
+            from rescorer.moses.lm import KenLM  # deferred: kenlm only when an LM is used
 
             self._lms = [(term.weight, KenLM(term.path)) for term in config.lms]
 
@@ -261,7 +261,7 @@ def combine_table(
     column_only: bool = False,
 ) -> CombineStats:
     """``rescorer combine``: stream a table, write each pair's combined score."""
-    from rescorer.phrase_table import display_name, open_output, read_table
+    from rescorer.io.table import display_name, open_output, read_table
 
     first, entries = peek(read_table(table_path))
     if first is None:  # an empty table gives an empty output

@@ -1,0 +1,41 @@
+"""The ``rescorer`` command line: a thin click layer over the library.
+
+One file per command family (train.py, score.py, moses.py); common.py holds what they share.
+
+Each command parses its flags, builds a config, calls one library function and turns
+``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
+Heavy imports (torch, kenlm) stay inside the commands so ``rescorer --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import click
+
+from rescorer import __version__
+from rescorer.cli import moses as moses_commands
+from rescorer.cli import score as score_commands
+from rescorer.cli import train as train_commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="rescorer")
+def cli() -> None:
+    """Score Moses phrase tables with the RNN Encoder-Decoder of Cho et al. (2014)."""
+
+
+for command in (
+    train_commands.vocab,
+    train_commands.train,
+    train_commands.info,
+    score_commands.score,
+    moses_commands.moses_ini,
+    moses_commands.combine,
+    moses_commands.filter_,
+    moses_commands.rerank,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """Console entry point."""
+    cli()

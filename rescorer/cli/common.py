@@ -1,0 +1,98 @@
+"""What the commands share: the error wrapper, the device/precision and weight options."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from rescorer.errors import RescorerError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Turn a RescorerError into ``rescorer: error: ...`` on stderr and exit code 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RescorerError as exc:
+            click.echo(f"rescorer: error: {exc}", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            sys.stderr.close()
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+device_option = click.option(
+    "--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."
+)
+
+
+precision_option = click.option(
+    "--precision",
+    type=click.Choice(["auto", "bf16", "fp32"]),
+    default="auto",
+    show_default=True,
+    help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
+)
+
+
+def parse_shard(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[int, int] | None:
+    """``K/N`` -> (K, N) with 1 <= K <= N."""
+    if value is None:
+        return None
+    try:
+        k, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected K/N, e.g. 3/16") from None
+    if not 1 <= k <= n:
+        raise click.BadParameter(f"{value!r}: expected 1 <= K <= N")
+    return k, n
+
+
+def weight_options(func: F) -> F:
+    """The options that say how to weight features: an ini, overrides, the LM."""
+    options = [
+        click.option("--weights", "ini", metavar="INI", help="moses.ini: features and weights."),
+        click.option(
+            "--weight",
+            "overrides",
+            multiple=True,
+            metavar="NAME=V1,V2,..",
+            help="Set a feature's weights (repeatable), e.g. TranslationModel0=0.2,0.2,0.2,0.2.",
+        ),
+        click.option("--feature-name", help="The table's feature when the ini has several."),
+        click.option(
+            "--lm", "lm_path", metavar="FILE", help="KenLM file instead of the ini's path."
+        ),
+        click.option("--no-lm", is_flag=True, help="Leave the language model out of the score."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def weight_args(ini: str | None, overrides: tuple[str, ...], **opts: Any) -> dict[str, Any]:
+    """Keyword arguments for combine_table / filter_table from weight_options' values."""
+    from rescorer.moses.combine import parse_weight_option
+    from rescorer.moses.ini import read_ini
+
+    if ini is None and not overrides:
+        raise RescorerError("no weights: give --weights moses.ini and/or --weight NAME=v1,...")
+    return {
+        "ini": read_ini(ini) if ini is not None else None,
+        "overrides": [parse_weight_option(text) for text in overrides],
+        "feature_name": opts["feature_name"],
+        "lm_path": opts["lm_path"],
+        "use_lm": not opts["no_lm"],
+    }

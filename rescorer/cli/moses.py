@@ -1,0 +1,155 @@
+"""``rescorer moses-ini``, ``combine``, ``filter`` and ``rerank``: Moses integration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rescorer.cli.common import user_errors, weight_args, weight_options
+
+
+@click.command("moses-ini")
+@click.argument("ini")
+@click.option(
+    "--phrase-table",
+    "table",
+    metavar="TABLE",
+    required=True,
+    help="The scored table (reads line 1).",
+)
+@click.option("-o", "--output", "out", required=True, help="The new moses.ini.")
+@click.option(
+    "--weight", "weights", type=float, multiple=True, help="Per added column (default 0.2 each)."
+)
+@click.option("--feature-name", help="The phrase-table feature, when several could fit.")
+@user_errors
+def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts: Any) -> None:
+    """Point INI's phrase table at a scored table: num-features, weights, path.
+
+    Every other line of INI stays byte for byte. Re-tune afterwards with a fresh mert
+    --working-dir (a stale features.list or filtered/ breaks re-tuning).
+
+    \b
+    Example:
+      rescorer moses-ini model/moses.ini --phrase-table model/phrase-table.rnn.gz \\
+          -o model/moses.rnn.ini
+    """
+    from rescorer.moses.ini import write_scored_ini
+
+    update = write_scored_ini(ini, table, out, weights=weights, feature_name=opts["feature_name"])
+    f = update.feature
+    click.echo(
+        f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
+        f"path={update.new_path}; wrote {out}",
+        err=True,
+    )
+    if update.binarize_command:
+        click.echo(f"{f.kind} is binarised: build it with\n  {update.binarize_command}", err=True)
+
+
+@click.command()
+@click.argument("table")
+@click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
+@weight_options
+@click.option("--column", "column_only", is_flag=True, help="Write only the score per line.")
+@user_errors
+def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
+    """Score each pair of TABLE as Moses ranks it for table-limit (log-linear, natural log).
+
+    Writes each line with " ||| SCORE" appended, or with --column one score per line: the
+    weighted sum of ln(columns) (floored at -100), word and phrase penalties and the KenLM
+    score of the target phrase alone.
+
+    \b
+    Example:
+      rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
+    """
+    from rescorer.moses.combine import combine_table
+
+    stats = combine_table(table, out, column_only=column_only, **weight_args(**opts))
+    click.echo(f"combined {stats.lines} phrase pairs into {out}", err=True)
+
+
+@click.command("filter")
+@click.argument("table")
+@click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
+@click.option(
+    "--input", "input_path", metavar="FILE", help="Keep sources that are n-grams (n<=10) of FILE."
+)
+@click.option("--tokenize", "tokenize_lang", metavar="LANG", help="Tokenise --input (sacremoses).")
+@click.option("--lowercase", is_flag=True, help="Lowercase --input (after --tokenize).")
+@click.option(
+    "--min-score",
+    "min_scores",
+    multiple=True,
+    metavar="COL:TH",
+    help="Drop pairs whose column COL (from 0) is below TH (repeatable).",
+)
+@click.option("--top-k", type=int, help="Per source, keep the K best by the combined score.")
+@weight_options
+@click.option(
+    "--moses-ini",
+    "ini_in",
+    metavar="INI",
+    help="The ini to rewrite for --ini-out (default --weights).",
+)
+@click.option("--ini-out", metavar="NEW_INI", help="Write an ini whose phrase table is OUT.")
+@user_errors
+def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> None:
+    """Filter TABLE as Moses does, in one order-preserving pass.
+
+    \b
+    Example:
+      rescorer filter model/phrase-table.gz --input test.en -o filtered.gz
+      rescorer filter pt.gz --top-k 20 --weights moses.ini --min-score 2:0.0001 -o pruned.gz
+    """
+    from rescorer.moses.filter import FilterConfig, filter_table, parse_min_score
+
+    config = FilterConfig(
+        input_path=opts.pop("input_path"),
+        tokenize_lang=opts.pop("tokenize_lang"),
+        lowercase=opts.pop("lowercase"),
+        min_scores=tuple(spec for text in min_scores for spec in parse_min_score(text)),
+        top_k=opts.pop("top_k"),
+    )
+    extra = {"ini_in": opts.pop("ini_in"), "ini_out": opts.pop("ini_out")}
+    if config.top_k is not None or opts["ini"] is not None or opts["overrides"]:
+        extra.update(weight_args(**opts))
+    else:
+        extra["feature_name"] = opts["feature_name"]
+    stats = filter_table(table, out, config, **extra)
+    click.echo(stats.summary(), err=True)
+
+
+@click.command()
+@click.argument("nbest")
+@click.option("-o", "--output", "out", default="-", help="Output (default stdout).")
+@click.option("--weights", "ini", metavar="INI", help="moses.ini whose [weight] to use.")
+@click.option("--weight", "overrides", multiple=True, metavar="NAME=V1,..", help="Set weights.")
+@click.option("--decoded-with", metavar="INI", help="The ini that made NBEST: keeps hidden parts.")
+@click.option(
+    "--feature-file", multiple=True, metavar="FILE", help="Extra 'Name= v ..' per n-best line."
+)
+@click.option("--nbest-out", is_flag=True, help="Write the re-sorted n-best list, new totals.")
+@user_errors
+def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **opts: Any) -> None:
+    """Rerank a Moses n-best list: print each sentence's best hypothesis under new weights.
+
+    \b
+    Example:
+      rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini
+      rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2
+    """
+    from rescorer.moses.combine import parse_weight_option
+    from rescorer.moses.nbest import RerankConfig, build_weights, rerank_nbest
+
+    weights = build_weights(ini, [parse_weight_option(text) for text in overrides])
+    decoded_with = build_weights(opts["decoded_with"], []) if opts["decoded_with"] else None
+    config = RerankConfig(weights, decoded_with, opts["feature_file"], opts["nbest_out"])
+    stats = rerank_nbest(nbest, out, config)
+    click.echo(
+        f"{stats.sentences} sentences, {stats.hypotheses} hypotheses; "
+        f"1-best changed for {stats.changed}",
+        err=True,
+    )

@@ -1,0 +1,102 @@
+"""``rescorer vocab``, ``train`` and ``info``: shortlists, training, model directories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rescorer.cli.common import device_option, precision_option, user_errors
+
+
+@click.command()
+@click.argument("table")
+@click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
+@click.option("--src-vocab-size", default=15000, show_default=True, help="Source shortlist ids.")
+@click.option("--tgt-vocab-size", default=15000, show_default=True, help="Target shortlist ids.")
+@user_errors
+def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
+    """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
+
+    \b
+    Example:
+      rescorer vocab model/phrase-table.gz -o vocab/ --src-vocab-size 15000
+    """
+    from rescorer.io.table import TableReader
+    from rescorer.vocab import build_vocabs, save_vocabs
+
+    with TableReader(table) as reader:
+        src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
+    paths = save_vocabs(out_dir, src, tgt)
+    click.echo(
+        f"{reader.stats.lines} pairs: {len(src.words)} source and {len(tgt.words)} target words "
+        f"in the shortlists; wrote {paths[0]} and {paths[1]}",
+        err=True,
+    )
+
+
+@click.command()
+@click.argument("table", required=False)
+@click.option("-o", "--output", "out_dir", required=True, help="The model folder to write.")
+@click.option("--pairs", nargs=2, metavar="SRC TGT", help="Parallel phrase files, not TABLE.")
+@click.option("--src-vocab-size", default=15000, show_default=True, help="Source shortlist ids.")
+@click.option("--tgt-vocab-size", default=15000, show_default=True, help="Target shortlist ids.")
+@click.option("--hidden-size", default=1000, show_default=True, help="Hidden units (both RNNs).")
+@click.option("--embed-size", default=100, show_default=True, help="Rank of the embeddings.")
+@click.option("--maxout-units", default=500, show_default=True, help="Deep-output maxout units.")
+@click.option("--maxout-pool", default=2, show_default=True, help="Pieces per maxout unit.")
+@click.option("--batch-size", default=64, show_default=True, help="Pairs per update.")
+@click.option("--max-updates", type=int, help="Stop after this many updates in all.")
+@click.option("--max-time", metavar="DURATION", help="Stop after this long, e.g. 30m, 2h.")
+@click.option("--patience", default=10, show_default=True, help="Validations w/o gain (0: off).")
+@click.option("--valid-fraction", default=0.01, show_default=True, help="Sources held out.")
+@click.option("--valid-max-pairs", default=5000, show_default=True, help="Held-out pairs scored.")
+@click.option("--valid-every", default=1000, show_default=True, help="Updates per validation.")
+@click.option("--sort-batches", default=1, show_default=True, help="Batches regrouped by length.")
+@click.option("--seed", default=1, show_default=True, help="Data split, order and init.")
+@device_option
+@precision_option
+@click.option("--log-every", default=100, show_default=True, help="Updates per progress line.")
+@click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
+@click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@user_errors
+def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts: Any) -> None:
+    """Train the RNN Encoder-Decoder on the phrase pairs of TABLE into MODEL_DIR (-o).
+
+    Paper defaults (Cho et al., 2014). Holds out --valid-fraction of the source phrases, keeps
+    the weights with the best validation perplexity, stops on --max-updates, --max-time or
+    --patience; SIGINT/SIGTERM save the state for --resume.
+
+    \b
+    Example:
+      rescorer train model/phrase-table.gz -o rnn-model/ --max-time 3d
+      rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
+    """
+    from click.core import ParameterSource
+
+    from rescorer.train.config import configs_from_flags
+    from rescorer.train.loop import train as run_training
+
+    ctx = click.get_current_context()
+    given = {k for k in opts if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+    resume = opts.pop("resume")
+    if (table is None) == (pairs is None):
+        raise click.UsageError("give either TABLE or --pairs SRC TGT")
+    model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)
+    run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
+
+
+@click.command()
+@click.argument("model_dir")
+@user_errors
+def info(model_dir: str) -> None:
+    """Print MODEL_DIR's configuration, vocabulary sizes, parameter count and provenance.
+
+    \b
+    Example:
+      rescorer info rnn-model/
+    """
+    from rescorer.model.checkpoint import describe_model_dir
+
+    click.echo(describe_model_dir(model_dir))

@@ -1,0 +1,142 @@
+"""Training settings: TrainConfig, the result record, durations, the flag rules of a resumed run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rescorer.errors import RescorerError, check
+from rescorer.model.checkpoint import (
+    read_model_config,
+)
+from rescorer.model.encdec import ModelConfig
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings; field names match the ``rescorer train`` flags."""
+
+    batch_size: int = 64  # pairs per update (paper)
+    max_updates: int | None = None  # total updates of the run (resumes included)
+    max_time: float | None = None  # seconds of this invocation (data loading included)
+    valid_fraction: float = 0.01  # share of source phrases held out (all their pairs)
+    valid_max_pairs: int = 5000  # validation pairs actually scored (a seeded subset)
+    valid_every: int = 1000  # updates between validations (and train-state saves)
+    patience: int | None = 10  # validations without improvement before stopping; None = off
+    seed: int = 1  # data split, data order and initialisation
+    sort_batches: int = 1  # >1: regroup windows of K batches by length (GroundHog sort_k_batches)
+    learning_rate: float = 1.0  # Adadelta lr (Zeiler's Adadelta has none: 1)
+    rho: float = 0.95
+    eps: float = 1e-6
+    clip_norm: float = 1.0  # global L2 norm of the gradient
+    device: str = "auto"
+    precision: str = "auto"  # auto | bf16 | fp32
+    log_every: int = 100  # updates between progress lines
+    quiet: bool = False
+    skip_bad_lines: str | None = None
+
+    # Fields that must not change when a run is resumed (they fix the data and the optimiser).
+    IDENTITY = (
+        "batch_size",
+        "valid_fraction",
+        "valid_max_pairs",
+        "seed",
+        "sort_batches",
+        "learning_rate",
+        "rho",
+        "eps",
+        "clip_norm",
+    )
+
+    def __post_init__(self) -> None:
+        check(self.batch_size >= 1, "--batch-size must be at least 1")
+        check(0.0 <= self.valid_fraction < 1.0, "--valid-fraction must be in [0, 1)")
+        check(self.valid_every >= 1 and self.log_every >= 1, "intervals must be at least 1")
+        check(self.max_updates is None or self.max_updates >= 0, "--max-updates must be >= 0")
+        check(self.max_time is None or self.max_time >= 0, "--max-time must be >= 0")
+        check(self.patience is None or self.patience >= 1, "--patience must be at least 1")
+        check(self.sort_batches >= 1, "--sort-batches must be at least 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    out_dir: str
+    updates: int
+    epochs_done: float  # fractional epochs over the training pairs
+    stopped_by: str  # max-updates | max-time | patience | interrupted
+    best_valid_ppl: float | None
+    unigram_ppl: float | None
+    train_pairs: int
+    valid_pairs: int
+    seconds: float
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of ``90m``, ``2h``, ``30s``, ``1h30m``, ``1.5h``, ``2d``; a bare number: seconds."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d*)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d*)?)([dhms])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise RescorerError(f"bad duration {text!r}: expected e.g. 30s, 90m, 2h or 1h30m")
+    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+# --------------------------------------------------------------------------------- train
+def resume_configs(
+    out_dir: str | Path, model_flags: dict[str, Any], train_flags: dict[str, Any]
+) -> tuple[ModelConfig, TrainConfig]:
+    """The configs of the run saved in ``out_dir``, with the flags given now applied on top.
+
+    Flags that fix the model or the data order must agree with the saved run.
+    """
+    model_cfg, data = read_model_config(out_dir)
+    known = {f.name for f in fields(TrainConfig)}
+    train_cfg = TrainConfig(**{k: v for k, v in data.get("train", {}).items() if k in known})
+    for cfg, flags, keys in (
+        (model_cfg, model_flags, model_flags.keys()),
+        (train_cfg, train_flags, TrainConfig.IDENTITY),
+    ):
+        for key in set(flags) & set(keys):
+            check(
+                getattr(cfg, key) == flags[key],
+                f"--resume: --{key.replace('_', '-')} {flags[key]} differs from the saved "
+                f"run's {getattr(cfg, key)}",
+            )
+    return model_cfg, replace(train_cfg, **train_flags)
+
+
+def configs_from_flags(
+    flags: dict[str, Any], given: set[str], resume_dir: str | Path | None = None
+) -> tuple[ModelConfig, TrainConfig]:
+    """Configs from ``rescorer train``'s flags (``given``: those set on the command line).
+
+    ``max_time`` may be a duration string ("90m"); ``patience`` 0 means off. With ``resume_dir``
+    the saved run's configs are the base and only the given flags apply.
+    """
+    flags = dict(flags)
+    if isinstance(flags.get("max_time"), str):
+        flags["max_time"] = parse_duration(flags["max_time"])
+    if flags.get("patience") == 0:
+        flags["patience"] = None
+    model_keys = {f.name for f in fields(ModelConfig)}
+    train_keys = {f.name for f in fields(TrainConfig)}
+    unknown = set(flags) - model_keys - train_keys
+    check(not unknown, f"unknown training options: {', '.join(sorted(unknown))}")
+    if resume_dir is not None:
+        return resume_configs(
+            resume_dir,
+            {k: flags[k] for k in model_keys & given},
+            {k: flags[k] for k in train_keys & given},
+        )
+    try:
+        model_cfg = ModelConfig(**{k: v for k, v in flags.items() if k in model_keys})
+    except ValueError as exc:
+        raise RescorerError(str(exc)) from exc
+    return model_cfg, TrainConfig(**{k: v for k, v in flags.items() if k in train_keys})

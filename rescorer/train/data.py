@@ -1,0 +1,126 @@
+"""Training data: the held-out split by source phrase, the pair readers, the shortlists of the
+training split and the unigram baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rescorer.batching import PairArrays, PairArraysBuilder
+from rescorer.errors import InputError, RescorerError, check
+from rescorer.io.table import TableReader, open_text, split_tokens
+from rescorer.model.encdec import ModelConfig
+from rescorer.train.config import TrainConfig
+from rescorer.vocab import Vocab, build_vocabs
+
+Source = str | tuple[str, str]  # a phrase table, or parallel (source file, target file)
+
+
+# --------------------------------------------------------------------------------- data
+def is_heldout(src: str, seed: int, fraction: float) -> bool:
+    """Whether source phrase ``src`` belongs to the validation slice (seeded, order-free)."""
+    if fraction <= 0.0:
+        return False
+    digest = hashlib.blake2b(f"{seed}\t{src}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2.0**64
+
+
+def iter_pairs(
+    source: Source, skip_bad_lines: str | None, counter: list[int]
+) -> Iterator[tuple[str, str]]:
+    """(source phrase, target phrase) of every input line; counter[0] = lines read."""
+    if isinstance(source, str):
+        with TableReader(source, skip_bad_lines=skip_bad_lines) as reader:
+            for entry in reader:
+                yield entry.src, entry.tgt
+            counter[0] = reader.stats.lines
+        return
+    src_path, tgt_path = source
+    with open_text(src_path) as src_lines, open_text(tgt_path) as tgt_lines:
+        lineno = 0
+        for lineno, (src, tgt) in enumerate(zip(src_lines, tgt_lines), start=1):  # noqa: B905
+            for path, phrase in ((src_path, src), (tgt_path, tgt)):
+                if not split_tokens(phrase):
+                    raise InputError(path, lineno, "empty phrase: expected one phrase per line")
+            yield src, tgt
+        for path, rest in ((src_path, src_lines), (tgt_path, tgt_lines)):
+            if next(rest, None) is not None:
+                raise InputError(path, lineno + 1, "more lines than the other --pairs file")
+        counter[0] = lineno
+
+
+def fingerprint(source: Source) -> dict[str, Any]:
+    paths = [source] if isinstance(source, str) else list(source)
+    files = []
+    for path in paths:
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as exc:
+            raise RescorerError(f"{path}: cannot read: {exc.strerror}") from exc
+        size = os.path.getsize(path)
+        files.append({"path": os.path.abspath(path), "bytes": size, "sha256": digest.hexdigest()})
+    return {"kind": "table" if isinstance(source, str) else "pairs", "files": files}
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    train: PairArrays
+    valid: PairArrays  # the scored validation subset
+    lines: int
+    heldout_pairs: int  # every pair of a held-out source (excluded from training)
+    heldout_sources: int
+
+
+def read_training_data(
+    source: Source, src_vocab: Vocab, tgt_vocab: Vocab, cfg: TrainConfig
+) -> TrainingData:
+    """Encode every pair (EOS appended on both sides) into the training or the validation split."""
+    train, valid = PairArraysBuilder(), PairArraysBuilder()
+    counter = [0]
+    last_src, last_held, held_sources = None, False, 0
+    for src, tgt in iter_pairs(source, cfg.skip_bad_lines, counter):
+        if src != last_src:
+            last_src, last_held = src, is_heldout(src, cfg.seed, cfg.valid_fraction)
+            held_sources += last_held
+        side = valid if last_held else train
+        side.add(src_vocab.encode_eos(split_tokens(src)), tgt_vocab.encode_eos(split_tokens(tgt)))
+    check(len(train) > 0, "no training pairs left (is --valid-fraction too large?)")
+    heldout = valid.build()
+    if len(heldout) > cfg.valid_max_pairs:
+        rng = np.random.default_rng([cfg.seed, 1])
+        pick = np.sort(rng.choice(len(heldout), size=cfg.valid_max_pairs, replace=False))
+        scored = heldout.subset(pick)
+    else:
+        scored = heldout
+    return TrainingData(train.build(), scored, counter[0], len(heldout), held_sources)
+
+
+def build_training_vocabs(
+    source: Source, model_cfg: ModelConfig, cfg: TrainConfig
+) -> tuple[Vocab, Vocab]:
+    """Shortlists counted over the training split only (validation sources excluded)."""
+    counter = [0]
+    pairs = (
+        (s, t)
+        for s, t in iter_pairs(source, cfg.skip_bad_lines, counter)
+        if not is_heldout(s, cfg.seed, cfg.valid_fraction)
+    )
+    return build_vocabs(pairs, model_cfg.src_vocab_size, model_cfg.tgt_vocab_size)
+
+
+def unigram_logprob_sum(train: PairArrays, valid: PairArrays, tgt_vocab: Vocab) -> float:
+    """Sum over validation target tokens (EOS included) of ln p_unigram, fitted on the training
+    targets with add-one smoothing over the target classes (UNK, the shortlist words, EOS)."""
+    counts = np.bincount(train.tgt, minlength=tgt_vocab.num_rows).astype(np.float64)
+    num_classes = len(tgt_vocab.words) + 2
+    logp = np.log((counts + 1.0) / (counts.sum() + num_classes))
+    return float(logp[valid.tgt].sum())
