@@ -1,0 +1,1 @@
+"""The model: the paper's encoder-decoder (encdec) and the model directory (checkpoint)."""

@@ -1,0 +1,102 @@
+"""The package layout and import rule stated in README.md (section Development) hold."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "rescorer"
+
+BASE = {"constants", "errors", "__init__"}
+# unit -> the units it may import (itself included). A unit is a top-level module or sub-package.
+ALLOWED: dict[str, set[str]] = {
+    "constants": set(),
+    "errors": set(),
+    "__init__": set(),
+    "io": BASE | {"io"},
+    "vocab": BASE,
+    "device": BASE,
+    "batching": BASE,
+    "moses": BASE | {"io", "moses"},
+    "model": BASE | {"io", "vocab", "device", "batching", "model"},
+    "train": BASE | {"io", "vocab", "device", "batching", "model", "train"},
+    "score": BASE | {"io", "vocab", "device", "batching", "model", "score"},
+    "experiments": BASE | {"io", "moses", "experiments"},
+    "cli": BASE | {"io", "vocab", "device", "model", "moses", "train", "score", "cli"},
+    "__main__": {"cli"},
+}
+# Modules that must not import torch (at all, or at import time): workers and Moses tools stay light.
+TORCH_FREE = [
+    "rescorer.io.table",
+    "rescorer.io.chunks",
+    "rescorer.vocab",
+    "rescorer.moses.ini",
+    "rescorer.moses.combine",
+    "rescorer.moses.filter",
+    "rescorer.moses.nbest",
+    "rescorer.moses.lm",
+    "rescorer.moses.tokenize",
+    "rescorer.score.pairs",
+    "rescorer.score.pipeline",
+    "rescorer.experiments.table1",
+    "rescorer.cli",
+]
+
+
+def unit_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found.append((name, path))
+    return found
+
+
+def test_every_module_belongs_to_a_known_unit() -> None:
+    units = {unit_of(name) for name, _ in modules() if name != "rescorer"}
+    assert units <= set(ALLOWED), units - set(ALLOWED)
+
+
+def test_no_module_imports_against_the_rule() -> None:
+    wrong = []
+    for name, path in modules():
+        unit = unit_of(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                if target.split(".")[0] == "rescorer" and unit_of(target) not in ALLOWED[unit]:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_torch_free_modules_do_not_load_torch() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {TORCH_FREE!r}: importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_readme_layout_names_every_sub_package() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Development") :]
+    block = section[section.index("```") + 3 :]
+    block = block[: block.index("```")]
+    listed = set(re.findall(r"^  ([a-z_]+)/", block, flags=re.M))
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert listed == packages
