@@ -1,7 +1,8 @@
 """Padding id sequences into tensors, and the training data order.
 
-``pad_batch`` is what every caller needs. ``PairArrays`` holds encoded pairs compactly (flat int32
-ids plus offsets, about 4 bytes a token) and pads any subset of them with numpy. ``epoch_batches``
+``pad_flat`` pads rows of a flat ragged id array with numpy (training and scoring use it);
+``pad_batch`` pads Python lists (the straightforward reference scorer and tests). ``PairArrays``
+holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a token). ``epoch_batches``
 is the training order: a seeded permutation of all pairs per epoch (uniform sampling of unique
 pairs without replacement, rnnenc-spec.md §2), cut into windows of ``sort_k`` batches whose pairs
 are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156) so less is padded.

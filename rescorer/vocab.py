@@ -25,6 +25,7 @@ from rescorer.constants import (
     UNK_SYMBOL,
 )
 from rescorer.errors import RescorerError, check
+from rescorer.io.table import split_tokens
 
 VOCAB_FORMAT = "rescorer-vocab-1"
 
@@ -61,9 +62,6 @@ class Vocab:
 
     def __contains__(self, token: str) -> bool:
         return token in self._index
-
-    def id(self, token: str) -> int:
-        return self._index.get(token, UNK_ID)
 
     def encode(self, tokens: Sequence[str]) -> list[int]:
         """Ids of ``tokens``; out-of-shortlist tokens become UNK. No EOS is appended."""
@@ -127,13 +125,6 @@ class Vocab:
         return cls(words=tuple(tok for tok, _ in ranked[: size - FIRST_WORD_ID]), size=size)
 
 
-def count_tokens(phrases: Iterable[str]) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for phrase in phrases:
-        counts.update(tok for tok in phrase.replace("\t", " ").split(" ") if tok)
-    return counts
-
-
 def build_vocabs(
     pairs: Iterable[tuple[str, str]], src_size: int, tgt_size: int
 ) -> tuple[Vocab, Vocab]:
@@ -149,8 +140,8 @@ def build_vocabs(
         if (src, tgt) == previous:
             continue
         previous = (src, tgt)
-        src_counts.update(tok for tok in src.replace("\t", " ").split(" ") if tok)
-        tgt_counts.update(tok for tok in tgt.replace("\t", " ").split(" ") if tok)
+        src_counts.update(split_tokens(src))
+        tgt_counts.update(split_tokens(tgt))
     return Vocab.from_counts(src_counts, src_size), Vocab.from_counts(tgt_counts, tgt_size)
 
 

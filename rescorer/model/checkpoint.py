@@ -137,7 +137,8 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         state = load_file(str(weights_path), device=str(torch.device(device)))
     except (SafetensorError, OSError) as exc:
         raise RescorerError(f"{weights_path}: cannot read weights: {exc}") from exc
-    # Built on the CPU (0.1 s at paper size); a "meta" build would import ~1.5 s of kernels.
+    # Built on the CPU (0.1 s at paper size): a first "meta" build in a process costs ~1.5 s
+    # of kernel imports. describe_model_dir, which only counts parameters, pays that.
     model = EncoderDecoder(config)
     try:
         model.load_state_dict(state, strict=True, assign=True)
