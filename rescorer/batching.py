@@ -2,10 +2,11 @@
 
 ``pad_flat`` pads rows of a flat ragged id array with numpy (training and scoring use it);
 ``pad_batch`` pads Python lists (the straightforward reference scorer and tests). ``PairArrays``
-holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a token). ``epoch_batches``
-is the training order: a seeded permutation of all pairs per epoch (uniform sampling of unique
-pairs without replacement, rnnenc-spec.md §2), cut into windows of ``sort_k`` batches whose pairs
-are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156) so less is padded.
+holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a token).
+``epoch_batches`` is the training order: a seeded permutation of all pairs per epoch (uniform
+sampling of unique pairs without replacement, rnnenc-spec.md §2), cut into windows of ``sort_k``
+batches whose pairs are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156)
+so less is padded.
 """
 
 from __future__ import annotations
@@ -151,7 +152,7 @@ def epoch_batches(
     n = len(lengths)
     order = np.random.default_rng([seed, epoch]).permutation(n)
     window = batch_size * max(sort_k, 1)
-    batches = []
+    batches: list[np.ndarray] = []
     for start in range(0, n, window):
         chunk = order[start : start + window]
         if sort_k > 1:

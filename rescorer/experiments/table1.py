@@ -29,6 +29,7 @@ import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -235,25 +236,25 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     _check_work_dir(cfg)
     ctx = _Context(cfg, tools, _Layout(cfg.work), WorkDir(cfg.work))
     step = ctx.work.step
-    ctx.records["prepare"] = step("prepare", lambda s: _prepare(ctx, s))
+    ctx.records["prepare"] = step("prepare", partial(_prepare, ctx))
     if cfg.train_budget is not None:
-        ctx.records["train"] = step("train", lambda s: _train(ctx, s), keep_partial=True)
+        ctx.records["train"] = step("train", partial(_train, ctx), keep_partial=True)
         ctx.model = cfg.work / "train" / "model"
     else:
         ctx.model = cfg.model
-    ctx.records["filter"] = step("filter", lambda s: _filter(ctx, s))
+    ctx.records["filter"] = step("filter", partial(_filter, ctx))
     for name, wp in (("score-rnn", False), ("score-rnn-wp", True)):
-        ctx.records[name] = step(name, lambda s, wp=wp: _score(ctx, s, word_penalty=wp))
+        ctx.records[name] = step(name, partial(_score, ctx, word_penalty=wp))
     for run in range(1, cfg.runs + 1):  # replica by replica: a cut-short run has whole rows
         for system in TUNED:
             name = f"tune-{system}-{run}"
-            ctx.records[name] = step(name, lambda s, x=system, r=run: _tune(ctx, s, x, r))
+            ctx.records[name] = step(name, partial(_tune, ctx, system=system, run=run))
             name = f"decode-{system}-{run}"
-            ctx.records[name] = step(name, lambda s, x=system, r=run: _decode(ctx, s, x, r))
+            ctx.records[name] = step(name, partial(_decode, ctx, system=system, run=run))
         name = f"prune-d-{run}"
-        ctx.records[name] = step(name, lambda s, r=run: _prune(ctx, s, r))
+        ctx.records[name] = step(name, partial(_prune, ctx, run=run))
         name = f"decode-d-{run}"
-        ctx.records[name] = step(name, lambda s, r=run: _decode(ctx, s, "d", r))
+        ctx.records[name] = step(name, partial(_decode, ctx, system="d", run=run))
     results = evaluate(ctx)
     write_json(cfg.work / "results.json", results)
     write_text(cfg.work / "results.md", results_markdown(results))
@@ -405,7 +406,7 @@ def _system_ini(ctx: _Context, system: str) -> Path:
     }[system]
 
 
-def _tune(ctx: _Context, step: Step, system: str, run: int) -> dict[str, Any]:
+def _tune(ctx: _Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
     """mert-moses.pl in a fresh working directory, with this replica's seed."""
     cfg, tools, prep = ctx.cfg, ctx.tools, ctx.paths.prepare
     ini = _system_ini(ctx, system)
@@ -433,7 +434,7 @@ def _weights(ini_path: Path) -> dict[str, list[float]]:
     return {k: list(v) for k, v in read_ini(str(ini_path)).weights().items()}
 
 
-def _decode(ctx: _Context, step: Step, system: str, run: int) -> dict[str, Any]:
+def _decode(ctx: _Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
     """The real decoder on dev and test with the tuned ini."""
     cfg, prep = ctx.cfg, ctx.paths.prepare
     ini = ctx.paths.decode_ini(system, run)
@@ -456,7 +457,7 @@ def _decode(ctx: _Context, step: Step, system: str, run: int) -> dict[str, Any]:
     return {"ini": str(ini), "lines": lines}
 
 
-def _prune(ctx: _Context, step: Step, run: int) -> dict[str, Any]:
+def _prune(ctx: _Context, step: Step, *, run: int) -> dict[str, Any]:
     """(d): the +RNN table cut to the top K per source by (b)'s tuned score (`filter --top-k`)."""
     tuned = ctx.paths.tuned_ini("b", run)
     table = ctx.paths.root / "score-rnn" / "phrase-table.rnn.gz"

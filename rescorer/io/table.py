@@ -155,7 +155,7 @@ def open_binary(path: str) -> Iterator[BinaryIO]:
         if raw.peek(2)[:2] == GZIP_MAGIC:
             # Decompression runs in a helper thread, outside the GIL.
             with igzip_threaded.open(raw, "rb", threads=1) as gz:
-                yield gz  # type: ignore[misc]
+                yield gz
         else:
             yield raw
     finally:
@@ -173,7 +173,7 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         if self._head:
             n = min(len(buffer), len(self._head))
             buffer[:n] = self._head[:n]
@@ -315,7 +315,7 @@ def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) ->
                 ) as gz:
                     yield gz  # type: ignore[misc]
             else:
-                yield raw  # type: ignore[misc]
+                yield raw
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
         ok = True

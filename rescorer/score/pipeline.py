@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 from isal import igzip
@@ -247,8 +247,8 @@ class _Output:
         self.partial, self.record = out + ".partial", out + ".partial.json"
         self.run_key = json.loads(json.dumps(run_key))
         self.skip_bad_lines = skip_bad_lines
-        self.sink: BinaryIO | None = None
-        self.bad_out: BinaryIO | None = None
+        self.sink: IO[bytes] | None = None
+        self.bad_out: IO[bytes] | None = None
 
     def load_resume(self) -> _Resume:
         if not os.path.exists(self.record):
@@ -272,14 +272,16 @@ class _Output:
         if self.out == "-":
             self.sink = sys.stdout.buffer
         else:
-            self.sink = open(self.partial, "r+b" if resume.out_bytes else "wb")  # noqa: SIM115
-            self.sink.truncate(resume.out_bytes)
-            self.sink.seek(resume.out_bytes)
+            sink = open(self.partial, "r+b" if resume.out_bytes else "wb")  # noqa: SIM115
+            sink.truncate(resume.out_bytes)
+            sink.seek(resume.out_bytes)
+            self.sink = sink
         if self.skip_bad_lines:
             mode = "r+b" if resume.bad_bytes else "wb"
-            self.bad_out = open(self.skip_bad_lines, mode)  # noqa: SIM115
-            self.bad_out.truncate(resume.bad_bytes)
-            self.bad_out.seek(resume.bad_bytes)
+            bad_out = open(self.skip_bad_lines, mode)  # noqa: SIM115
+            bad_out.truncate(resume.bad_bytes)
+            bad_out.seek(resume.bad_bytes)
+            self.bad_out = bad_out
 
     def write(self, data: bytes, bad_lines: list[bytes]) -> None:
         assert self.sink is not None

@@ -4,6 +4,7 @@ training split and the unigram baseline.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterator
@@ -62,7 +63,7 @@ def fingerprint(source: Source) -> dict[str, Any]:
         digest = hashlib.sha256()
         try:
             with open(path, "rb") as f:
-                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                for block in iter(functools.partial(f.read, 1 << 20), b""):
                     digest.update(block)
         except OSError as exc:
             raise RescorerError(f"{path}: cannot read: {exc.strerror}") from exc
