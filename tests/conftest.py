@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,24 @@ import torch
 
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 
-DATA_DIR = Path(__file__).parent / "data"
+# Every test data path (tests/data/README.md says where each file came from).
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+DATA_DIR = TESTS / "data"
 SAMPLE_TABLE = DATA_DIR / "en-fr.sample.phrase-table"  # 200 real lines, 20 blocks of 10
+SLICE = DATA_DIR / "pt.en-fr.slice.gz"  # 2,090 real lines in Moses' order
+FILTER_SLICE = DATA_DIR / "en-fr.filter-slice.pt.gz"  # the lines around TEST6's n-grams
+TEST6 = DATA_DIR / "en-fr.test6.en"  # the first 6 lines of the real test.en
+REAL_INI = DATA_DIR / "en-fr.moses.ini"  # mert-moses.pl's tuned ini
+DEV13_NBEST = DATA_DIR / "en-fr.dev13.nbest.gz"  # Moses' 100-best lists of 13 dev sentences
+DEV13_HYP = DATA_DIR / "en-fr.dev13.hyp.fr"  # and its 1-best output
+TINY_ARPA = DATA_DIR / "tiny.arpa"  # hand-made trigram model over a b c
+TINY_SYSTEM = DATA_DIR / "tiny-system"  # a tiny real Moses system (its build.py)
+GOLDEN = DATA_DIR / "golden"  # a 0.1.0 model directory and its scores
+# The shared material beside a checkout (absent on a fresh machine: tests using it skip).
+SHARED = ROOT.parent / "shared"
+REAL_LM = SHARED / "data" / "en-fr" / "lm.fr.binary"
+MOSES = SHARED / "tools" / "moses"
 
 
 @pytest.fixture
@@ -34,3 +52,23 @@ def tiny_model(tiny_config: ModelConfig) -> EncoderDecoder:
     model = EncoderDecoder(tiny_config)
     init_weights_(model, torch.Generator().manual_seed(0))
     return model
+
+
+# A model directory trained in seconds by the real `rescorer train` (tiny sizes, 20 updates).
+TINY_TRAIN_FLAGS = [
+    "--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size", "200",
+    "--tgt-vocab-size", "200", "--batch-size", "16", "--max-updates", "20", "--valid-every", "10",
+    "--valid-fraction", "0.05", "-q",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TINY_TRAIN_FLAGS on the tiny Moses system's table, once per test session."""
+    out = tmp_path_factory.mktemp("tiny-model") / "model"
+    table = TINY_SYSTEM / "phrase-table.gz"
+    subprocess.run(
+        [sys.executable, "-m", "rescorer", "train", str(table), "-o", str(out), *TINY_TRAIN_FLAGS],
+        check=True,
+    )
+    return out

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+from conftest import ROOT
+
 PACKAGE = ROOT / "rescorer"
 
 BASE = {"constants", "errors", "__init__"}
@@ -82,6 +84,7 @@ def test_no_module_imports_against_the_rule() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.slow
 def test_torch_free_modules_do_not_load_torch() -> None:
     code = (
         "import importlib, sys\n"

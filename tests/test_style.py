@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is not installed")
 def test_ruff_clean() -> None:
     proc = subprocess.run(
@@ -19,6 +18,7 @@ def test_ruff_clean() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("mypy") is None, reason="mypy is not installed")
 def test_mypy_clean() -> None:
     """The package and scripts type-check (configuration in setup.cfg; py.typed promises it)."""

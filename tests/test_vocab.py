@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import SLICE
 
 from rescorer.cli import cli
 from rescorer.constants import UNK_ID
 from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
 from rescorer.vocab import Vocab, build_vocabs
-
-SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
 
 
 def test_ids_follow_design() -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import SLICE
 
 from rescorer.io.table import read_table
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
@@ -17,8 +16,6 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
 
 
 def tiny_model() -> tuple[EncoderDecoder, list[tuple[str, str]], Vocab, Vocab]:

@@ -218,6 +218,7 @@ def test_resume_gives_the_same_weights_as_one_run(tmp_path: Path, sample_table: 
     assert load_model_dir(split).config == TINY
 
 
+@pytest.mark.slow
 def test_interrupt_then_resume_matches_one_run(tmp_path: Path, sample_table: Path) -> None:
     """SIGINT in a real process stops after the current update and saves; --resume finishes."""
     flags = [

@@ -8,10 +8,10 @@ import itertools
 from pathlib import Path
 
 import pytest
+from conftest import SLICE
 
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 
-SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
 DATA = gzip.decompress(SLICE.read_bytes())
 
 

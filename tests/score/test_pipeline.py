@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import SLICE
 
 from rescorer.cli import cli
 from rescorer.errors import InputError
@@ -26,7 +27,6 @@ from rescorer.score.pipeline import ScoreConfig, score_table
 from rescorer.score.scorer import score_pairs_straightforward
 from rescorer.vocab import build_vocabs
 
-SLICE = Path(__file__).parent / "data" / "pt.en-fr.slice.gz"
 # One OpenMP thread in the subprocesses: two threads stall badly when other jobs share the CPU.
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 LINES = gzip.decompress(SLICE.read_bytes()).decode().splitlines()
@@ -174,6 +174,7 @@ def test_shards_concatenate_to_the_single_run(tmp_path: Path, model_dir: Path) -
     assert all(parts) and b"".join(parts) == whole.read_bytes()
 
 
+@pytest.mark.slow
 def test_plain_stdin_to_stdout(model_dir: Path, tmp_path: Path) -> None:
     whole = run_score(tmp_path, model_dir, "whole.txt")
     proc = subprocess.run(
@@ -249,6 +250,7 @@ def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
     assert usage.exit_code == 2
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
     """SIGKILL a run part-way through, --resume it, and compare with an uninterrupted run."""
     # A longer input so the run is still going when it is killed: the slice, 12 times over

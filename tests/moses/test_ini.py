@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA_DIR, REAL_INI
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
 from rescorer.moses.ini import read_ini, update_for_scored_table, write_scored_ini
 
-DATA = Path(__file__).parent / "data"
-REAL_INI = DATA / "en-fr.moses.ini"  # mert-moses.pl's tuned ini, see tests/data/README.md
-SLICE = DATA / "pt.en-fr.slice.gz"
+SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 
 
 def scored_table(tmp_path: Path, extra: tuple[str, ...] = ("0.5",), lines: int = 50) -> Path:
@@ -56,7 +55,7 @@ def test_real_ini_features_and_weights() -> None:
     weights = ini.weights()
     assert weights["TranslationModel0"] == (0.11452, 0.0672427, -0.000424593, 0.0192088)
     assert weights["LM0"] == (0.111134,)
-    assert ini.resolve(ini.feature("LM0").get("path") or "") == str(DATA / "lm.fr.binary")
+    assert ini.resolve(ini.feature("LM0").get("path") or "") == str(DATA_DIR / "lm.fr.binary")
     assert ini.text() == REAL_INI.read_text()  # every byte kept
 
 

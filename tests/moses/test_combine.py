@@ -11,6 +11,7 @@ from pathlib import Path
 import kenlm
 import pytest
 from click.testing import CliRunner
+from conftest import DATA_DIR, REAL_INI, REAL_LM, TINY_ARPA
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -18,11 +19,7 @@ from rescorer.io.table import parse_line, read_table
 from rescorer.moses.combine import Combiner, CombinerConfig, build_config, parse_weight_option
 from rescorer.moses.ini import read_ini
 
-DATA = Path(__file__).parent / "data"
-REAL_INI = DATA / "en-fr.moses.ini"
-SLICE = DATA / "pt.en-fr.slice.gz"
-TINY_ARPA = DATA / "tiny.arpa"
-REAL_LM = Path(__file__).resolve().parents[2] / "shared" / "data" / "en-fr" / "lm.fr.binary"
+SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 
 # The real ini's tuned weights, copied by hand from tests/data/en-fr.moses.ini.
 TM = (0.11452, 0.0672427, -0.000424593, 0.0192088)
@@ -144,10 +141,11 @@ def test_ini_lm_path_is_relative_to_the_ini(tmp_path: Path) -> None:
         cli, ["combine", str(SLICE), "--weights", str(REAL_INI), "-o", str(tmp_path / "x.gz")]
     )
     assert result.exit_code == 1
-    assert f"{DATA / 'lm.fr.binary'}: cannot load KenLM model" in result.stderr
+    assert f"{DATA_DIR / 'lm.fr.binary'}: cannot load KenLM model" in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.slow
 def test_combine_and_filter_do_not_import_torch(tmp_path: Path) -> None:
     code = (
         "import sys\n"

@@ -18,15 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import MOSES, ROOT, TINY_SYSTEM
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.table1 import Table1Config, check_config
 from rescorer.moses.ini import read_ini
 
-ROOT = Path(__file__).resolve().parent.parent
-SYSTEM = ROOT / "tests" / "data" / "tiny-system"
-MOSES = ROOT.parent / "shared" / "tools" / "moses"
 SCRIPT = ROOT / "scripts" / "table1.py"
 
 needs_moses = pytest.mark.skipif(
@@ -34,20 +32,6 @@ needs_moses = pytest.mark.skipif(
     reason=f"the real Moses toolkit is not at {MOSES} (../shared/tools/moses)",
 )
 pytestmark = [pytest.mark.slow, needs_moses]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny model trained on the tiny system's table (a few seconds)."""
-    out = tmp_path_factory.mktemp("model") / "m"
-    subprocess.run(
-        [sys.executable, "-m", "rescorer", "train", str(SYSTEM / "phrase-table.gz"), "-o",
-         str(out), "--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5",
-         "--src-vocab-size", "200", "--tgt-vocab-size", "200", "--batch-size", "16",
-         "--max-updates", "20", "--valid-every", "10", "--valid-fraction", "0.05", "-q"],
-        check=True,
-    )  # fmt: skip
-    return out
 
 
 def table1_argv(system: Path, model: Path, work: Path, runs: int = 2) -> list[str]:
@@ -66,9 +50,9 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model: Path) -> None:
+def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model_dir: Path) -> None:
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(SYSTEM, tiny_model, work))
+    proc = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work))
     assert proc.returncode == 0, proc.stderr
     results = json.loads((work / "results.json").read_text())
     assert [s["system"] for s in results["systems"]] == ["a", "b", "c", "d"]
@@ -105,7 +89,7 @@ def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model: Path
         assert f"Seeding random numbers with {row['seed']}" in log
         for part in ("dev", "test"):
             hyps = lines(work / f"decode-{system}-{run}" / f"{part}.hyp")
-            refs = lines(SYSTEM / f"{part}.fr")
+            refs = lines(TINY_SYSTEM / f"{part}.fr")
             assert len(hyps) == 10
             ours = float(bleu_from_totals(corpus_stats(hyps, refs).sum(axis=0)))
             assert row[f"{part}_bleu"] == pytest.approx(ours, abs=1e-9)
@@ -120,11 +104,11 @@ def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model: Path
 
 
 def test_a_killed_driver_resumed_does_not_redo_finished_steps(
-    tmp_path: Path, tiny_model: Path
+    tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     work = tmp_path / "work"
     proc = subprocess.Popen(
-        table1_argv(SYSTEM, tiny_model, work, runs=1),
+        table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1),
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -140,7 +124,7 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps(
     before = {name: (work / name / "done.json").read_bytes() for name in finished}
     mtimes = {name: (work / name / "done.json").stat().st_mtime_ns for name in finished}
 
-    again = run_table1(*table1_argv(SYSTEM, tiny_model, work, runs=1))
+    again = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
     assert again.returncode == 0, again.stderr
     for name in finished:
         assert f"table1: {name}: done before" in again.stderr
@@ -149,22 +133,22 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps(
     assert "table1: tune-a-1: running" in again.stderr  # the cut-short step ran again
     assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 1
 
-    third = run_table1(*table1_argv(SYSTEM, tiny_model, work, runs=1))
+    third = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
     assert third.returncode == 0
     assert "running" not in third.stderr  # everything was done
 
 
 def copy_system(tmp_path: Path) -> Path:
     system = tmp_path / "system"
-    shutil.copytree(SYSTEM, system)
+    shutil.copytree(TINY_SYSTEM, system)
     return system
 
 
-def test_a_decoder_error_names_the_step_and_its_log(tmp_path: Path, tiny_model: Path) -> None:
+def test_a_decoder_error_names_the_step_and_its_log(tmp_path: Path, tiny_model_dir: Path) -> None:
     system = copy_system(tmp_path)
     (system / "lm.arpa").write_text("this is not an ARPA file\n")
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(system, tiny_model, work, runs=1))
+    proc = run_table1(*table1_argv(system, tiny_model_dir, work, runs=1))
     assert proc.returncode == 1
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("table1: error: step tune-a-1: perl exited with status")
@@ -174,31 +158,33 @@ def test_a_decoder_error_names_the_step_and_its_log(tmp_path: Path, tiny_model: 
     assert not (work / "tune-a-1" / "done.json").exists()
 
 
-def test_a_missing_table_names_the_step(tmp_path: Path, tiny_model: Path) -> None:
+def test_a_missing_table_names_the_step(tmp_path: Path, tiny_model_dir: Path) -> None:
     system = copy_system(tmp_path)
     (system / "reordering-table.gz").unlink()
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(system, tiny_model, work, runs=1))
+    proc = run_table1(*table1_argv(system, tiny_model_dir, work, runs=1))
     assert proc.returncode == 1
     assert f"step filter: missing {system / 'reordering-table.gz'}" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_a_missing_output_of_a_finished_step_names_the_next_step(
-    tmp_path: Path, tiny_model: Path
+    tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     work = tmp_path / "work"
-    assert run_table1(*table1_argv(SYSTEM, tiny_model, work, runs=1)).returncode == 0
+    assert run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1)).returncode == 0
     (work / "score-rnn" / "b.ini").unlink()
     shutil.rmtree(work / "tune-b-1")
-    proc = run_table1(*table1_argv(SYSTEM, tiny_model, work, runs=1))
+    proc = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
     assert proc.returncode == 1
     assert f"step tune-b-1: missing {work / 'score-rnn' / 'b.ini'}" in proc.stderr
 
 
-def test_a_work_dir_made_with_other_settings_is_refused(tmp_path: Path, tiny_model: Path) -> None:
+def test_a_work_dir_made_with_other_settings_is_refused(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     work = tmp_path / "work"
-    argv = table1_argv(SYSTEM, tiny_model, work, runs=1)
+    argv = table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1)
     assert run_table1(*argv).returncode == 0
     other = [*argv[:-2], "--top-k", "3", *argv[-2:]]
     proc = run_table1(*other)
@@ -215,8 +201,8 @@ def test_a_work_dir_made_with_other_settings_is_refused(tmp_path: Path, tiny_mod
         ({"tuner": "pro"}, "--tuner pro: expected one of mert, mira"),
     ],
 )
-def test_config_errors(tmp_path: Path, tiny_model: Path, change: dict, message: str) -> None:
-    base = {"system": SYSTEM, "work": tmp_path, "moses": MOSES, "model": tiny_model}
+def test_config_errors(tmp_path: Path, tiny_model_dir: Path, change: dict, message: str) -> None:
+    base = {"system": TINY_SYSTEM, "work": tmp_path, "moses": MOSES, "model": tiny_model_dir}
     with pytest.raises(RescorerError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_config(Table1Config(**{**base, **change}))  # type: ignore[arg-type]
 
@@ -224,7 +210,7 @@ def test_config_errors(tmp_path: Path, tiny_model: Path, change: dict, message: 
 def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     work = tmp_path / "work"
     argv = [
-        sys.executable, str(SCRIPT), str(SYSTEM), "--train", "20s", "--work", str(work),
+        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "20s", "--work", str(work),
         "--moses", str(MOSES), "--runs", "1", "--max-iterations", "1", "--trials", "100",
         "--score-args", "--compile no",
         "--train-args", "--hidden-size 8 --embed-size 6 --maxout-units 5 --src-vocab-size 200 "

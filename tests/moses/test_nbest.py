@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA_DIR, REAL_INI
 
 from rescorer.cli import cli
 from rescorer.errors import InputError
@@ -21,10 +22,8 @@ from rescorer.moses.nbest import (
     weighted_sum,
 )
 
-DATA = Path(__file__).parent / "data"
-NBEST = DATA / "en-fr.dev13.nbest.gz"  # Moses' 100-best of dev.en sentences 0-12
-HYP = DATA / "en-fr.dev13.hyp.fr"  # Moses' 1-best output for them
-REAL_INI = DATA / "en-fr.moses.ini"  # the ini that decoded them
+NBEST = DATA_DIR / "en-fr.dev13.nbest.gz"  # Moses' 100-best of dev.en sentences 0-12
+HYP = DATA_DIR / "en-fr.dev13.hyp.fr"  # Moses' 1-best output for them
 
 
 def rerank(args: list[str]) -> tuple[int, str, str]:

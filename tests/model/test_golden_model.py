@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import GOLDEN
 
 from rescorer.model.checkpoint import CONFIG_FORMAT, load_model_dir
 from rescorer.model.encdec import count_parameters
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 MODEL = GOLDEN / "model"
 
 
@@ -29,6 +29,7 @@ def split(line: str) -> tuple[str, list[str]]:
     return " ||| ".join(fields[:2] + fields[3:]), fields[2].split()
 
 
+@pytest.mark.slow
 def test_the_committed_model_scores_as_it_did(tmp_path: Path) -> None:
     out = tmp_path / "scored.phrase-table"
     subprocess.run(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA_DIR, REAL_INI
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -16,10 +17,8 @@ from rescorer.io.table import read_table
 from rescorer.moses.filter import FilterConfig, MinScore, filter_table, parse_min_score
 from rescorer.moses.ini import read_ini
 
-DATA = Path(__file__).parent / "data"
-TABLE = DATA / "en-fr.filter-slice.pt.gz"  # 1,004 real lines around test6's n-grams
-INPUT = DATA / "en-fr.test6.en"  # the first 6 lines of test.en
-REAL_INI = DATA / "en-fr.moses.ini"
+TABLE = DATA_DIR / "en-fr.filter-slice.pt.gz"  # 1,004 real lines around test6's n-grams
+INPUT = DATA_DIR / "en-fr.test6.en"  # the first 6 lines of test.en
 TM = (0.11452, 0.0672427, -0.000424593, 0.0192088)  # its weights, copied by hand
 WORD_PENALTY, PHRASE_PENALTY = -0.0919745, 0.0125348
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR
 
 from rescorer.errors import InputError
 from rescorer.io.table import (
@@ -24,8 +25,7 @@ from rescorer.io.table import (
     split_tokens,
 )
 
-DATA = Path(__file__).parent / "data"
-SLICE = DATA / "pt.en-fr.slice.gz"
+SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 
 
 def slice_bytes() -> bytes:
@@ -74,6 +74,7 @@ def test_gzip_output_is_deterministic(tmp_path: Path) -> None:
     assert raw[3] & 0x08 == 0  # no embedded file name (FNAME flag unset)
 
 
+@pytest.mark.slow
 def test_stdin_to_stdout() -> None:
     data = SLICE.read_bytes()  # gzip on stdin, plain on stdout
     code = "from rescorer.io.table import copy_table; copy_table('-', '-')"

@@ -7,15 +7,11 @@ from pathlib import Path
 
 import kenlm
 import pytest
+from conftest import DATA_DIR, REAL_LM, TINY_ARPA
 
 from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
 from rescorer.moses.lm import LN10, KenLM
-
-DATA = Path(__file__).parent / "data"
-TINY_ARPA = DATA / "tiny.arpa"  # hand-made trigram model, see tests/data/README.md
-REAL_LM = Path(__file__).resolve().parents[2] / "shared" / "data" / "en-fr" / "lm.fr.binary"
-
 
 # (phrase, log10 of the first order-1 = 2 words, log10 of the rest), worked out by hand from
 # tiny.arpa: p(w) for the first word (no <s>), backing off where an n-gram is missing.
@@ -64,7 +60,7 @@ def test_real_lm_matches_full_scores() -> None:
     lm = KenLM(str(REAL_LM))
     model = kenlm.Model(str(REAL_LM))
     assert lm.order == 5
-    phrases = [e.tgt_tokens for e in read_table(str(DATA / "en-fr.sample.phrase-table"))]
+    phrases = [e.tgt_tokens for e in read_table(str(DATA_DIR / "en-fr.sample.phrase-table"))]
     long_ones = [p for p in phrases if len(p) >= 6][:5]
     assert len(long_ones) == 5
     for tokens in [*phrases[:20], *long_ones]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA_DIR
 
 from rescorer.experiments.bleu import (
     approximate_randomization,
@@ -16,10 +16,9 @@ from rescorer.experiments.bleu import (
     sentence_stats,
 )
 
-DATA = Path(__file__).parent / "data"
 # Moses' real 1-best for dev sentences 0-9 and their references
-HYPS = (DATA / "en-fr.dev13.hyp.fr").read_text(encoding="utf-8").splitlines()[:10]
-REFS = (DATA / "tiny-system" / "dev.fr").read_text(encoding="utf-8").splitlines()
+HYPS = (DATA_DIR / "en-fr.dev13.hyp.fr").read_text(encoding="utf-8").splitlines()[:10]
+REFS = (DATA_DIR / "tiny-system" / "dev.fr").read_text(encoding="utf-8").splitlines()
 
 
 def test_sentence_stats_by_hand() -> None:

@@ -55,6 +55,7 @@ def test_round_trip(tmp_path: Path, tiny_model: EncoderDecoder) -> None:
     assert not list(tmp_path.glob("*.tmp"))  # atomic writes leave nothing behind
 
 
+@pytest.mark.slow
 def test_loads_in_a_fresh_process_with_no_flags(tmp_path: Path, tiny_model: EncoderDecoder) -> None:
     src_vocab, tgt_vocab = write_dir(tmp_path, tiny_model)
     expected = score(tiny_model, src_vocab, tgt_vocab)
