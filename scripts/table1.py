@@ -43,6 +43,12 @@ HERE = Path(__file__).resolve().parent
 @click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
 @click.option("--tuner", type=click.Choice(["mert", "mira"]), default="mert", show_default=True)
 @click.option("--top-k", default=5, show_default=True, help="System (d): targets per source.")
+@click.option(
+    "--new-weight",
+    default=0.05,
+    show_default=True,
+    help="Starting weight of the RNN (and WP) column for tuning.",
+)
 @click.option("--threads", default=os.cpu_count() or 1, show_default="all cores")
 @click.option("--seed", default=1, show_default=True, help="Run r tunes with seed SEED*1000+r.")
 @click.option("--src", default="en", show_default=True, help="Source suffix of dev/test files.")

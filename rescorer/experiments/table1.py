@@ -64,6 +64,7 @@ RESULT_KEYS = (
     "max_iterations",
     "tuner",
     "top_k",
+    "new_weight",
     "seed",
     "src",
     "tgt",
@@ -115,6 +116,7 @@ class Table1Config:
     max_iterations: int = 10  # mert-moses.pl --maximum-iterations
     tuner: str = "mert"  # mert or mira (mert-moses.pl --batch-mira)
     top_k: int = 5  # system (d): targets kept per source
+    new_weight: float = 0.05  # tuning starts the RNN (and WP) weight here (moses-ini --weight)
     threads: int = 2  # decoder threads
     seed: int = 1  # run r of every system uses tuner seed seed * 1000 + r
     src: str = "en"
@@ -394,7 +396,13 @@ def _score(ctx: _Context, step: Step, *, word_penalty: bool) -> dict[str, Any]:
         )
     )  # fmt: skip
     ini = out / ("c.ini" if word_penalty else "b.ini")
-    step.run(rescorer_argv("moses-ini", filtered / "a.ini", "--phrase-table", table, "-o", ini))
+    weights = [str(ctx.cfg.new_weight)] * (2 if word_penalty else 1)
+    step.run(
+        rescorer_argv(
+            "moses-ini", filtered / "a.ini", "--phrase-table", table, "-o", ini,
+            *(arg for w in weights for arg in ("--weight", w)),
+        )
+    )  # fmt: skip
     return {"table": str(table), "ini": str(ini), "model": str(ctx.model)}
 
 
