@@ -25,6 +25,7 @@ from rescorer.constants import (
     UNK_SYMBOL,
 )
 from rescorer.errors import RescorerError, check
+from rescorer.io.files import write_json
 from rescorer.io.table import split_tokens
 
 VOCAB_FORMAT = "rescorer-vocab-1"
@@ -101,11 +102,7 @@ class Vocab:
         }
 
     def save(self, path: str) -> None:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(self.to_dict(), out, ensure_ascii=False, indent=0)
-            out.write("\n")
-        os.replace(tmp, path)
+        write_json(path, self.to_dict(), indent=0)
 
     @classmethod
     def load(cls, path: str) -> Vocab:

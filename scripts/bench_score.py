@@ -38,7 +38,8 @@ from isal import igzip
 
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.io.chunks import iter_chunks
-from rescorer.io.table import open_binary, read_table
+from rescorer.io.files import open_binary
+from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.pipeline import ScoreConfig, init_worker, parse_chunk, score_table

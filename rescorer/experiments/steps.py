@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
+from rescorer.io.files import write_json
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"
@@ -29,24 +30,6 @@ LOG_FILE = "log"
 
 class StepError(RescorerError):
     """A step failed: names the step, what went wrong and the log to read."""
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON under ``path`` atomically (temp file in the same folder, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write text under ``path`` atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class Step:
@@ -146,6 +129,6 @@ class WorkDir:
         start = time.monotonic()
         result = action(step)
         record = {**result, "seconds": round(time.monotonic() - start, 1)}
-        write_json(folder / DONE_FILE, record)
+        write_json(folder / DONE_FILE, record, fsync=True)
         self.say(f"table1: {name}: done in {record['seconds']:.0f} s")
         return record

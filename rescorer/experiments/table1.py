@@ -41,7 +41,8 @@ from rescorer.experiments.bleu import (
     corpus_stats,
     sacrebleu_score,
 )
-from rescorer.experiments.steps import Step, StepError, WorkDir, write_json, write_text
+from rescorer.experiments.steps import Step, StepError, WorkDir
+from rescorer.io.files import write_json, write_text
 from rescorer.moses.ini import absolute_paths, read_ini, with_feature_paths
 
 SYSTEMS = {

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from rescorer.constants import FIELD_SEP_B
 from rescorer.errors import RescorerError
-from rescorer.io.table import open_binary
+from rescorer.io.files import open_binary
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,6 @@ temporary name in the same folder and renamed into place, so a reader never sees
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +23,8 @@ from rescorer.constants import (
     WEIGHTS_FILE,
 )
 from rescorer.errors import RescorerError
+from rescorer.io import files
+from rescorer.io.files import write_json
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
 from rescorer.vocab import Vocab
 
@@ -49,35 +49,17 @@ class LoadedModel(NamedTuple):
     provenance: dict[str, Any]
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """Write ``data`` as JSON atomically (temporary file, then rename)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(data, out, ensure_ascii=False, indent=2)
-        out.write("\n")
-    os.replace(tmp, path)
-
-
 def read_json(path: str | Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError as exc:
-        raise RescorerError(f"{path}: missing (not a complete rescorer model directory?)") from exc
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RescorerError(f"{path}: cannot read JSON: {exc}") from exc
+    """A JSON file of a model directory."""
+    return files.read_json(path, what="not a complete rescorer model directory?")
 
 
 def save_weights(path: str | Path, model: EncoderDecoder) -> None:
     """The model's parameters as safetensors (fp32, CPU), atomically."""
     state = model.state_dict()
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
-    tmp = f"{path}.tmp"
-    save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # safetensors creates the file 0600; use the usual mode
-    os.replace(tmp, path)
+    with files.atomic_path(path) as tmp:  # safetensors writes 0600; atomic_path sets the usual mode
+        save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
 
 
 def save_model_dir(

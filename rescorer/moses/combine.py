@@ -261,7 +261,8 @@ def combine_table(
     column_only: bool = False,
 ) -> CombineStats:
     """``rescorer combine``: stream a table, write each pair's combined score."""
-    from rescorer.io.table import display_name, open_output, read_table
+    from rescorer.io.files import display_name, open_output
+    from rescorer.io.table import read_table
 
     first, entries = peek(read_table(table_path))
     if first is None:  # an empty table gives an empty output

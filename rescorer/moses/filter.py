@@ -63,7 +63,7 @@ def input_ngrams(
     path: str, *, max_length: int = MAX_NGRAM, tokenize: Callable[[str], str] | None = None
 ) -> set[str]:
     """Every n-gram (1 <= n <= max_length) of every line of ``path``, words joined by a space."""
-    from rescorer.io.table import open_text
+    from rescorer.io.files import open_text
 
     ngrams: set[str] = set()
     with open_text(path) as lines:
@@ -202,7 +202,8 @@ def filter_table(
 
     With ``ini_out``, also writes ``ini_in`` (default: ``ini``) pointing at the new table.
     """
-    from rescorer.io.table import display_name, open_output, read_table
+    from rescorer.io.files import display_name, open_output
+    from rescorer.io.table import read_table
 
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")

@@ -371,7 +371,7 @@ def write_scored_ini(
     feature_name: str | None = None,
 ) -> IniUpdate:
     """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table."""
-    from rescorer.io.table import open_output
+    from rescorer.io.files import open_output
 
     ini = read_ini(ini_path)
     num_columns = count_columns(table_path)

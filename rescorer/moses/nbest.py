@@ -91,7 +91,7 @@ def parse_nbest_line(text: str, path: str, lineno: int) -> NBestEntry:
 
 def read_nbest(path: str) -> Iterator[NBestEntry]:
     """Stream the entries of an n-best list (plain or gzip, ``-`` for stdin)."""
-    from rescorer.io.table import display_name, open_text
+    from rescorer.io.files import display_name, open_text
 
     name = display_name(path)
     with open_text(path) as lines:
@@ -101,7 +101,7 @@ def read_nbest(path: str) -> Iterator[NBestEntry]:
 
 def read_feature_lines(path: str) -> Iterator[tuple[int, Features]]:
     """An extra-feature file: one ``Name= v ...`` line per n-best line."""
-    from rescorer.io.table import display_name, open_text
+    from rescorer.io.files import display_name, open_text
 
     name = display_name(path)
     with open_text(path) as lines:
@@ -212,7 +212,7 @@ class RerankStats:
 
 def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> RerankStats:
     """``rescorer rerank``: the best hypothesis per sentence (or the re-sorted list)."""
-    from rescorer.io.table import display_name, open_output
+    from rescorer.io.files import display_name, open_output
 
     name = display_name(nbest_path)
     stats = RerankStats()

@@ -35,15 +35,8 @@ from isal import igzip
 from rescorer.constants import DEFAULT_GZIP_LEVEL
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
-from rescorer.io.table import (
-    display_name,
-    format_logp,
-    format_prob,
-    format_score,
-    iter_raw_lines,
-    open_binary,
-    parse_raw_line,
-)
+from rescorer.io.files import display_name, iter_raw_lines, open_binary, write_json
+from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
 from rescorer.vocab import Vocab
 
@@ -306,10 +299,7 @@ class _Output:
             "bad_bytes": self.bad_out.tell() if self.bad_out is not None else 0,
             "stats": {"lines_in": stats.lines_in, "lines_out": stats.lines_out, "bad": stats.bad},
         }
-        tmp = self.record + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(state, f)
-        os.replace(tmp, self.record)
+        write_json(self.record, state, indent=None, ensure_ascii=True)
 
     def close(self, ok: bool, keep_partial: bool) -> None:
         if self.bad_out is not None:

@@ -15,7 +15,8 @@ import numpy as np
 
 from rescorer.batching import PairArrays, PairArraysBuilder
 from rescorer.errors import InputError, RescorerError, check
-from rescorer.io.table import TableReader, open_text, split_tokens
+from rescorer.io.files import open_text
+from rescorer.io.table import TableReader, split_tokens
 from rescorer.model.encdec import ModelConfig
 from rescorer.train.config import TrainConfig
 from rescorer.vocab import Vocab, build_vocabs

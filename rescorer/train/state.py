@@ -4,7 +4,6 @@ run needs to continue exactly).
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 
 from rescorer.errors import RescorerError
+from rescorer.io.files import atomic_path
 from rescorer.model.encdec import EncoderDecoder
 
 STATE_FORMAT = "rescorer-train-state-1"
@@ -34,17 +34,16 @@ class RunState:
 def save_state(
     path: Path, model: EncoderDecoder, optim: torch.optim.Optimizer, run: RunState
 ) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(
-        {
-            "format": STATE_FORMAT,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": optim.state_dict(),
-            "run": asdict(run),
-        },
-        tmp,
-    )
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(
+            {
+                "format": STATE_FORMAT,
+                "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                "optimizer": optim.state_dict(),
+                "run": asdict(run),
+            },
+            tmp,
+        )
 
 
 def load_state(path: Path, device: torch.device) -> dict[str, Any]:

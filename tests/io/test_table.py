@@ -13,13 +13,13 @@ import pytest
 from conftest import DATA_DIR
 
 from rescorer.errors import InputError
+from rescorer.io.files import open_output
 from rescorer.io.table import (
     TableReader,
     copy_table,
     format_logp,
     format_prob,
     format_score,
-    open_output,
     parse_line,
     read_table,
     split_tokens,

@@ -1,0 +1,216 @@
+"""Opening inputs and writing outputs, the one place that does either.
+
+Input is plain or gzip, detected by its first two bytes, ``-`` for stdin; a truncated gzip
+stream is an error naming the file. Every file rescorer writes appears under its final name only
+when complete (:func:`atomic_path`: a temporary file in the same folder, renamed over the name,
+with the mode a plain ``open`` would give). Table output is gzip when the name ends in ``.gz``
+(level 1, no timestamp, no embedded name: the same input gives the same bytes), ``-`` for stdout.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any, BinaryIO, TextIO
+
+from isal import igzip, igzip_threaded
+
+from rescorer.constants import DEFAULT_GZIP_LEVEL, GZIP_MAGIC
+from rescorer.errors import InputError, RescorerError
+
+
+def display_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+@contextmanager
+def open_binary(path: str) -> Iterator[BinaryIO]:
+    """Open a file (or ``-``, stdin) for reading bytes, decompressing gzip detected by magic."""
+    if path == "-":
+        raw = _peekable(sys.stdin.buffer)
+        close_raw = False
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115
+        except OSError as exc:
+            raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+        close_raw = True
+    try:
+        if raw.peek(2)[:2] == GZIP_MAGIC:
+            # Decompression runs in a helper thread, outside the GIL.
+            with igzip_threaded.open(raw, "rb", threads=1) as gz:
+                yield gz
+        else:
+            yield raw
+    finally:
+        if close_raw:
+            raw.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """A raw stream that yields ``head`` and then the rest of ``stream`` (for peeking)."""
+
+    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _peekable(stream: BinaryIO) -> io.BufferedReader:
+    """``stream`` itself if it can peek (a real stdin), else a buffered wrapper that can."""
+    if isinstance(stream, io.BufferedReader):
+        return stream
+    return io.BufferedReader(_Prefixed(b"", stream), buffer_size=1 << 16)
+
+
+def iter_raw_lines(stream: BinaryIO, path: str) -> Iterator[bytes]:
+    """Lines of a binary stream (with their newline); a truncated gzip stream is an InputError."""
+    try:
+        yield from stream
+    except (EOFError, OSError) as exc:  # igzip: "Compressed file ended before the end..."
+        raise InputError(
+            display_name(path), None, f"corrupt or truncated gzip data: {exc}"
+        ) from exc
+
+
+@contextmanager
+def open_text(path: str) -> Iterator[Iterator[str]]:
+    """Lines (without newline) of any UTF-8 text file, plain or gzip, ``-`` for stdin.
+
+    Invalid UTF-8 is an InputError naming the file and the line.
+    """
+    with open_binary(path) as stream:
+
+        def lines() -> Iterator[str]:
+            for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise InputError(
+                        display_name(path), lineno, f"invalid UTF-8: {exc.reason}"
+                    ) from exc
+                yield text[:-1] if text.endswith("\n") else text
+
+        yield lines()
+
+
+@contextmanager
+def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[BinaryIO]:
+    """A binary output that appears under ``path`` only when the block completes.
+
+    ``-`` is stdout. A ``.gz`` name gets gzip (no timestamp, no embedded name). The data goes to a
+    temporary file in the same folder, renamed over ``path`` on success and removed on error.
+    """
+    gzipped = path.endswith(".gz")
+    if path == "-":
+        out = sys.stdout.buffer
+        if gzipped:  # pragma: no cover - "-" never ends in .gz
+            raise AssertionError
+        yield out
+        out.flush()
+        return
+    with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as raw:
+        if gzipped:
+            with igzip.IGzipFile(
+                filename="", mode="wb", compresslevel=compresslevel, fileobj=raw, mtime=0
+            ) as gz:
+                yield gz  # type: ignore[misc]
+        else:
+            yield raw
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterator[str]:
+    """A temporary name beside ``path`` to write; renamed over ``path`` when the block completes.
+
+    On an error the temporary file is removed and ``path`` is left as it was. The file gets the
+    mode a plain ``open`` would give it (0666 less the umask); with ``fsync`` its data reaches
+    the disk before the rename.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise RescorerError(f"{path}: cannot write to {folder}: {exc.strerror}") from exc
+    os.close(fd)
+    ok = False
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        if fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        ok = True
+    finally:
+        if not ok:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+
+def write_json(
+    path: str | os.PathLike[str],
+    data: Any,
+    *,
+    indent: int | None = 2,
+    ensure_ascii: bool = False,
+    fsync: bool = False,
+) -> None:
+    """``data`` as JSON (and a final newline when indented), atomically."""
+    with atomic_path(path, fsync=fsync) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        json.dump(data, out, ensure_ascii=ensure_ascii, indent=indent)
+        if indent is not None:
+            out.write("\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` (UTF-8), atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
+        out.write(text)
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
+    """JSON from ``path``; a missing or unreadable file is a RescorerError naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError as exc:
+        raise RescorerError(f"{os.fspath(path)}: missing ({what})") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RescorerError(f"{os.fspath(path)}: cannot read JSON: {exc}") from exc
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def open_output(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[TextIO]:
+    """Text (UTF-8, ``\\n``) version of :func:`open_output_binary`."""
+    with open_output_binary(path, compresslevel=compresslevel) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline="\n", write_through=False)
+        try:
+            yield text
+            text.flush()
+        finally:
+            text.detach()
