@@ -5,9 +5,12 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from rescorer.moses.combine import WeightSpec
 
 from rescorer.errors import RescorerError
 
@@ -82,17 +85,21 @@ def weight_options(func: F) -> F:
     return func
 
 
-def weight_args(ini: str | None, overrides: tuple[str, ...], **opts: Any) -> dict[str, Any]:
-    """Keyword arguments for combine_table / filter_table from weight_options' values."""
-    from rescorer.moses.combine import parse_weight_option
+def weight_spec(
+    ini: str | None,
+    overrides: tuple[str, ...],
+    feature_name: str | None = None,
+    lm_path: str | None = None,
+    no_lm: bool = False,
+) -> WeightSpec:
+    """The one WeightSpec of a command, from weight_options' values (built once, here)."""
+    from rescorer.moses.combine import WeightSpec, parse_weight_option
     from rescorer.moses.ini import read_ini
 
-    if ini is None and not overrides:
-        raise RescorerError("no weights: give --weights moses.ini and/or --weight NAME=v1,...")
-    return {
-        "ini": read_ini(ini) if ini is not None else None,
-        "overrides": [parse_weight_option(text) for text in overrides],
-        "feature_name": opts["feature_name"],
-        "lm_path": opts["lm_path"],
-        "use_lm": not opts["no_lm"],
-    }
+    return WeightSpec(
+        ini=read_ini(ini) if ini is not None else None,
+        overrides=tuple(parse_weight_option(text) for text in overrides),
+        feature_name=feature_name,
+        lm_path=lm_path,
+        use_lm=not no_lm,
+    )

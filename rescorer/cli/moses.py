@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import user_errors, weight_args, weight_options
+from rescorer.cli.common import user_errors, weight_options, weight_spec
 
 
 @click.command("moses-ini")
@@ -20,7 +20,11 @@ from rescorer.cli.common import user_errors, weight_args, weight_options
 )
 @click.option("-o", "--output", "out", required=True, help="The new moses.ini.")
 @click.option(
-    "--weight", "weights", type=float, multiple=True, help="Per added column (default 0.2 each)."
+    "--new-weight",
+    "weights",
+    type=float,
+    multiple=True,
+    help="Starting weight of each added column, repeatable (default 0.2 each).",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @user_errors
@@ -67,7 +71,8 @@ def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
     """
     from rescorer.moses.combine import combine_table
 
-    stats = combine_table(table, out, column_only=column_only, **weight_args(**opts))
+    weights = weight_spec(**opts).require()
+    stats = combine_table(table, out, weights, column_only=column_only)
     click.echo(f"combined {stats.lines} phrase pairs into {out}", err=True)
 
 
@@ -113,12 +118,11 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         min_scores=tuple(spec for text in min_scores for spec in parse_min_score(text)),
         top_k=opts.pop("top_k"),
     )
-    extra = {"ini_in": opts.pop("ini_in"), "ini_out": opts.pop("ini_out")}
-    if config.top_k is not None or opts["ini"] is not None or opts["overrides"]:
-        extra.update(weight_args(**opts))
-    else:
-        extra["feature_name"] = opts["feature_name"]
-    stats = filter_table(table, out, config, **extra)
+    ini_in, ini_out = opts.pop("ini_in"), opts.pop("ini_out")
+    weights = weight_spec(**opts)
+    if config.top_k is not None:
+        weights.require()
+    stats = filter_table(table, out, config, weights=weights, ini_in=ini_in, ini_out=ini_out)
     click.echo(stats.summary(), err=True)
 
 
@@ -141,11 +145,10 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
       rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini
       rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2
     """
-    from rescorer.moses.combine import parse_weight_option
-    from rescorer.moses.nbest import RerankConfig, build_weights, rerank_nbest
+    from rescorer.moses.nbest import RerankConfig, rerank_nbest
 
-    weights = build_weights(ini, [parse_weight_option(text) for text in overrides])
-    decoded_with = build_weights(opts["decoded_with"], []) if opts["decoded_with"] else None
+    weights = weight_spec(ini, overrides).require().weights()
+    decoded_with = weight_spec(opts["decoded_with"], ()).weights() if opts["decoded_with"] else None
     config = RerankConfig(weights, decoded_with, opts["feature_file"], opts["nbest_out"])
     stats = rerank_nbest(nbest, out, config)
     click.echo(

@@ -43,7 +43,13 @@ from rescorer.experiments.bleu import (
 )
 from rescorer.experiments.steps import Step, StepError, WorkDir
 from rescorer.io.files import write_json, write_text
-from rescorer.moses.ini import absolute_paths, read_ini, with_feature_paths
+from rescorer.moses.ini import (
+    MosesIni,
+    absolute_paths,
+    pick_table_feature,
+    read_ini,
+    with_feature_paths,
+)
 
 SYSTEMS = {
     "a": "baseline",
@@ -327,16 +333,9 @@ def _phrase_table(ctx: _Context) -> Path:
     return Path(_phrase_table_feature(ini, ctx.cfg.feature_name)[1])
 
 
-def _phrase_table_feature(ini: Any, feature_name: str | None) -> tuple[str, str]:
-    models = ini.translation_models()
-    if feature_name is not None:
-        feature = ini.feature(feature_name)
-    elif len(models) == 1:
-        feature = models[0]
-    else:
-        raise StepError(
-            f"{ini.path} has {len(models)} phrase tables: pass --feature-name to choose one"
-        )
+def _phrase_table_feature(ini: MosesIni, feature_name: str | None) -> tuple[str, str]:
+    """The name and the table path of the phrase table the experiment scores."""
+    feature = pick_table_feature(ini, feature_name)
     path = feature.get("path")
     if path is None or feature.kind != "PhraseDictionaryMemory":
         raise StepError(
@@ -401,7 +400,7 @@ def _score(ctx: _Context, step: Step, *, word_penalty: bool) -> dict[str, Any]:
     step.run(
         rescorer_argv(
             "moses-ini", filtered / "a.ini", "--phrase-table", table, "-o", ini,
-            *(arg for w in weights for arg in ("--weight", w)),
+            *(arg for w in weights for arg in ("--new-weight", w)),
         )
     )  # fmt: skip
     return {"table": str(table), "ini": str(ini), "model": str(ctx.model)}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rescorer.constants import FIELD_SEP, LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses.ini import KENLM, MosesIni, is_translation_model
+from rescorer.moses.ini import KENLM, MosesIni, pick_table_feature
 
 if TYPE_CHECKING:
     from rescorer.io.table import PhraseEntry
@@ -92,6 +92,42 @@ class CombinerConfig:
     lms: tuple[LMTerm, ...] = ()
 
 
+@dataclass(frozen=True)
+class WeightSpec:
+    """How to weight features, as every command takes it (``--weights``, ``--weight``,
+    ``--feature-name``, ``--lm``, ``--no-lm``): built once by the command line."""
+
+    ini: MosesIni | None = None
+    overrides: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    feature_name: str | None = None
+    lm_path: str | None = None
+    use_lm: bool = True
+
+    @property
+    def given(self) -> bool:
+        """Whether any weights were given (an ini or an override)."""
+        return self.ini is not None or bool(self.overrides)
+
+    def require(self) -> WeightSpec:
+        """``self``, or a RescorerError when no weights were given."""
+        if not self.given:
+            raise RescorerError("no weights: give --weights moses.ini and/or --weight NAME=v1,...")
+        return self
+
+    def weights(self) -> Weights:
+        return Weights.build(self.ini, self.overrides)
+
+    def combiner_config(self, num_columns: int) -> CombinerConfig:
+        return build_config(
+            self.ini,
+            self.overrides,
+            num_columns,
+            feature_name=self.feature_name,
+            lm_path=self.lm_path,
+            use_lm=self.use_lm,
+        )
+
+
 def build_config(
     ini: MosesIni | None,
     overrides: Sequence[tuple[str, tuple[float, ...]]],
@@ -156,30 +192,16 @@ def _role_names(ini: MosesIni | None, num_columns: int, feature_name: str | None
             "pass --lm with a KenLM file of the same model, or --no-lm"
         )
     return _Roles(
-        table=_table_feature(ini, num_columns, feature_name),
+        table=pick_table_feature(
+            ini,
+            feature_name,
+            fits=lambda m: m.num_features == num_columns,
+            why=f"have num-features={num_columns} like the table",
+        ).name,
         word_penalties=tuple(f.name for f in ini.features_of_kind("WordPenalty")),
         phrase_penalties=tuple(f.name for f in ini.features_of_kind("PhrasePenalty")),
         lms=tuple((f.name, ini.resolve(f.get("path") or "")) for f in ini.features_of_kind(KENLM)),
         all_names=tuple(f.name for f in ini.features),
-    )
-
-
-def _table_feature(ini: MosesIni, num_columns: int, feature_name: str | None) -> str:
-    """The TranslationModel a table belongs to: named, the only one, or the only one that fits."""
-    if feature_name is not None:
-        feature = ini.feature(feature_name)
-        if not is_translation_model(feature.kind):
-            raise RescorerError(f"{ini.path}: {feature_name} is a {feature.kind}, not a table")
-        return feature_name
-    models = ini.translation_models()
-    if len(models) == 1:
-        return models[0].name
-    fitting = [m for m in models if m.num_features == num_columns]
-    if len(fitting) == 1:
-        return fitting[0].name
-    raise RescorerError(
-        f"{ini.path} has {len(models)} phrase tables"
-        f"{'' if models else ' (need one)'}: pass --feature-name"
     )
 
 
@@ -252,12 +274,8 @@ class CombineStats:
 def combine_table(
     table_path: str,
     out_path: str,
+    weights: WeightSpec,
     *,
-    ini: MosesIni | None,
-    overrides: Sequence[tuple[str, tuple[float, ...]]] = (),
-    feature_name: str | None = None,
-    lm_path: str | None = None,
-    use_lm: bool = True,
     column_only: bool = False,
 ) -> CombineStats:
     """``rescorer combine``: stream a table, write each pair's combined score."""
@@ -268,15 +286,9 @@ def combine_table(
     if first is None:  # an empty table gives an empty output
         with open_output(out_path):
             return CombineStats(0)
-    config = build_config(
-        ini,
-        overrides,
-        len(first.scores),
-        feature_name=feature_name,
-        lm_path=lm_path,
-        use_lm=use_lm,
+    combiner = Combiner(
+        weights.require().combiner_config(len(first.scores)), display_name(table_path)
     )
-    combiner = Combiner(config, display_name(table_path))
     lines = 0
     with open_output(out_path) as out:
         for line in combined_lines(entries, combiner, column_only=column_only):

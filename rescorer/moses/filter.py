@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
-from rescorer.moses.combine import Combiner, build_config, peek
-from rescorer.moses.ini import MosesIni, read_ini, with_table_path
+from rescorer.moses.combine import Combiner, WeightSpec, peek
+from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini, with_table_path
 
 if TYPE_CHECKING:
     from rescorer.io.table import PhraseEntry
@@ -190,24 +190,22 @@ def filter_table(
     out_path: str,
     config: FilterConfig,
     *,
-    ini: MosesIni | None = None,
-    overrides: Sequence[tuple[str, tuple[float, ...]]] = (),
-    feature_name: str | None = None,
-    lm_path: str | None = None,
-    use_lm: bool = True,
+    weights: WeightSpec | None = None,
     ini_in: str | None = None,
     ini_out: str | None = None,
 ) -> FilterStats:
     """``rescorer filter``: one streaming pass from ``table_path`` to ``out_path``.
 
-    With ``ini_out``, also writes ``ini_in`` (default: ``ini``) pointing at the new table.
+    ``weights`` rank pairs for ``--top-k`` (required then). With ``ini_out``, also writes
+    ``ini_in`` (default: the weights' ini) pointing at the new table.
     """
+    weights = weights or WeightSpec()
     from rescorer.io.files import display_name, open_output
     from rescorer.io.table import read_table
 
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")
-    target_ini = _ini_to_rewrite(ini_in, ini, out_path, feature_name) if ini_out else None
+    target_ini = _ini_to_rewrite(ini_in, weights, out_path) if ini_out else None
     if config.input_path is None and (config.tokenize_lang or config.lowercase):
         raise RescorerError("--tokenize and --lowercase apply to --input FILE: give it")
     tokenize: Callable[[str], str] | None = str.lower if config.lowercase else None
@@ -222,15 +220,9 @@ def filter_table(
     if first is not None:
         _check_min_score_columns(config.min_scores, len(first.scores), source_name)
         if config.top_k is not None:
-            combiner_config = build_config(
-                ini,
-                overrides,
-                len(first.scores),
-                feature_name=feature_name,
-                lm_path=lm_path,
-                use_lm=use_lm,
-            )
-            combiner = Combiner(combiner_config, source_name)
+            if not weights.given:
+                raise RescorerError("--top-k needs weights: --weights moses.ini or --weight")
+            combiner = Combiner(weights.combiner_config(len(first.scores)), source_name)
     stats = FilterStats()
     with open_output(out_path) as out:
         for entry in filter_entries(entries, config, stats, ngrams=ngrams, combiner=combiner):
@@ -255,17 +247,12 @@ def _check_min_score_columns(specs: Sequence[MinScore], num_columns: int, name: 
 
 
 def _ini_to_rewrite(
-    ini_in: str | None, ini: MosesIni | None, table_path: str, feature_name: str | None
+    ini_in: str | None, weights: WeightSpec, table_path: str
 ) -> tuple[MosesIni, FeatureLine]:
     """The ini to point at the filtered table, and its phrase-table feature."""
-    from rescorer.moses.ini import choose_translation_model
-
-    source = read_ini(ini_in) if ini_in is not None else ini
+    source = read_ini(ini_in) if ini_in is not None else weights.ini
     if source is None:
         raise RescorerError("--ini-out needs --moses-ini INI (or --weights INI)")
     if table_path == "-":
         raise RescorerError("--ini-out needs the table written to a file, not stdout")
-    models = source.translation_models()
-    if feature_name is None and len(models) != 1:
-        raise RescorerError(f"{source.path} has {len(models)} phrase tables: pass --feature-name")
-    return source, choose_translation_model(source, 0, feature_name or models[0].name)
+    return source, pick_table_feature(source, weights.feature_name)

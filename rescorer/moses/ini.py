@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rescorer.errors import InputError, RescorerError
@@ -208,13 +208,18 @@ def _append_values(line: str, values: Sequence[float]) -> str:
     return f"{line[:end]}{added}{line[end:]}"
 
 
-def choose_translation_model(
-    ini: MosesIni, num_columns: int, feature_name: str | None
+def pick_table_feature(
+    ini: MosesIni,
+    feature_name: str | None = None,
+    *,
+    fits: Callable[[FeatureLine], bool] | None = None,
+    why: str = "",
 ) -> FeatureLine:
-    """The TranslationModel whose table gained columns: named, or the only one with fewer."""
-    models = ini.translation_models()
-    if not models:
-        raise RescorerError(f"{ini.path}: no phrase-table feature in [feature]")
+    """The phrase-table feature a command works on, by one rule for every command.
+
+    The feature named by ``--feature-name`` (it must be a phrase table); else the ini's only
+    phrase table; else the only one for which ``fits`` holds (``why`` says what fitting means).
+    """
     if feature_name is not None:
         feature = ini.feature(feature_name)
         if not is_translation_model(feature.kind):
@@ -222,18 +227,18 @@ def choose_translation_model(
                 f"{ini.path}: {feature_name} is a {feature.kind}, not a phrase table"
             )
         return feature
-    fewer = [m for m in models if (m.num_features or 0) < num_columns]
+    models = ini.translation_models()
+    if not models:
+        raise RescorerError(f"{ini.path}: no phrase-table feature in [feature]")
+    if len(models) == 1:
+        return models[0]
+    fitting = [m for m in models if fits is not None and fits(m)]
+    if len(fitting) == 1:
+        return fitting[0]
     described = ", ".join(f"{m.name} has num-features={m.num_features}" for m in models)
-    if len(fewer) == 1:
-        return fewer[0]
-    if not fewer:
-        raise RescorerError(
-            f"the new table has {num_columns} score columns and no phrase table of {ini.path} "
-            f"has fewer ({described}): is it the scored table?"
-        )
     raise RescorerError(
-        f"several phrase tables of {ini.path} have fewer than {num_columns} columns "
-        f"({described}): pass --feature-name"
+        f"{ini.path} has {len(models)} phrase tables ({described}) and {len(fitting)} of them "
+        f"{why or 'fit'}: pass --feature-name"
     )
 
 
@@ -261,7 +266,12 @@ def update_for_scored_table(
     ``weights`` are the added columns' weights (default 0.2 each); their number must be the
     table's column count minus the feature's num-features (moses-spec.md §2.2).
     """
-    feature = choose_translation_model(ini, num_columns, feature_name)
+    feature = pick_table_feature(
+        ini,
+        feature_name,
+        fits=lambda m: (m.num_features or 0) < num_columns,
+        why=f"have fewer than the new table's {num_columns} columns",
+    )
     old = feature.num_features
     where = f"{ini.path}:{feature.lineno}"
     if old is None:
@@ -284,7 +294,7 @@ def update_for_scored_table(
     if weights and len(weights) != added:
         raise RescorerError(
             f"{table_path} has {num_columns} score columns, {feature.name} has {old}: that is "
-            f"{added} new column(s), but {len(weights)} --weight value(s) were given"
+            f"{added} new column(s), but {len(weights)} --new-weight value(s) were given"
         )
     new_weights = tuple(weights) or (DEFAULT_NEW_WEIGHT,) * added
     weight_line = ini.weight_line(feature.name)

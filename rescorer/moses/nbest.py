@@ -18,10 +18,10 @@ weights the list was decoded with, and adds it to every new score.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from rescorer.errors import InputError, RescorerError
+from rescorer.errors import InputError
 from rescorer.moses.combine import Weights
 
 NBEST_SEP = "|||"
@@ -232,13 +232,3 @@ def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> Rerank
             out.write(ranked[0].entry.hypothesis + "\n")
             next_id = sent_id + 1
     return stats
-
-
-def build_weights(
-    ini_path: str | None, overrides: Sequence[tuple[str, tuple[float, ...]]]
-) -> Weights:
-    from rescorer.moses.ini import read_ini
-
-    if ini_path is None and not overrides:
-        raise RescorerError("no weights: give --weights moses.ini and/or --weight NAME=v1,...")
-    return Weights.build(read_ini(ini_path) if ini_path else None, overrides)

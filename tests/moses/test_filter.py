@@ -14,6 +14,7 @@ from conftest import DATA_DIR, REAL_INI
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
+from rescorer.moses.combine import WeightSpec
 from rescorer.moses.filter import FilterConfig, MinScore, filter_table, parse_min_score
 from rescorer.moses.ini import read_ini
 
@@ -150,7 +151,8 @@ def test_top_k_refuses_a_source_that_comes_back(tmp_path: Path) -> None:
     config = FilterConfig(top_k=1)
     ini = read_ini(str(REAL_INI))
     with pytest.raises(InputError, match="source phrase 'a' comes after 'b'") as err:
-        filter_table(str(table), str(tmp_path / "o.gz"), config, ini=ini, use_lm=False)
+        weights = WeightSpec(ini=ini, use_lm=False)
+        filter_table(str(table), str(tmp_path / "o.gz"), config, weights=weights)
     assert err.value.lineno == 2
     assert not (tmp_path / "o.gz").exists()
 

@@ -92,12 +92,12 @@ def test_two_columns_take_two_weights(tmp_path: Path) -> None:
     ini = read_ini(str(REAL_INI))
     update = update_for_scored_table(ini, str(table), 6, weights=(0.1, 0.3))
     assert "TranslationModel0= 0.11452 0.0672427 -0.000424593 0.0192088 0.1 0.3\n" in update.text
-    with pytest.raises(RescorerError, match=r"2 new column.*1 --weight"):
+    with pytest.raises(RescorerError, match=r"2 new column.*1 --new-weight"):
         update_for_scored_table(ini, str(table), 6, weights=(0.1,))
 
 
 def test_refuses_a_table_without_new_columns() -> None:
-    with pytest.raises(RescorerError, match=r"4 score columns and no phrase table.*has fewer"):
+    with pytest.raises(RescorerError, match=r"4 score columns, TranslationModel0 already has num-features=4: is it the scored"):
         write_scored_ini(str(REAL_INI), str(SLICE), "/nonexistent/never-written.ini")
 
 
@@ -187,7 +187,7 @@ def test_cli_moses_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "new.ini"
     monkeypatch.chdir(tmp_path)
     args = ["moses-ini", str(REAL_INI), "--phrase-table", table.name, "-o", str(out)]
-    result = CliRunner().invoke(cli, [*args, "--weight", "0.05"])
+    result = CliRunner().invoke(cli, [*args, "--new-weight", "0.05"])
     assert result.exit_code == 0, result.output
     assert "num-features 4 -> 5" in result.stderr
     assert "0.0192088 0.05\n" in out.read_text()
