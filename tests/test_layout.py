@@ -45,6 +45,8 @@ TORCH_FREE = [
     "rescorer.score.pairs",
     "rescorer.score.pipeline",
     "rescorer.experiments.table1",
+    "rescorer.model.config",
+    "rescorer.train.config",
     "rescorer.cli",
 ]
 

@@ -7,6 +7,9 @@ from typing import Any
 import click
 
 from rescorer.cli.common import device_option, parse_shard, precision_option, user_errors
+from rescorer.score.pipeline import ScoreConfig
+
+SCORE = ScoreConfig()  # each default is written once, there
 
 
 @click.command()
@@ -16,7 +19,7 @@ from rescorer.cli.common import device_option, parse_shard, precision_option, us
 @click.option(
     "--column",
     type=click.Choice(["prob", "logp"]),
-    default="prob",
+    default=SCORE.column,
     show_default=True,
     help="prob = exp(log p) (Moses takes ln of every column); logp = raw log p for other tools.",
 )
@@ -28,18 +31,27 @@ from rescorer.cli.common import device_option, parse_shard, precision_option, us
 @click.option(
     "--batch-tokens", type=int, help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU]."
 )
-@click.option("--workers", default=0, show_default=True, help="Parse/format worker processes.")
+@click.option(
+    "--workers", default=SCORE.workers, show_default=True, help="Parse/format worker processes."
+)
 @click.option(
     "--compile",
     type=click.Choice(["auto", "yes", "no"]),
-    default="auto",
+    default=SCORE.compile,
     show_default=True,
     help="torch.compile the recurrence and softmax (auto: for inputs of 4 MiB or more).",
 )
-@click.option("--chunk-bytes", default=1 << 20, show_default=True, help="Input bytes per chunk.")
+@click.option(
+    "--chunk-bytes", default=SCORE.chunk_bytes, show_default=True, help="Input bytes per chunk."
+)
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
-@click.option("--compress-level", default=1, show_default=True, help="gzip level of a .gz OUT.")
+@click.option(
+    "--compress-level",
+    default=SCORE.compresslevel,
+    show_default=True,
+    help="gzip level of a .gz OUT.",
+)
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors

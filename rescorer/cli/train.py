@@ -7,13 +7,29 @@ from typing import Any
 import click
 
 from rescorer.cli.common import device_option, precision_option, user_errors
+from rescorer.model.config import ModelConfig
+from rescorer.train.config import TrainConfig
+
+# Each default is written once, in the dataclasses (torch-free modules).
+MODEL = ModelConfig()
+TRAIN = TrainConfig()
 
 
 @click.command()
 @click.argument("table")
 @click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
-@click.option("--src-vocab-size", default=15000, show_default=True, help="Source shortlist ids.")
-@click.option("--tgt-vocab-size", default=15000, show_default=True, help="Target shortlist ids.")
+@click.option(
+    "--src-vocab-size",
+    default=MODEL.src_vocab_size,
+    show_default=True,
+    help="Source shortlist ids.",
+)
+@click.option(
+    "--tgt-vocab-size",
+    default=MODEL.tgt_vocab_size,
+    show_default=True,
+    help="Target shortlist ids.",
+)
 @user_errors
 def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
     """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
@@ -39,24 +55,63 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.argument("table", required=False)
 @click.option("-o", "--output", "out_dir", required=True, help="The model folder to write.")
 @click.option("--pairs", nargs=2, metavar="SRC TGT", help="Parallel phrase files, not TABLE.")
-@click.option("--src-vocab-size", default=15000, show_default=True, help="Source shortlist ids.")
-@click.option("--tgt-vocab-size", default=15000, show_default=True, help="Target shortlist ids.")
-@click.option("--hidden-size", default=1000, show_default=True, help="Hidden units (both RNNs).")
-@click.option("--embed-size", default=100, show_default=True, help="Rank of the embeddings.")
-@click.option("--maxout-units", default=500, show_default=True, help="Deep-output maxout units.")
-@click.option("--maxout-pool", default=2, show_default=True, help="Pieces per maxout unit.")
-@click.option("--batch-size", default=64, show_default=True, help="Pairs per update.")
+@click.option(
+    "--src-vocab-size",
+    default=MODEL.src_vocab_size,
+    show_default=True,
+    help="Source shortlist ids.",
+)
+@click.option(
+    "--tgt-vocab-size",
+    default=MODEL.tgt_vocab_size,
+    show_default=True,
+    help="Target shortlist ids.",
+)
+@click.option(
+    "--hidden-size", default=MODEL.hidden_size, show_default=True, help="Hidden units (both RNNs)."
+)
+@click.option(
+    "--embed-size", default=MODEL.embed_size, show_default=True, help="Rank of the embeddings."
+)
+@click.option(
+    "--maxout-units",
+    default=MODEL.maxout_units,
+    show_default=True,
+    help="Deep-output maxout units.",
+)
+@click.option(
+    "--maxout-pool", default=MODEL.maxout_pool, show_default=True, help="Pieces per maxout unit."
+)
+@click.option("--batch-size", default=TRAIN.batch_size, show_default=True, help="Pairs per update.")
 @click.option("--max-updates", type=int, help="Stop after this many updates in all.")
 @click.option("--max-time", metavar="DURATION", help="Stop after this long, e.g. 30m, 2h.")
-@click.option("--patience", default=10, show_default=True, help="Validations w/o gain (0: off).")
-@click.option("--valid-fraction", default=0.01, show_default=True, help="Sources held out.")
-@click.option("--valid-max-pairs", default=5000, show_default=True, help="Held-out pairs scored.")
-@click.option("--valid-every", default=1000, show_default=True, help="Updates per validation.")
-@click.option("--sort-batches", default=1, show_default=True, help="Batches regrouped by length.")
-@click.option("--seed", default=1, show_default=True, help="Data split, order and init.")
+@click.option(
+    "--patience", default=TRAIN.patience, show_default=True, help="Validations w/o gain (0: off)."
+)
+@click.option(
+    "--valid-fraction", default=TRAIN.valid_fraction, show_default=True, help="Sources held out."
+)
+@click.option(
+    "--valid-max-pairs",
+    default=TRAIN.valid_max_pairs,
+    show_default=True,
+    help="Held-out pairs scored.",
+)
+@click.option(
+    "--valid-every", default=TRAIN.valid_every, show_default=True, help="Updates per validation."
+)
+@click.option(
+    "--sort-batches",
+    default=TRAIN.sort_batches,
+    show_default=True,
+    help="Batches regrouped by length.",
+)
+@click.option("--seed", default=TRAIN.seed, show_default=True, help="Data split, order and init.")
 @device_option
 @precision_option
-@click.option("--log-every", default=100, show_default=True, help="Updates per progress line.")
+@click.option(
+    "--log-every", default=TRAIN.log_every, show_default=True, help="Updates per progress line."
+)
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")

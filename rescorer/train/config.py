@@ -8,10 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rescorer.errors import RescorerError, check
-from rescorer.model.checkpoint import (
-    read_model_config,
-)
-from rescorer.model.encdec import ModelConfig
+from rescorer.model.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -96,6 +93,8 @@ def resume_configs(
 
     Flags that fix the model or the data order must agree with the saved run.
     """
+    from rescorer.model.checkpoint import read_model_config  # deferred: torch
+
     model_cfg, data = read_model_config(out_dir)
     known = {f.name for f in fields(TrainConfig)}
     train_cfg = TrainConfig(**{k: v for k, v in data.get("train", {}).items() if k in known})
