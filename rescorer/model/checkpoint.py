@@ -1,13 +1,16 @@
 """The self-contained model directory (design.md §3).
 
 ``config.json`` (model and training configs), ``vocab.src.json``, ``vocab.tgt.json``,
-``model.safetensors`` (tensors only: loading it cannot run code) and ``provenance.json`` (training
-file, its line count and sha256, versions, date, command line). Every file is written to a
+``model.safetensors`` (tensors only: loading it cannot run code), ``provenance.json`` (training
+file, its line count and sha256, versions, date, command line), the training log
+``train.log.jsonl`` and, while a run can be resumed, ``train-state.pt``. :class:`ModelDir` is
+the one owner of these files. Every file is written to a
 temporary name in the same folder and renamed into place, so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +23,8 @@ from rescorer.constants import (
     PROVENANCE_FILE,
     SRC_VOCAB_FILE,
     TGT_VOCAB_FILE,
+    TRAIN_LOG_FILE,
+    TRAIN_STATE_FILE,
     WEIGHTS_FILE,
 )
 from rescorer.errors import RescorerError
@@ -30,6 +35,7 @@ from rescorer.vocab import Vocab
 
 __all__ = [
     "LoadedModel",
+    "ModelDir",
     "describe_model_dir",
     "load_model_dir",
     "read_json",
@@ -62,6 +68,79 @@ def save_weights(path: str | Path, model: EncoderDecoder) -> None:
         save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
 
 
+class ModelDir:
+    """The one owner of a model directory's files.
+
+    Everything that writes into a model directory goes through here: creating it without
+    weights, saving weights, updating provenance and the training config, appending to the
+    training log, and the resume state's path (which training writes with ``atomic_path``).
+    So a data-parallel run needs one rank-0 check: around the calls to this object.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.path = Path(folder)
+        self.config_path = self.path / CONFIG_FILE
+        self.weights_path = self.path / WEIGHTS_FILE
+        self.provenance_path = self.path / PROVENANCE_FILE
+        self.log_path = self.path / TRAIN_LOG_FILE
+        self.state_path = self.path / TRAIN_STATE_FILE
+        self.src_vocab_path = self.path / SRC_VOCAB_FILE
+        self.tgt_vocab_path = self.path / TGT_VOCAB_FILE
+
+    @classmethod
+    def create(
+        cls,
+        folder: str | Path,
+        config: ModelConfig,
+        src_vocab: Vocab,
+        tgt_vocab: Vocab,
+        provenance: dict[str, Any],
+        *,
+        train_config: dict[str, Any] | None = None,
+    ) -> ModelDir:
+        """A new model directory with everything but weights (and no old training log)."""
+        if src_vocab.size != config.src_vocab_size or tgt_vocab.size != config.tgt_vocab_size:
+            raise RescorerError(
+                f"vocabulary sizes {src_vocab.size}/{tgt_vocab.size} differ from the model's "
+                f"{config.src_vocab_size}/{config.tgt_vocab_size}"
+            )
+        model_dir = cls(folder)
+        model_dir.path.mkdir(parents=True, exist_ok=True)
+        model_dir.log_path.unlink(missing_ok=True)
+        data: dict[str, Any] = {"format": CONFIG_FORMAT, "model": config.to_dict()}
+        if train_config is not None:
+            data["train"] = train_config
+        write_json(model_dir.config_path, data)
+        src_vocab.save(str(model_dir.src_vocab_path))
+        tgt_vocab.save(str(model_dir.tgt_vocab_path))
+        write_json(model_dir.provenance_path, provenance)
+        return model_dir
+
+    def has_weights(self) -> bool:
+        return self.weights_path.exists()
+
+    def save_weights(self, model: EncoderDecoder) -> None:
+        save_weights(self.weights_path, model)
+
+    def read_provenance(self) -> dict[str, Any]:
+        provenance: dict[str, Any] = read_json(self.provenance_path)
+        return provenance
+
+    def update_provenance(self, provenance: dict[str, Any]) -> None:
+        write_json(self.provenance_path, provenance)
+
+    def update_train_config(self, train_config: dict[str, Any]) -> None:
+        write_json(self.config_path, {**read_json(self.config_path), "train": train_config})
+
+    def load_vocabs(self) -> tuple[Vocab, Vocab]:
+        return Vocab.load(str(self.src_vocab_path)), Vocab.load(str(self.tgt_vocab_path))
+
+    def append_log(self, record: dict[str, Any]) -> None:
+        """One JSON line in the training log."""
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+
 def save_model_dir(
     folder: str | Path,
     model: EncoderDecoder,
@@ -71,23 +150,11 @@ def save_model_dir(
     *,
     train_config: dict[str, Any] | None = None,
 ) -> None:
-    """Write a complete model directory (creating ``folder`` if needed)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg = model.config
-    if src_vocab.size != cfg.src_vocab_size or tgt_vocab.size != cfg.tgt_vocab_size:
-        raise RescorerError(
-            f"vocabulary sizes {src_vocab.size}/{tgt_vocab.size} differ from the model's "
-            f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}"
-        )
-    config: dict[str, Any] = {"format": CONFIG_FORMAT, "model": cfg.to_dict()}
-    if train_config is not None:
-        config["train"] = train_config
-    write_json(folder / CONFIG_FILE, config)
-    src_vocab.save(str(folder / SRC_VOCAB_FILE))
-    tgt_vocab.save(str(folder / TGT_VOCAB_FILE))
-    save_weights(folder / WEIGHTS_FILE, model)
-    write_json(folder / PROVENANCE_FILE, provenance)
+    """Write a complete model directory, weights included (creating ``folder`` if needed)."""
+    model_dir = ModelDir.create(
+        folder, model.config, src_vocab, tgt_vocab, provenance, train_config=train_config
+    )
+    model_dir.save_weights(model)
 
 
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:

@@ -9,7 +9,6 @@ weights are kept in MODEL_DIR. ``resume=True`` continues a run exactly from TRAI
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import sys
@@ -25,23 +24,9 @@ import torch
 
 from rescorer import __version__
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
-from rescorer.constants import (
-    CONFIG_FILE,
-    PROVENANCE_FILE,
-    SRC_VOCAB_FILE,
-    TGT_VOCAB_FILE,
-    TRAIN_LOG_FILE,
-    TRAIN_STATE_FILE,
-    WEIGHTS_FILE,
-)
 from rescorer.device import autocast, resolve_device, resolve_precision
 from rescorer.errors import check
-from rescorer.model.checkpoint import (
-    read_json,
-    save_model_dir,
-    save_weights,
-    write_json,
-)
+from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import (
@@ -52,7 +37,6 @@ from rescorer.train.data import (
     unigram_logprob_sum,
 )
 from rescorer.train.state import RunState, load_state, save_state
-from rescorer.vocab import Vocab
 
 
 def batch_loss(model: EncoderDecoder, batch: PairBatch) -> torch.Tensor:
@@ -169,12 +153,13 @@ class _Trainer:
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
         if cfg.quiet:
             self.say = lambda msg: None
-        self.state_path = out / TRAIN_STATE_FILE
+        self.model_dir = ModelDir(out)
+        self.state_path = self.model_dir.state_path
         if resume:
             check(self.state_path.is_file(), f"{self.state_path}: missing: nothing to resume")
         else:
             check(
-                not (out / WEIGHTS_FILE).exists() and not self.state_path.exists(),
+                not self.model_dir.has_weights() and not self.state_path.exists(),
                 f"{out}: already holds a model; use --resume or a new directory",
             )
         self.device = resolve_device(cfg.device)
@@ -193,11 +178,11 @@ class _Trainer:
             self.model.load_state_dict(saved["model"])
             self.optim.load_state_dict(saved["optimizer"])
             self.run_state = RunState(**saved["run"])
-            self.provenance = read_json(out / PROVENANCE_FILE)
+            self.provenance = self.model_dir.read_provenance()
             resumed = {"date": _now(), "update": self.run_state.update}
             self.provenance.setdefault("resumed", []).append(resumed)
-            write_json(out / PROVENANCE_FILE, self.provenance)
-            write_json(out / CONFIG_FILE, {**read_json(out / CONFIG_FILE), "train": cfg.to_dict()})
+            self.model_dir.update_provenance(self.provenance)
+            self.model_dir.update_train_config(cfg.to_dict())
             self.say(
                 f"rescorer train: resuming at update {self.run_state.update:,}"
                 f" (epoch {self.run_state.epoch + 1})"
@@ -214,31 +199,28 @@ class _Trainer:
                 "date": _now(),
                 "command_line": command_line if command_line is not None else sys.argv,
             }
-            out.mkdir(parents=True, exist_ok=True)
-            (out / TRAIN_LOG_FILE).unlink(missing_ok=True)
-            save_model_dir(
+            # no weights until the first checkpoint
+            ModelDir.create(
                 out,
-                self.model,
+                model_cfg,
                 self.src_vocab,
                 self.tgt_vocab,
                 self.provenance,
                 train_config=cfg.to_dict(),
             )
-            (out / WEIGHTS_FILE).unlink()  # no weights until the first checkpoint
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
-        out, cfg = self.out, self.cfg
+        cfg = self.cfg
         self.fingerprint = fingerprint(source)
         if resume:
-            old = read_json(out / PROVENANCE_FILE).get("data", {})
+            old = self.model_dir.read_provenance().get("data", {})
             check(
                 [f["sha256"] for f in old.get("files", [])]
                 == [f["sha256"] for f in self.fingerprint["files"]],
                 f"--resume: the training data differ from the saved run's"
-                f" ({out / PROVENANCE_FILE})",
+                f" ({self.model_dir.provenance_path})",
             )
-            self.src_vocab = Vocab.load(str(out / SRC_VOCAB_FILE))
-            self.tgt_vocab = Vocab.load(str(out / TGT_VOCAB_FILE))
+            self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
         else:
             self.say("rescorer train: counting the vocabularies")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(source, model_cfg, cfg)
@@ -262,8 +244,7 @@ class _Trainer:
         return self.run_state.pairs_seen / len(self.data.train)
 
     def log(self, record: dict[str, Any]) -> None:
-        with open(self.out / TRAIN_LOG_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        self.model_dir.append_log(record)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -297,14 +278,14 @@ class _Trainer:
         if improved:
             run.best_valid_ppl = record.get("valid_ppl")
             run.bad_validations = 0
-            save_weights(self.out / WEIGHTS_FILE, self.model)
+            self.model_dir.save_weights(self.model)
             self.provenance["training"] = {
                 "updates": run.update,
                 "epochs": round(self.epochs, 4),
                 "valid_ppl": run.best_valid_ppl,
                 "unigram_ppl": self.unigram_ppl,
             }
-            write_json(self.out / PROVENANCE_FILE, self.provenance)
+            self.model_dir.update_provenance(self.provenance)
         else:
             run.bad_validations += 1
         record["best"] = improved
@@ -376,7 +357,7 @@ class _Trainer:
                     self.checkpoint()
                     last_checkpoint = run.update
                     window_start = time.monotonic()
-            if run.update > last_checkpoint or not (self.out / WEIGHTS_FILE).exists():
+            if run.update > last_checkpoint or not self.model_dir.has_weights():
                 self.checkpoint()
             else:
                 save_state(self.state_path, self.model, self.optim, run)
