@@ -160,7 +160,7 @@ def main() -> None:
         chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
     if args.batch_tokens is None:
         args.batch_tokens = 4096 if device.type == "cpu" else 65536
-    scorer = Scorer(loaded.model, device, precision, args.batch_tokens, args.compile == "yes")
+    scorer = Scorer(loaded.model, precision, args.batch_tokens, args.compile == "yes")
     scorer.score(chunks[0].pairs)  # warm-up (compilation, allocator, autocast caches)
     sync(device)
     t = time.perf_counter()

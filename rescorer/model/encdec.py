@@ -37,7 +37,9 @@ ROW_BUCKET = 64
 __all__ = [
     "DecoderContext",
     "EncoderDecoder",
+    "Kernels",
     "ModelConfig",
+    "compile_kernels",
     "init_weights_",
     "sequence_logprobs",
 ]
@@ -90,8 +92,9 @@ class GatedRecurrence(nn.Module):
         return torch.lerp(h, cand, u)  # u ⊙ h~ + (1 - u) ⊙ h
 
 
-class _Kernels(NamedTuple):
-    """Compiled versions of the encoder step, the decoder step and the readout."""
+class Kernels(NamedTuple):
+    """Compiled versions of the encoder step, the decoder step and the readout (see
+    :func:`compile_kernels`); passed to ``encode`` and ``token_logprobs``, never kept on a model."""
 
     enc_step: Callable[[Tensor, Tensor], Tensor]
     dec_step: Callable[[Tensor, Tensor], Tensor]
@@ -136,20 +139,20 @@ class EncoderDecoder(nn.Module):
         # Rank-E factorised softmax (§1.7): W_1 (M x E), W_2 (E x V) and b_out.
         self.out_rank = nn.Linear(config.maxout_units, E, bias=False)  # W_1
         self.out_vocab = nn.Linear(E, config.tgt_rows, bias=True)  # W_2, b_out
-        self._kernels: _Kernels | None = None  # compiled steps and readout (compile_kernels)
 
     # ----------------------------------------------------------------------------- encoder
-    def encode(self, src_ids: Tensor, src_lens: Tensor) -> Tensor:
+    def encode(self, src_ids: Tensor, src_lens: Tensor, kernels: Kernels | None = None) -> Tensor:
         """Summary vectors c (B,H) fp32: the encoder state after the EOS step (§1.3).
 
         src_ids: (B,S) long, each row ending with EOS, padded with PAD_ID after it;
-        src_lens: (B,) long, lengths including the EOS (>= 1).
+        src_lens: (B,) long, lengths including the EOS (>= 1);
+        kernels: compiled steps to use instead of the eager ones (same results).
         """
         B, S = src_ids.shape
         x = self.enc_input.project(self.enc_input.embed_ids(src_ids))  # (B,S,3H)
         h = x.new_zeros(B, self.config.hidden_size)  # (B,H) h_0 = 0
         states = []
-        enc_step = self._kernels.enc_step if self._kernels else self.enc_rec.step
+        enc_step = kernels.enc_step if kernels else self.enc_rec.step
         for t in range(S):
             h = enc_step(x[:, t], h)  # (B,H)
             states.append(h)
@@ -172,12 +175,19 @@ class EncoderDecoder(nn.Module):
             c_out=proj[:, 3 * H :],  # (B,PM)
         )
 
-    def token_logprobs(self, ctx: DecoderContext, tgt_ids: Tensor, tgt_lens: Tensor) -> Tensor:
+    def token_logprobs(
+        self,
+        ctx: DecoderContext,
+        tgt_ids: Tensor,
+        tgt_lens: Tensor,
+        kernels: Kernels | None = None,
+    ) -> Tensor:
         """ln p(y_t | y_<t, x) for every target position, fp32 (B,T), 0.0 at padding.
 
         ctx: the decoder context of each row's source (B rows);
         tgt_ids: (B,T) long, each row ending with EOS (which is predicted and scored);
-        tgt_lens: (B,) long, lengths including the EOS (>= 1).
+        tgt_lens: (B,) long, lengths including the EOS (>= 1);
+        kernels: compiled steps and readout to use instead of the eager ones.
         """
         B, T = tgt_ids.shape
         f = self.dec_input.embed_ids(tgt_ids)  # (B,T,E) f(y_t)
@@ -187,7 +197,7 @@ class EncoderDecoder(nn.Module):
         # s_t (after consuming y_t) predicts y_{t+1}: only s_0 .. s_{T-1} are needed.
         s = ctx.s0.float()  # (B,H)
         states = [s]
-        dec_step = self._kernels.dec_step if self._kernels else self.dec_rec.step
+        dec_step = kernels.dec_step if kernels else self.dec_rec.step
         for t in range(T - 1):
             s = dec_step(x[:, t], s)  # (B,H)
             states.append(s)
@@ -207,7 +217,7 @@ class EncoderDecoder(nn.Module):
         has_prev = cols > 0  # (N,)
         f_prev = f[rows, (cols - 1).clamp(min=0)] * has_prev.unsqueeze(1).to(f.dtype)  # (N,E)
         c_out = ctx.c_out.index_select(0, rows)  # (N,PM)
-        readout = self._kernels.readout if self._kernels else self.readout_logprobs
+        readout = kernels.readout if kernels else self.readout_logprobs
         tok = readout(s_prev, f_prev, c_out, tgt_ids[rows, cols])  # (N',)
         rows, cols, tok = rows[:N], cols[:N], tok[:N]  # (N,)
         token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
@@ -228,21 +238,6 @@ class EncoderDecoder(nn.Module):
         picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,)
         return picked - torch.logsumexp(logits, dim=1)  # (N,) fp32
 
-    def compile_kernels(self) -> None:
-        """Run the recurrent steps and the readout through ``torch.compile`` from now on.
-
-        Inductor fuses each step's gate arithmetic and the log-softmax (one pass over the
-        logits instead of several); the matrix products stay library calls, so results agree
-        with eager mode to float rounding. Compiling takes tens of seconds once per process
-        (faster with inductor's on-disk cache), so it pays off on large tables only.
-        """
-        compile_ = functools.partial(torch.compile, dynamic=True)
-        self._kernels = _Kernels(
-            compile_(self.enc_rec.step),
-            compile_(self.dec_rec.step),
-            compile_(self.readout_logprobs),
-        )
-
     def forward(
         self, src_ids: Tensor, src_lens: Tensor, tgt_ids: Tensor, tgt_lens: Tensor
     ) -> Tensor:
@@ -257,6 +252,23 @@ class EncoderDecoder(nn.Module):
         for rec in (self.enc_rec, self.dec_rec):
             blocks += [rec.gate_proj.weight[:H], rec.gate_proj.weight[H:], rec.cand_proj.weight]
         return blocks
+
+
+def compile_kernels(model: EncoderDecoder) -> Kernels:
+    """``torch.compile`` versions of ``model``'s recurrent steps and readout (the model is not
+    changed; pass the result to ``encode`` / ``token_logprobs``).
+
+    Inductor fuses each step's gate arithmetic and the log-softmax (one pass over the logits
+    instead of several); the matrix products stay library calls, so results agree with eager
+    mode to float rounding. Compiling takes tens of seconds once per process (faster with
+    inductor's on-disk cache), so it pays off on large tables only.
+    """
+    compile_ = functools.partial(torch.compile, dynamic=True)
+    return Kernels(
+        compile_(model.enc_rec.step),
+        compile_(model.dec_rec.step),
+        compile_(model.readout_logprobs),
+    )
 
 
 def sequence_logprobs(token_logp: Tensor) -> Tensor:

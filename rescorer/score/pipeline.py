@@ -350,9 +350,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     precision = resolve_precision(config.precision, device)
     loaded = load_model_dir(model_dir, device=device)
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
-    scorer = Scorer(
-        loaded.model, device, precision, batch_tokens, want_compile(config.compile, table)
-    )
+    scorer = Scorer(loaded.model, precision, batch_tokens, want_compile(config.compile, table))
     if device.type == "cpu" and config.workers > 0:
         torch.set_num_threads(max(1, torch.get_num_threads()))
     stats = ScoreStats(device=str(device), precision=precision)

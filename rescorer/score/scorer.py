@@ -26,7 +26,7 @@ from torch import Tensor
 from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import autocast
 from rescorer.io.table import split_tokens
-from rescorer.model.encdec import EncoderDecoder, sequence_logprobs
+from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
 from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
 from rescorer.vocab import Vocab
 
@@ -43,15 +43,15 @@ class Scorer:
     def __init__(
         self,
         model: EncoderDecoder,
-        device: torch.device,
         precision: str = "fp32",
         batch_tokens: int = 4096,
-        compile_kernels: bool = False,
+        compile: bool = False,
     ) -> None:
-        self.model = model.to(device).eval()
-        if compile_kernels:
-            self.model.compile_kernels()
-        self.device = device
+        """``model`` is used as it is handed over (already on its device); with ``compile`` the
+        scorer keeps compiled kernels of its own and leaves the model unchanged."""
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.kernels = compile_kernels(model) if compile else None
         self.precision = precision
         self.batch_tokens = batch_tokens
 
@@ -73,7 +73,9 @@ class Scorer:
             )  # (U,H)
             for rows in token_batches(src_lens, src_order, self.batch_tokens):
                 ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
-                c = model.encode(ids.to(dev, non_blocking=True), lens.to(dev))  # (B,H)
+                c = model.encode(
+                    ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
+                )  # (B,H)
                 c_all[torch.from_numpy(rows).to(dev)] = c.float()
             # 2-3. Pairs sorted by target length, then by source.
             tgt_lens = np.diff(batch.tgt_off)  # (N,)
@@ -86,7 +88,9 @@ class Scorer:
                 if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
                     ctx = ctx.index_select(torch.from_numpy(inverse.astype(np.int64)).to(dev))
                 ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
-                token_logp = model.token_logprobs(ctx, ids.to(dev, non_blocking=True), lens.to(dev))
+                token_logp = model.token_logprobs(
+                    ctx, ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
+                )
                 pending.append((rows, sequence_logprobs(token_logp)))  # (B,)
         # 4. Back to input order (one device-to-host copy per batch, after all are queued).
         for rows, seq_logp in pending:
@@ -100,13 +104,12 @@ def score_pairs(
     tgt_vocab: Vocab,
     pairs: Sequence[tuple[str, str]],
     *,
-    device: torch.device | None = None,
     precision: str = "fp32",
     batch_tokens: int = 4096,
 ) -> np.ndarray:
-    """log p(y|x) (N,) of (source, target) phrase pairs with the fast path, in input order."""
-    device = device or next(model.parameters()).device
-    scorer = Scorer(model, device, precision, batch_tokens)
+    """log p(y|x) (N,) of (source, target) phrase pairs with the fast path, in input order, on
+    the device the model is on."""
+    scorer = Scorer(model, precision, batch_tokens)
     return scorer.score(encode_pairs(src_vocab, tgt_vocab, pairs))
 
 

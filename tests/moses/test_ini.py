@@ -97,7 +97,10 @@ def test_two_columns_take_two_weights(tmp_path: Path) -> None:
 
 
 def test_refuses_a_table_without_new_columns() -> None:
-    with pytest.raises(RescorerError, match=r"4 score columns, TranslationModel0 already has num-features=4: is it the scored"):
+    with pytest.raises(
+        RescorerError,
+        match=r"4 score columns, TranslationModel0 already has num-features=4: is it the scored",
+    ):
         write_scored_ini(str(REAL_INI), str(SLICE), "/nonexistent/never-written.ini")
 
 

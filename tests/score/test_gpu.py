@@ -34,7 +34,8 @@ def test_gpu_scores_equal_cpu_scores() -> None:
     model, pairs, src_vocab, tgt_vocab = tiny_model()
     cpu = score_pairs_straightforward(model, src_vocab, tgt_vocab, pairs)
     cuda = torch.device("cuda")
-    fp32 = score_pairs(model, src_vocab, tgt_vocab, pairs, device=cuda)
+    model = model.to(cuda)  # the scorer uses a model where it is
+    fp32 = score_pairs(model, src_vocab, tgt_vocab, pairs)
     np.testing.assert_allclose(fp32, cpu, atol=1e-4)
     if torch.cuda.is_bf16_supported():
         bf16 = score_pairs(
@@ -42,7 +43,6 @@ def test_gpu_scores_equal_cpu_scores() -> None:
             src_vocab,
             tgt_vocab,
             pairs,
-            device=cuda,
             precision="bf16",
         )
         assert np.max(np.abs(bf16 - cpu) / np.maximum(1.0, np.abs(cpu) * 1e-3)) < 1e-2

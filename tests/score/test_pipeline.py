@@ -131,7 +131,7 @@ def test_encoder_reuse_changes_no_score(model_dir: Path) -> None:
     from rescorer.score.scorer import Scorer
 
     loaded = load_model_dir(model_dir)
-    scorer = Scorer(loaded.model, torch.device("cpu"), "fp32", batch_tokens=512)
+    scorer = Scorer(loaded.model, "fp32", batch_tokens=512)
     shared = encode_pairs(loaded.src_vocab, loaded.tgt_vocab, PAIRS)
     assert len(shared.src_off) - 1 < len(PAIRS) - 80  # the slice has sources with many targets
     # The same pairs with every source repeated per pair (no reuse possible).
