@@ -4,7 +4,7 @@
 ``pad_batch`` pads Python lists (the straightforward reference scorer and tests). ``PairArrays``
 holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a token).
 ``epoch_batches`` is the training order: a seeded permutation of all pairs per epoch (uniform
-sampling of unique pairs without replacement, rnnenc-spec.md §2), cut into windows of ``sort_k``
+sampling of unique pairs without replacement, docs/model.md §2), cut into windows of ``sort_k``
 batches whose pairs are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156)
 so less is padded.
 """

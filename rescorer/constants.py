@@ -1,11 +1,11 @@
 """Symbols, ids, separators and file names shared by every module (one place, no magic strings)."""
 
-# Moses phrase-table fields are separated by exactly this byte string (moses-spec.md §1.1).
+# Moses phrase-table fields are separated by exactly this byte string (docs/moses-formats.md §1.1).
 FIELD_SEP = " ||| "
 FIELD_SEP_B = b" ||| "
 
-# Vocabulary ids (rnnenc-spec.md §1.1, design.md §3): 0 reserved (padding / "no previous word"),
-# 1 UNK, 2..N-1 words by frequency, EOS = N, a separate id after the shortlist.
+# Vocabulary ids (docs/model.md §1.1, docs/contracts.md §3): 0 reserved (padding / "no previous
+# word"), 1 UNK, 2..N-1 words by frequency, EOS = N, a separate id after the shortlist.
 PAD_ID = 0
 UNK_ID = 1
 FIRST_WORD_ID = 2

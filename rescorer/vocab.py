@@ -1,4 +1,4 @@
-"""Shortlist vocabularies (rnnenc-spec.md §1.1, design.md §3).
+"""Shortlist vocabularies (docs/model.md §1.1, docs/contracts.md §3).
 
 Ids: 0 reserved (padding, "no previous word"), 1 UNK, 2..N-1 the N-2 most frequent words, and EOS
 = N, a separate id after the shortlist, so the embedding and softmax have N+1 rows. Frequencies are

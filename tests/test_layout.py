@@ -105,3 +105,19 @@ def test_readme_layout_names_every_sub_package() -> None:
     listed = set(re.findall(r"^  ([a-z_]+)/", block, flags=re.M))
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
     assert listed == packages
+
+
+def test_every_doc_citation_in_the_code_resolves() -> None:
+    """A citation 'docs/NAME.md §N' names a file of docs/ and a section N it has."""
+    cited = re.compile(r"docs/([a-z-]+\.md) §(\d+(?:\.\d+)?)")
+    missing = []
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
+        for name, section in cited.findall(path.read_text(encoding="utf-8")):
+            doc = ROOT / "docs" / name
+            headings = doc.read_text(encoding="utf-8") if doc.is_file() else ""
+            if not re.search(rf"^#+ {re.escape(section)}[. ]", headings, flags=re.M):
+                missing.append(f"{path.relative_to(ROOT)}: docs/{name} §{section}")
+    assert not missing, "\n".join(missing)
+    outside = re.compile(r"shared/research|(?:rnnenc|moses)-spec\.md|(?<!docs/)design\.md")
+    dangling = [p for p in PACKAGE.rglob("*.py") if outside.search(p.read_text(encoding="utf-8"))]
+    assert not dangling, dangling  # documentation a fresh clone does not have

@@ -1,10 +1,10 @@
 """Moses phrase tables in and out, losslessly, one line at a time.
 
 A line is ``src ||| tgt ||| s1 s2 ... ||| align ||| counts ||| sparse ||| props`` with exactly
-``" ||| "`` between fields (moses-spec.md §1.1). Reading splits off the source, the target and the
-dense score field and keeps the rest of the line as it was, so an unchanged entry is written back
-byte for byte and appending a column touches nothing outside the score field. Opening and
-atomic writing are :mod:`rescorer.io.files`'.
+``" ||| "`` between fields (docs/moses-formats.md §1.1). Reading splits off the source, the
+target and the dense score field and keeps the rest of the line as it was, so an unchanged entry
+is written back byte for byte and appending a column touches nothing outside the score field.
+Opening and atomic writing are :mod:`rescorer.io.files`'.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class ReadStats:
 
 
 class TableReader:
-    """Stream the entries of a Moses phrase table, validating each line (design.md §8).
+    """Stream the entries of a Moses phrase table, validating each line (docs/contracts.md §8).
 
     Use as a context manager; iterate to get PhraseEntry objects. With ``skip_bad_lines`` a
     malformed line is written to that file (verbatim) and counted instead of stopping the run.

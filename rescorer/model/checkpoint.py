@@ -1,4 +1,4 @@
-"""The self-contained model directory (design.md §3).
+"""The self-contained model directory (docs/contracts.md §3).
 
 ``config.json`` (model and training configs), ``vocab.src.json``, ``vocab.tgt.json``,
 ``model.safetensors`` (tensors only: loading it cannot run code), ``provenance.json`` (training

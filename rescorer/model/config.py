@@ -8,7 +8,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Sizes of the model; the defaults are the paper's (rnnenc-spec.md §1, state.py)."""
+    """Sizes of the model; the defaults are the paper's (docs/model.md §1, state.py)."""
 
     src_vocab_size: int = 15000  # source shortlist incl. ids 0 (reserved) and 1 (UNK); EOS = size
     tgt_vocab_size: int = 15000  # target shortlist, likewise; the softmax has size + 1 classes

@@ -1,6 +1,6 @@
 """The RNN Encoder-Decoder of Cho et al. (2014), as GroundHog's code computes it.
 
-Every equation is in ``research/rnnenc-spec.md`` §1; the comments cite its items. Notation (row
+Every equation is in ``docs/model.md`` §1; the comments cite its items. Notation (row
 vectors, as in GroundHog): ``B`` batch, ``S`` source length, ``T`` target length (both counting
 the EOS the caller appends), ``E`` embedding size (the rank, 100), ``H`` hidden size (1000),
 ``M`` maxout units (500), ``P`` maxout pool (2), ``V`` softmax rows (shortlist size + 1 for EOS).
@@ -48,7 +48,7 @@ __all__ = [
 class GatedEmbeddingInput(nn.Module):
     """Embedding with a learned bias and the input side of a gated unit: one (E, 3H) product.
 
-    Output columns are ``[W_r e ; W_u e ; W e + b]`` (rnnenc-spec.md §1.2, encdec.py:569-607).
+    Output columns are ``[W_r e ; W_u e ; W e + b]`` (docs/model.md §1.2, encdec.py:569-607).
     """
 
     def __init__(self, num_rows: int, embed_size: int, hidden_size: int) -> None:
@@ -123,7 +123,7 @@ class EncoderDecoder(nn.Module):
         self.config = config
         H, E = config.hidden_size, config.embed_size
         PM = config.maxout_units * config.maxout_pool
-        # Encoder (rnnenc-spec.md §1.2).
+        # Encoder (docs/model.md §1.2).
         self.enc_input = GatedEmbeddingInput(config.src_rows, E, H)
         self.enc_rec = GatedRecurrence(H)
         # Decoder initial state s0 = tanh(W_init c + b_init) (§1.4).
@@ -278,7 +278,7 @@ def sequence_logprobs(token_logp: Tensor) -> Tensor:
 
 @torch.no_grad()
 def init_weights_(model: EncoderDecoder, generator: torch.Generator | None = None) -> None:
-    """GroundHog's initialisation (rnnenc-spec.md §2, utils.py:107-143), in place.
+    """GroundHog's initialisation (docs/model.md §2, utils.py:107-143), in place.
 
     Biases 0; every recurrent H x H block (U_r, U_u, U on both sides) is the matrix of left
     singular vectors of an N(0, 1) matrix (scale 1); every other weight is N(0, 0.01).

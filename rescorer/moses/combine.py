@@ -1,7 +1,7 @@
 """The log-linear score Moses ranks a phrase pair by when it loads a table (no torch here).
 
 For ``table-limit`` the decoder sorts each source phrase's targets by their future score
-(moses-spec.md §3.4, moses/TargetPhrase.cpp:185-201):
+(docs/moses-formats.md §3.4, moses/TargetPhrase.cpp:185-201):
 
     sum_i  w_i * max(ln v_i, -100)          the table's dense columns (LoaderStandard.cpp:203)
   + w_WordPenalty * (-#target words)        FF/WordPenaltyProducer.cpp:20-27

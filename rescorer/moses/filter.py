@@ -1,7 +1,7 @@
 """Phrase-table filters, as Moses' tools do them, in one streaming pass (no torch here).
 
 * ``--input``: keep a pair iff its source phrase is an n-gram (n <= 10) of an input line, an
-  exact string match (scripts/training/filter-model-given-input.pl, moses-spec.md §3.1).
+  exact string match (scripts/training/filter-model-given-input.pl, docs/moses-formats.md §3.1).
 * ``--min-score COL:TH``: drop a pair whose raw column COL (0-based) is below TH
   (scripts/training/threshold-filter.perl, ``-MinScore``; §3.2).
 * ``--top-k K``: per source phrase keep the K pairs with the best combined score (the
@@ -103,8 +103,8 @@ class _SourceOrder:
     """Checks that source phrases come in Moses' order, so each one's pairs are contiguous.
 
     In ``LC_ALL=C sort`` order of whole lines, ``src + " ||| "`` strictly increases from one
-    source phrase to the next (moses-spec.md §1.5); Python compares str in that byte order. A
-    source that came earlier would break the increase, so memory stays constant.
+    source phrase to the next (docs/moses-formats.md §1.5); Python compares str in that byte
+    order. A source that came earlier would break the increase, so memory stays constant.
     """
 
     def __init__(self, source_name: str) -> None:

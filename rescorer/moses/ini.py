@@ -1,6 +1,6 @@
 """moses.ini: read features and weights, and rewrite the file for a new phrase table.
 
-Parsing follows Moses (moses-spec.md §2): ``#`` starts a comment anywhere on a line
+Parsing follows Moses (docs/moses-formats.md §2): ``#`` starts a comment anywhere on a line
 (``Parameter::ReadConfigFile``), ``[name]`` opens a section, ``[feature]`` lines are
 ``Type key=value ...`` (a feature without ``name=`` is called Type + its index among lines of
 that type), ``[weight]`` lines are ``Name= v1 v2 ...``. Every line's original text is kept, so a
@@ -264,7 +264,7 @@ def update_for_scored_table(
     """Point a TranslationModel at a table with more columns: num-features, weights, path.
 
     ``weights`` are the added columns' weights (default 0.2 each); their number must be the
-    table's column count minus the feature's num-features (moses-spec.md §2.2).
+    table's column count minus the feature's num-features (docs/moses-formats.md §2.2).
     """
     feature = pick_table_feature(
         ini,

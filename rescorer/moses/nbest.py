@@ -1,6 +1,6 @@
 """Moses n-best lists: read them, score hypotheses log-linearly, rerank (no torch here).
 
-A line (moses/Manager.cpp:1604-1675, moses-spec.md §4)::
+A line (moses/Manager.cpp:1604-1675, docs/moses-formats.md §4)::
 
     12 ||| w1 w2 ... wk  ||| LM0= -35.1 WordPenalty0= -5 TranslationModel0= -3.2 -4.1 ||| -9.23
 

@@ -1,6 +1,6 @@
 """``rescorer score``: stream a phrase table through the model and append the feature column(s).
 
-Stages (design.md §2, §4, §8):
+Stages (docs/contracts.md §2, §4, §8):
 
 - the reader cuts the decompressed input into chunks at source-phrase boundaries
   (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);

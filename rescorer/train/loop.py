@@ -1,4 +1,4 @@
-"""``rescorer train``: the paper's training procedure (rnnenc-spec.md §2, design.md §2).
+"""``rescorer train``: the paper's training procedure (docs/model.md §2, docs/contracts.md §2).
 
 One example per table line (unique pairs, counts ignored), a fresh seeded permutation each epoch,
 batches of 64, loss = the SUM of token NLLs over the batch (encdec.py), Adadelta (rho 0.95,
@@ -55,7 +55,7 @@ def train_step(
     """One update: loss (bf16 autocast if asked), backward, global-norm clip, optimiser step.
 
     Returns the batch's summed NLL. A non-finite gradient norm skips the step (GroundHog instead
-    replaced the gradient by 0.1 * the parameters; rnnenc-spec.md §2).
+    replaced the gradient by 0.1 * the parameters; docs/model.md §2).
     """
     with autocast(batch.src_ids.device, precision):
         loss = batch_loss(model, batch)
