@@ -243,9 +243,10 @@ class _Output:
         self.sink: IO[bytes] | None = None
         self.bad_out: IO[bytes] | None = None
 
-    def load_resume(self) -> _Resume:
+    def load_resume(self, fresh: _Resume) -> _Resume:
+        """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record."""
         if not os.path.exists(self.record):
-            return _Resume()
+            return fresh
         with open(self.record, encoding="utf-8") as f:
             state = json.load(f)
         if state["run"] != self.run_key:
@@ -363,7 +364,8 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
     }
     output = _Output(out, run_key, config.skip_bad_lines)
-    resume = output.load_resume() if config.resume else _Resume(start, first_line)
+    fresh = _Resume(start, first_line)  # a shard starts at its own first chunk
+    resume = output.load_resume(fresh) if config.resume else fresh
     if resume.stats:
         stats.lines_in = resume.stats["lines_in"]
         stats.lines_out = resume.stats["lines_out"]

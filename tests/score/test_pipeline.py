@@ -174,6 +174,18 @@ def test_shards_concatenate_to_the_single_run(tmp_path: Path, model_dir: Path) -
     assert all(parts) and b"".join(parts) == whole.read_bytes()
 
 
+def test_a_shard_started_with_resume_scores_only_its_range(tmp_path: Path, model_dir: Path) -> None:
+    """--shard K/N --resume with no progress record (a fresh start, as an sbatch line runs it;
+    a task killed before its first checkpoint; a re-run after success) scores exactly the
+    shard's lines (it used to start from line 1 of the whole table)."""
+    plain = run_score(tmp_path, model_dir, "plain.txt", shard=(2, 3)).read_bytes()
+    fresh = run_score(tmp_path, model_dir, "fresh.txt", shard=(2, 3), resume=True)
+    assert fresh.read_bytes() == plain
+    again = run_score(tmp_path, model_dir, "fresh.txt", shard=(2, 3), resume=True)  # after success
+    assert again.read_bytes() == plain
+    assert 0 < plain.count(b"\n") < len(LINES)
+
+
 @pytest.mark.slow
 def test_plain_stdin_to_stdout(model_dir: Path, tmp_path: Path) -> None:
     whole = run_score(tmp_path, model_dir, "whole.txt")
