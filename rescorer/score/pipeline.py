@@ -18,6 +18,7 @@ Memory is bounded by ``chunk_bytes`` times the number of chunks in flight, never
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import multiprocessing
@@ -197,6 +198,16 @@ def _first_num_scores(path: str) -> int | None:
     return None
 
 
+def _chunk_num_scores(chunk: Chunk) -> int | None:
+    """The score count of the first well-formed line of a chunk."""
+    for i, raw in enumerate(chunk.data.split(b"\n")):
+        if raw:
+            entry = parse_raw_line(raw, chunk.first_line + i, None)
+            if not isinstance(entry, str):
+                return len(entry.scores)
+    return None
+
+
 class _Progress:
     """A progress bar on stderr (bytes of input, pairs/s) when stderr is a terminal."""
 
@@ -345,8 +356,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
 
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
-    if table == "-" and (config.resume or config.shard):
-        raise RescorerError("--resume and --shard need an input file, not stdin")
+    regular = table != "-" and os.path.isfile(table)  # stdin, a FIFO, <(...) can be read once
+    if not regular and (config.resume or config.shard):
+        raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     loaded = load_model_dir(model_dir, device=device)
@@ -373,7 +385,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         stats.resumed_from_line = resume.first_line
     output.open(resume)
     name = display_name(table)
-    num_scores = _first_num_scores(table) if table != "-" else None
+    num_scores = _first_num_scores(table) if regular else None  # a pipe: from its first chunk
     pool: Any = _Inline()
     if config.workers > 0:
         pool = multiprocessing.get_context("spawn").Pool(
@@ -391,6 +403,11 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             chunks = iter_chunks(
                 stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line
             )
+            if not regular:  # read once: the score count comes from the first chunk itself
+                first = next(chunks, None)
+                if first is not None:
+                    num_scores = _chunk_num_scores(first)
+                    chunks = itertools.chain([first], chunks)
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)
             _run(chunks, pool, scorer, output, config, num_scores, name, stats, progress, out)
