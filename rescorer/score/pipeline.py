@@ -18,6 +18,7 @@ Memory is bounded by ``chunk_bytes`` times the number of chunks in flight, never
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import math
@@ -253,6 +254,35 @@ class _Output:
         self.skip_bad_lines = skip_bad_lines
         self.sink: IO[bytes] | None = None
         self.bad_out: IO[bytes] | None = None
+        self.lock_path, self.lock_fd = self.partial + ".lock", -1
+
+    def lock(self) -> None:
+        """Take OUT.partial.lock (an exclusive flock holding our pid) or refuse, naming the pid
+        of the run that holds it. The kernel drops the lock when a run dies, however it dies."""
+        if self.out == "-":
+            return
+        try:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise RescorerError(f"{self.out}: cannot write beside it: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RescorerError(
+                f"{self.out}: another rescorer score (pid {other}) is writing it; wait for it to "
+                "end or write elsewhere"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self.lock_fd = fd
+
+    def unlock(self) -> None:
+        if self.lock_fd >= 0:
+            _remove(self.lock_path)
+            os.close(self.lock_fd)
+            self.lock_fd = -1
 
     def load_resume(self, fresh: _Resume) -> _Resume:
         """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record."""
@@ -328,6 +358,7 @@ class _Output:
         elif not keep_partial:  # bad input or a crash: leave nothing behind
             _remove(self.partial)
             _remove(self.record)
+        self.unlock()
 
 
 COMPILE_MIN_BYTES = 4 << 20
@@ -376,29 +407,36 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
     }
     output = _Output(out, run_key, config.skip_bad_lines)
+    output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
     fresh = _Resume(start, first_line)  # a shard starts at its own first chunk
-    resume = output.load_resume(fresh) if config.resume else fresh
+    try:
+        resume = output.load_resume(fresh) if config.resume else fresh
+    except BaseException:
+        output.unlock()
+        raise
     if resume.stats:
         stats.lines_in = resume.stats["lines_in"]
         stats.lines_out = resume.stats["lines_out"]
         stats.bad = resume.stats["bad"]
         stats.resumed_from_line = resume.first_line
-    output.open(resume)
     name = display_name(table)
-    num_scores = _first_num_scores(table) if regular else None  # a pipe: from its first chunk
     pool: Any = _Inline()
-    if config.workers > 0:
-        pool = multiprocessing.get_context("spawn").Pool(
-            config.workers, initializer=init_worker, initargs=(loaded.src_vocab, loaded.tgt_vocab)
-        )
-    else:
-        init_worker(loaded.src_vocab, loaded.tgt_vocab)
     progress = _Progress(
         (end or 0) - resume.offset if end else None, not config.quiet and sys.stderr.isatty()
     )
     t0 = time.monotonic()
     ok = interrupted = False
-    try:
+    try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
+        output.open(resume)
+        num_scores = _first_num_scores(table) if regular else None  # a pipe: its first chunk
+        if config.workers > 0:
+            pool = multiprocessing.get_context("spawn").Pool(
+                config.workers,
+                initializer=init_worker,
+                initargs=(loaded.src_vocab, loaded.tgt_vocab),
+            )
+        else:
+            init_worker(loaded.src_vocab, loaded.tgt_vocab)
         with open_binary(table) as stream:
             chunks = iter_chunks(
                 stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import SLICE
 
 from rescorer.cli import cli
-from rescorer.errors import InputError
+from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
@@ -379,3 +379,45 @@ def test_stdin_gets_the_score_count_check(tmp_path: Path, model_dir: Path) -> No
     assert b"<stdin>:5:" in proc.stderr or b"-:5:" in proc.stderr, proc.stderr
     assert b"found 5 scores, expected 4" in proc.stderr, proc.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path, model_dir: Path) -> None:
+    """Two runs with the same -o used to share OUT.partial; the final file mixed both inputs
+    and one run exited 0 (issue 11, defect 3). The second is now refused, naming the first."""
+    out = tmp_path / "out.txt"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from rescorer.score.pipeline import _Output\n"
+         f"_Output({str(out)!r}, {{}}, None).lock()\n"
+         "open(sys.argv[1] + '.partial', 'wb').write(b'the first run')\n"
+         "print('locked', flush=True)\n"
+         "time.sleep(60)\n",
+         str(out)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        with pytest.raises(RescorerError, match=rf"another rescorer score \(pid {holder.pid}\)"):
+            run_score(tmp_path, model_dir, "out.txt")
+        assert (tmp_path / "out.txt.partial").read_bytes() == b"the first run"
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    run_score(tmp_path, model_dir, "out.txt")  # the lock died with its holder
+    assert len(read_lines(out)) == len(LINES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_an_error_before_the_first_line_leaves_nothing(tmp_path: Path, model_dir: Path) -> None:
+    """A truncated gzip input used to leave an empty OUT.partial behind."""
+    broken = tmp_path / "broken.gz"
+    broken.write_bytes(SLICE.read_bytes()[:100])
+    out = tmp_path / "out" / "o.gz"
+    out.parent.mkdir()
+    config = ScoreConfig(device="cpu", precision="fp32")
+    with pytest.raises(InputError, match="truncated"):
+        score_table(str(broken), str(model_dir), str(out), config)
+    assert list(out.parent.iterdir()) == []
