@@ -199,6 +199,15 @@ def _first_num_scores(path: str) -> int | None:
     return None
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two names are one file (same device and inode), so links and ./ tricks count."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
 def _chunk_num_scores(chunk: Chunk) -> int | None:
     """The score count of the first well-formed line of a chunk."""
     for i, raw in enumerate(chunk.data.split(b"\n")):
@@ -388,6 +397,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
     regular = table != "-" and os.path.isfile(table)  # stdin, a FIFO, <(...) can be read once
+    for flag, path in (("-o", out), ("--skip-bad-lines", config.skip_bad_lines)):
+        if regular and path not in (None, "-") and _same_file(table, str(path)):
+            raise RescorerError(f"{flag} {path} is the input table itself: write elsewhere")
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)

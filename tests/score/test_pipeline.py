@@ -421,3 +421,19 @@ def test_an_error_before_the_first_line_leaves_nothing(tmp_path: Path, model_dir
     with pytest.raises(InputError, match="truncated"):
         score_table(str(broken), str(model_dir), str(out), config)
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag", ["out", "skip_bad_lines"])
+def test_the_input_cannot_be_an_output(tmp_path: Path, model_dir: Path, flag: str) -> None:
+    """--skip-bad-lines naming the input truncated it before it was read (issue 11, defect 5);
+    -o naming it is refused too. The same file is found by device and inode, not by name."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(SLICE.read_bytes())
+    (tmp_path / "link.gz").hardlink_to(table)
+    out = str(tmp_path / "link.gz") if flag == "out" else str(tmp_path / "out.gz")
+    config = ScoreConfig(device="cpu", skip_bad_lines=str(tmp_path / "link.gz"))
+    if flag == "out":
+        config = ScoreConfig(device="cpu")
+    with pytest.raises(RescorerError, match="is the input table itself"):
+        score_table(str(table), str(model_dir), out, config)
+    assert table.read_bytes() == SLICE.read_bytes()
