@@ -186,6 +186,12 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         state = load_file(str(weights_path), device=str(torch.device(device)))
     except (SafetensorError, OSError) as exc:
         raise RescorerError(f"{weights_path}: cannot read weights: {exc}") from exc
+    for name, tensor in state.items():
+        if not bool(torch.isfinite(tensor).all()):
+            raise RescorerError(
+                f"{weights_path}: tensor {name} holds NaN or infinite values; a model that "
+                "diverged cannot score (use an earlier checkpoint or retrain)"
+            )
     # Built on the CPU (0.1 s at paper size): a first "meta" build in a process costs ~1.5 s
     # of kernel imports. describe_model_dir, which only counts parameters, pays that.
     model = EncoderDecoder(config)

@@ -15,6 +15,7 @@ their order and bytes; only whole lines are dropped.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ def parse_min_score(text: str) -> tuple[MinScore, ...]:
     for part in text.split(","):
         col, sep, threshold = part.partition(":")
         try:
-            if not sep or not col.isdigit():
+            if not sep or not col.isdigit() or not math.isfinite(float(threshold)):
                 raise ValueError
             specs.append(MinScore(int(col), float(threshold)))
         except ValueError:

@@ -9,6 +9,7 @@ rewrite changes only the tokens it means to change and leaves every other byte a
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -188,6 +189,10 @@ def _parse_weight(path: str, lineno: int, code: str) -> WeightLine:
         ) from None
     if not values:
         raise InputError(path, lineno, f"no weights after {name!r}, expected 'Name= v1 v2 ...'")
+    if not all(math.isfinite(v) for v in values):
+        raise InputError(
+            path, lineno, f"weights of {name[:-1]} must be finite numbers, found nan or inf"
+        )
     return WeightLine(lineno, name[:-1], values)
 
 

@@ -126,3 +126,12 @@ def test_errors_name_the_file(tmp_path: Path, tiny_model: EncoderDecoder) -> Non
     assert "provenance:" in describe_model_dir(tmp_path)
     with pytest.raises(RescorerError, match="differ from the model"):
         save_model_dir(tmp_path, tiny_model, Vocab((), 5), Vocab((), 40), {})
+
+
+def test_a_diverged_model_is_refused(tmp_path: Path, tiny_model: EncoderDecoder) -> None:
+    """A model with NaN weights used to write 'nan' into the table (issue 11, defect 6)."""
+    with torch.no_grad():
+        tiny_model.dec_rec.cand_proj.weight[0, 0] = float("nan")
+    write_dir(tmp_path, tiny_model)
+    with pytest.raises(RescorerError, match=r"tensor dec_rec\.cand_proj\.weight holds NaN"):
+        load_model_dir(tmp_path)

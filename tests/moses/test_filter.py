@@ -89,7 +89,7 @@ def test_min_score_drops_raw_columns_below_threshold(tmp_path: Path) -> None:
 
 def test_min_score_specs() -> None:
     assert parse_min_score("2:0.0001,0:1e-3") == (MinScore(2, 0.0001), MinScore(0, 0.001))
-    for bad in ("2", "x:1", "2:y", "-1:0.5", ""):
+    for bad in ("2", "x:1", "2:y", "-1:0.5", "", "1:nan", "1:inf", "1:-inf"):
         with pytest.raises(RescorerError, match="expected COL:THRESHOLD"):
             parse_min_score(bad)
 

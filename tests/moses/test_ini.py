@@ -171,6 +171,8 @@ def test_comments_and_crlf_survive(tmp_path: Path) -> None:
     ("old", "new", "lineno", "message"),
     [
         ("LM0= 0.111134", "LM0= 0.1x", 46, "not all numbers"),
+        ("LM0= 0.111134", "LM0= nan", 46, "must be finite numbers"),
+        ("LM0= 0.111134", "LM0= -inf", 46, "must be finite numbers"),
         ("LM0= 0.111134", "LM0 0.111134", 46, "expected 'Name= v1 v2 ...'"),
         ("order=5", "order", 28, "not key=value"),
         ("order=5", "order=5 factor=1", 28, "duplicate key 'factor'"),
