@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
+import hashlib
 import itertools
 import json
 import math
@@ -34,10 +36,16 @@ from typing import IO, Any
 import numpy as np
 from isal import igzip
 
-from rescorer.constants import DEFAULT_GZIP_LEVEL
+from rescorer.constants import (
+    CONFIG_FILE,
+    DEFAULT_GZIP_LEVEL,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    WEIGHTS_FILE,
+)
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
-from rescorer.io.files import display_name, iter_raw_lines, open_binary, write_json
+from rescorer.io.files import display_name, iter_raw_lines, open_binary, read_json, write_json
 from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
 from rescorer.vocab import Vocab
@@ -199,6 +207,42 @@ def _first_num_scores(path: str) -> int | None:
     return None
 
 
+TAIL_BYTES = 1 << 16  # the output bytes a progress record vouches for by hash
+HEAD_BYTES = 1 << 20  # the input bytes at each end that its fingerprint hashes
+
+
+def _tail_sha256(path: str, end: int) -> str:
+    """sha256 of the TAIL_BYTES of ``path`` before offset ``end``."""
+    start = max(0, end - TAIL_BYTES)
+    with open(path, "rb") as f:
+        f.seek(start)
+        return hashlib.sha256(f.read(end - start)).hexdigest()
+
+
+def _input_fingerprint(path: str) -> dict[str, Any]:
+    """Size and sha256 of the first and last HEAD_BYTES: cheap on 10^9-line tables, and a
+    table that was rewritten, appended to or truncated since the record changes it."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
+        f.seek(max(0, size - HEAD_BYTES))
+        tail = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
+    return {"bytes": size, "head_sha256": head, "tail_sha256": tail}
+
+
+def _model_fingerprint(model_dir: str) -> str | None:
+    """sha256 over the files that decide the scores (config, vocabularies, weights)."""
+    digest = hashlib.sha256()
+    try:
+        for name in (CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE):
+            with open(os.path.join(model_dir, name), "rb") as f:
+                for block in iter(functools.partial(f.read, 1 << 20), b""):
+                    digest.update(block)
+    except OSError:
+        return None  # load_model_dir has said what is missing
+    return digest.hexdigest()
+
+
 def _same_file(a: str, b: str) -> bool:
     """Whether two names are one file (same device and inode), so links and ./ tricks count."""
     try:
@@ -294,15 +338,41 @@ class _Output:
             self.lock_fd = -1
 
     def load_resume(self, fresh: _Resume) -> _Resume:
-        """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record."""
+        """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record.
+
+        The record must be for this input (path and fingerprint), this model directory (path
+        and content hash) and these options, and OUT.partial must still hold what it says.
+        """
         if not os.path.exists(self.record):
             return fresh
-        with open(self.record, encoding="utf-8") as f:
-            state = json.load(f)
-        if state["run"] != self.run_key:
+        state = read_json(self.record, what="the progress record of an interrupted run")
+        again = "run without --resume to start over"
+        old = state.get("run", {}) if isinstance(state, dict) else {}
+        for key, what in (
+            ("table", "for another input table"),
+            ("input", "for other input content (the table changed since)"),
+            ("model_dir", "for another model directory"),
+            ("model", "for another model (the model directory changed since)"),
+            ("config", "with other options"),
+        ):
+            if old.get(key) != self.run_key.get(key):
+                raise RescorerError(f"{self.record}: was written {what}; {again}")
+        out_bytes = int(state["out_bytes"])
+        try:
+            size = os.path.getsize(self.partial)
+        except OSError:
             raise RescorerError(
-                f"{self.record}: was written for another input, model or options; "
-                "run without --resume to start over"
+                f"{self.partial}: missing, but {self.record} says {out_bytes} bytes were "
+                f"written; {again}"
+            ) from None
+        if size < out_bytes:
+            raise RescorerError(
+                f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says "
+                f"(lost in a crash or power loss?); {again}"
+            )
+        if _tail_sha256(self.partial, out_bytes) != state.get("tail_sha256"):
+            raise RescorerError(
+                f"{self.partial}: its last written bytes differ from its record; {again}"
             )
         return _Resume(
             state["offset"],
@@ -339,18 +409,21 @@ class _Output:
         if self.out == "-":
             return
         assert self.sink is not None
-        self.sink.flush()
-        if self.bad_out is not None:
-            self.bad_out.flush()
+        for f in (self.sink, self.bad_out):  # what the record promises reaches the disk first
+            if f is not None:
+                f.flush()
+                os.fsync(f.fileno())
+        out_bytes = self.sink.tell()
         state = {
             "run": self.run_key,
             "offset": offset,
             "next_line": next_line,
-            "out_bytes": self.sink.tell(),
+            "out_bytes": out_bytes,
+            "tail_sha256": _tail_sha256(self.partial, out_bytes),
             "bad_bytes": self.bad_out.tell() if self.bad_out is not None else 0,
             "stats": {"lines_in": stats.lines_in, "lines_out": stats.lines_out, "bad": stats.bad},
         }
-        write_json(self.record, state, indent=None, ensure_ascii=True)
+        write_json(self.record, state, indent=None, ensure_ascii=True, fsync=True)
 
     def close(self, ok: bool, keep_partial: bool) -> None:
         if self.bad_out is not None:
@@ -415,7 +488,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         start, first_line, end = shard_bounds(table, config.chunk_bytes, config.shard)
     run_key = {
         "table": os.path.abspath(table) if table != "-" else "-",
+        "input": _input_fingerprint(table) if regular else None,
         "model_dir": os.path.abspath(model_dir),
+        "model": _model_fingerprint(model_dir),
         "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
     }
     output = _Output(out, run_key, config.skip_bad_lines)

@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -437,3 +438,84 @@ def test_the_input_cannot_be_an_output(tmp_path: Path, model_dir: Path, flag: st
     with pytest.raises(RescorerError, match="is the input table itself"):
         score_table(str(table), str(model_dir), out, config)
     assert table.read_bytes() == SLICE.read_bytes()
+
+
+def interrupt_after_checkpoints(
+    monkeypatch: pytest.MonkeyPatch, table: Path, model_dir: Path, out: Path, n: int = 2
+) -> None:
+    """Run until ``n`` progress records were written, then stop as Ctrl-C would."""
+    from rescorer.score import pipeline
+
+    real = pipeline._Output.checkpoint
+    calls = [0]
+
+    def checkpoint(self: pipeline._Output, *args: object) -> None:
+        real(self, *args)  # type: ignore[arg-type]
+        calls[0] += 1
+        if calls[0] == n:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline._Output, "checkpoint", checkpoint)
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192)
+    with pytest.raises(KeyboardInterrupt):
+        score_table(str(table), str(model_dir), str(out), config)
+    monkeypatch.setattr(pipeline._Output, "checkpoint", real)
+    assert Path(f"{out}.partial.json").exists()
+
+
+def resume(table: Path, model_dir: Path, out: Path) -> None:
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, resume=True)
+    score_table(str(table), str(model_dir), str(out), config)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("input", r"was written for other input content \(the table changed since\)"),
+        ("model", r"was written for another model \(the model directory changed since\)"),
+        ("short", r"shorter than the \d+ its record says \(lost in a crash or power loss\?\)"),
+        ("deleted", r"\.partial: missing, but .* says \d+ bytes were written"),
+        ("tail", r"its last written bytes differ from its record"),
+    ],
+)
+def test_resume_checks_what_its_record_says(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch, damage: str, message: str
+) -> None:
+    """--resume used to trust the record: a changed input or model mixed old and new scores,
+    a short partial file was padded with NUL bytes, a deleted one crashed (issue 11, defect 4).
+    Each is now refused; without damage the resumed output equals one uninterrupted run."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(SLICE.read_bytes())
+    models = tmp_path / "models"
+    shutil.copytree(model_dir, models / "m")
+    out = tmp_path / "out.txt"
+    interrupt_after_checkpoints(monkeypatch, table, models / "m", out)
+    partial = Path(f"{out}.partial")
+    if damage == "input":
+        table.write_bytes(
+            gzip.compress(gzip.decompress(SLICE.read_bytes()).replace(b" 1 1", b" 1 2", 1))
+        )
+    elif damage == "model":
+        config = json.loads((models / "m" / "config.json").read_text())
+        (models / "m" / "config.json").write_text(json.dumps(config, indent=1))
+    elif damage == "short":
+        partial.write_bytes(partial.read_bytes()[:-10])
+    elif damage == "deleted":
+        partial.unlink()
+    elif damage == "tail":
+        data = bytearray(partial.read_bytes())
+        data[-5] ^= 1
+        partial.write_bytes(bytes(data))
+    with pytest.raises(RescorerError, match=message):
+        resume(table, models / "m", out)
+    assert not out.exists()
+
+
+def test_an_undamaged_interrupted_run_resumes_exactly(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
+    out = tmp_path / "out.txt"
+    interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
+    resume(SLICE, model_dir, out)
+    assert out.read_bytes() == whole.read_bytes()
