@@ -81,7 +81,9 @@ def parse_scores(text: str) -> tuple[float, ...] | str:
         if not tok:
             continue
         try:
-            if "_" in tok:  # Python's float() accepts "1_0"; Moses does not
+            # Python's float() also takes "1_0" and non-ASCII digits (Arabic-Indic, full-width);
+            # Moses reads ASCII decimal numbers only.
+            if "_" in tok or not tok.isascii():
                 raise ValueError
             value = float(tok)
         except ValueError:
@@ -96,6 +98,11 @@ def parse_scores(text: str) -> tuple[float, ...] | str:
 
 def parse_line(text: str, lineno: int) -> PhraseEntry | str:
     """Split a decoded line (no newline); return the entry, or what is wrong with it."""
+    if "\r" in text:
+        return (
+            "found a carriage return (CR) in the line (a Windows or old Mac text file?), "
+            "expected lines that end in LF only"
+        )
     fields = text.split(FIELD_SEP, 3)
     if len(fields) < 3:
         return f"found {len(fields)} field(s) separated by ' ||| ', expected {EXPECTED_SHAPE}"
