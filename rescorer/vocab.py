@@ -9,7 +9,6 @@ Tokens are Moses-escaped strings (``&#124;``, ``&amp;``...) and are used exactly
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -25,7 +24,7 @@ from rescorer.constants import (
     UNK_SYMBOL,
 )
 from rescorer.errors import RescorerError, check
-from rescorer.io.files import write_json
+from rescorer.io.files import make_dir, read_json, write_json
 from rescorer.io.table import split_tokens
 
 VOCAB_FORMAT = "rescorer-vocab-1"
@@ -106,11 +105,7 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str) -> Vocab:
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RescorerError(f"{path}: cannot read vocabulary: {exc}") from exc
+        data = read_json(path, what="a rescorer vocabulary")
         if not isinstance(data, dict) or data.get("format") != VOCAB_FORMAT:
             raise RescorerError(f"{path}: not a rescorer vocabulary (format {VOCAB_FORMAT})")
         return cls(words=tuple(data["words"]), size=int(data["size"]))
@@ -143,7 +138,7 @@ def build_vocabs(
 
 
 def save_vocabs(folder: str, src: Vocab, tgt: Vocab) -> tuple[str, str]:
-    os.makedirs(folder, exist_ok=True)
+    make_dir(folder)
     src_path = os.path.join(folder, SRC_VOCAB_FILE)
     tgt_path = os.path.join(folder, TGT_VOCAB_FILE)
     src.save(src_path)

@@ -29,10 +29,16 @@ SCORE = ScoreConfig()  # each default is written once, there
 @device_option
 @precision_option
 @click.option(
-    "--batch-tokens", type=int, help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU]."
+    "--batch-tokens",
+    type=click.IntRange(min=1),
+    help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU].",
 )
 @click.option(
-    "--workers", default=SCORE.workers, show_default=True, help="Parse/format worker processes."
+    "--workers",
+    default=SCORE.workers,
+    type=click.IntRange(min=0),
+    show_default=True,
+    help="Parse/format worker processes.",
 )
 @click.option(
     "--compile",
@@ -42,15 +48,20 @@ SCORE = ScoreConfig()  # each default is written once, there
     help="torch.compile the recurrence and softmax (auto: for inputs of 4 MiB or more).",
 )
 @click.option(
-    "--chunk-bytes", default=SCORE.chunk_bytes, show_default=True, help="Input bytes per chunk."
+    "--chunk-bytes",
+    default=SCORE.chunk_bytes,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Input bytes per chunk.",
 )
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
     "--compress-level",
     default=SCORE.compresslevel,
+    type=click.IntRange(0, 3),
     show_default=True,
-    help="gzip level of a .gz OUT.",
+    help="gzip level of a .gz OUT (isal: 0-3).",
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")

@@ -145,6 +145,8 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
     the disk before the rename.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise RescorerError(f"{path}: is a folder, expected a file name to write")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
@@ -194,8 +196,30 @@ def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
             return json.load(f)
     except FileNotFoundError as exc:
         raise RescorerError(f"{os.fspath(path)}: missing ({what})") from exc
-    except (OSError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise RescorerError(f"{os.fspath(path)}: JSON nested too deeply") from None
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
         raise RescorerError(f"{os.fspath(path)}: cannot read JSON: {exc}") from exc
+
+
+def read_json_object(path: str | os.PathLike[str], *, what: str = "file") -> dict[str, Any]:
+    """Like :func:`read_json`, and the file must hold a JSON object."""
+    data = read_json(path, what=what)
+    if not isinstance(data, dict):
+        raise RescorerError(
+            f"{os.fspath(path)}: holds a JSON {type(data).__name__}, expected an object ({what})"
+        )
+    return data
+
+
+def make_dir(path: str | os.PathLike[str]) -> None:
+    """Create a folder (and its parents) for output, or say why it cannot be one."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except FileExistsError:
+        raise RescorerError(f"{os.fspath(path)}: exists and is not a folder") from None
+    except OSError as exc:
+        raise RescorerError(f"{os.fspath(path)}: cannot create the folder: {exc.strerror}") from exc
 
 
 def _umask() -> int:

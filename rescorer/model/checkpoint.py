@@ -105,7 +105,7 @@ class ModelDir:
                 f"{config.src_vocab_size}/{config.tgt_vocab_size}"
             )
         model_dir = cls(folder)
-        model_dir.path.mkdir(parents=True, exist_ok=True)
+        files.make_dir(model_dir.path)
         model_dir.log_path.unlink(missing_ok=True)
         data: dict[str, Any] = {"format": CONFIG_FORMAT, "model": config.to_dict()}
         if train_config is not None:
@@ -123,8 +123,7 @@ class ModelDir:
         save_weights(self.weights_path, model)
 
     def read_provenance(self) -> dict[str, Any]:
-        provenance: dict[str, Any] = read_json(self.provenance_path)
-        return provenance
+        return files.read_json_object(self.provenance_path, what="a model's provenance")
 
     def update_provenance(self, provenance: dict[str, Any]) -> None:
         write_json(self.provenance_path, provenance)
@@ -200,7 +199,11 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
     except RuntimeError as exc:
         raise RescorerError(f"{weights_path}: weights do not fit {CONFIG_FILE}: {exc}") from exc
     provenance_path = folder / PROVENANCE_FILE
-    provenance = read_json(provenance_path) if provenance_path.is_file() else {}
+    provenance = (
+        files.read_json_object(provenance_path, what="a model's provenance")
+        if provenance_path.is_file()
+        else {}
+    )
     return LoadedModel(model.eval(), config, src_vocab, tgt_vocab, provenance)
 
 
@@ -213,7 +216,11 @@ def describe_model_dir(folder: str | Path) -> str:
     with torch.device("meta"):
         num_params = count_parameters(EncoderDecoder(config))
     provenance_path = folder / PROVENANCE_FILE
-    provenance = read_json(provenance_path) if provenance_path.is_file() else {}
+    provenance = (
+        files.read_json_object(provenance_path, what="a model's provenance")
+        if provenance_path.is_file()
+        else {}
+    )
     lines = [f"model directory: {folder}", "model:"]
     lines += [f"  {k}: {v}" for k, v in config.to_dict().items()]
     lines.append(f"  parameters: {num_params:,}")

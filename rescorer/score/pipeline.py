@@ -71,6 +71,18 @@ class ScoreConfig:
     skip_bad_lines: str | None = None
     quiet: bool = False
 
+    def __post_init__(self) -> None:
+        """Out-of-range values are errors here too, not only on the command line."""
+        for flag, value, low, high in (
+            ("--chunk-bytes", self.chunk_bytes, 1, None),
+            ("--workers", self.workers, 0, None),
+            ("--batch-tokens", self.batch_tokens, 1, None),
+            ("--compress-level", self.compresslevel, 0, 3),
+        ):
+            if value is not None and (value < low or (high is not None and value > high)):
+                span = f"{low} to {high}" if high is not None else f"at least {low}"
+                raise RescorerError(f"{flag} {value}: expected {span}")
+
 
 @dataclass
 class ScoreStats:
@@ -314,6 +326,8 @@ class _Output:
         of the run that holds it. The kernel drops the lock when a run dies, however it dies."""
         if self.out == "-":
             return
+        if os.path.isdir(self.out):
+            raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
         try:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:

@@ -153,6 +153,7 @@ class _Trainer:
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
         if cfg.quiet:
             self.say = lambda msg: None
+        check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
         self.model_dir = ModelDir(out)
         self.state_path = self.model_dir.state_path
         if resume:
