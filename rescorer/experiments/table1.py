@@ -38,6 +38,7 @@ import numpy as np
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import (
     approximate_randomization,
+    bleu_from_totals,
     corpus_stats,
     sacrebleu_score,
 )
@@ -582,6 +583,23 @@ def evaluate(ctx: _Context) -> dict[str, Any]:
                     seed=cfg.seed,
                 )
                 entry[f"{part}_vs_a"] = {"delta": sig.delta, "p": sig.p_value, "trials": sig.trials}
+        # With --dev-lines, dev BLEU mixes sentences the weights were tuned on with unseen ones:
+        # both halves separately (the baseline's starting weights may have seen all of dev).
+        n_tune, n_dev = records["prepare"]["sentences"]["tune"], len(refs["dev"])
+        if n_tune < n_dev:
+            for part, rows_of in (
+                ("dev_tuned", slice(0, n_tune)),
+                ("dev_rest", slice(n_tune, None)),
+            ):
+                ours = np.stack(stats[(system, "dev")])[:, rows_of]  # [K, S', W]
+                bleus = [float(bleu_from_totals(x.sum(axis=0))) for x in ours]
+                entry[f"{part}_mean"], entry[f"{part}_sd"] = _mean_sd(bleus)
+                if system != "a":
+                    sig = approximate_randomization(
+                        np.stack(stats[("a", "dev")])[:, rows_of], ours, trials=cfg.trials,
+                        seed=cfg.seed,
+                    )  # fmt: skip
+                    entry[f"{part}_vs_a"] = {"delta": sig.delta, "p": sig.p_value}
         for key in ("rnn_weight", "wp_weight"):
             values = [r[key] for r in rows if r[key] is not None]
             entry[f"{key}_mean"] = statistics.fmean(values) if values else None
@@ -644,6 +662,26 @@ def results_markdown(results: dict[str, Any]) -> str:
             f"| {_fmt(dev_sig['p'], '.3f') if dev_sig else '–'} "
             f"| {_fmt(s['rnn_weight_mean'], '.4f')} | {_fmt(s['wp_weight_mean'], '.4f')} |"
         )
+    if "dev_rest_mean" in results["systems"][0]:
+        n = sents["tune"]
+        lines += [
+            "",
+            f"Dev split: the {n} sentences tuned on, and the other {sents['dev'] - n} (which "
+            "the baseline's starting weights may have been tuned on):",
+            "",
+            f"| system | dev 1-{n} | Δ vs (a) | p | dev {n + 1}-{sents['dev']} | Δ vs (a) | p |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in results["systems"]:
+            cells = [f"({s['system']}) {s['name']}"]
+            for part in ("dev_tuned", "dev_rest"):
+                sig = s.get(f"{part}_vs_a")
+                cells += [
+                    f"{_fmt(s[f'{part}_mean'])} ± {_fmt(s[f'{part}_sd'])}",
+                    _fmt(sig["delta"], "+.2f") if sig else "–",
+                    _fmt(sig["p"], ".3f") if sig else "–",
+                ]
+            lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "| system | run | seed | iterations | dev BLEU | test BLEU | dev multi-bleu | test "

@@ -213,7 +213,7 @@ def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     argv = [
         sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "20s", "--work", str(work),
         "--moses", str(MOSES), "--runs", "1", "--max-iterations", "1", "--trials", "100",
-        "--score-args", "--compile no",
+        "--score-args", "--compile no", "--dev-lines", "6",
         "--train-args", "--hidden-size 8 --embed-size 6 --maxout-units 5 --src-vocab-size 200 "
         "--tgt-vocab-size 200 --batch-size 16 --max-updates 20 --valid-every 10 -q",
     ]  # fmt: skip
@@ -223,5 +223,10 @@ def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     assert results["model"]["model"] == str(work / "train" / "model")
     assert results["model"]["updates"] == 20
     assert results["model"]["model_config"]["hidden_size"] == 8
+    # tuned on dev 1-6: BLEU of both dev parts, from the same statistics as the whole
+    assert results["sentences"]["tune"] == 6
+    for s in results["systems"]:
+        assert {"dev_tuned_mean", "dev_rest_mean"} <= set(s)
+    assert "Dev split: the 6 sentences tuned on" in proc.stdout
     score_log = (work / "score-rnn" / "log").read_text()
     assert f"-m {work / 'train' / 'model'}" in score_log
