@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import glob
 import hashlib
 import itertools
 import json
@@ -344,6 +345,11 @@ class _Output:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self.lock_fd = fd
+        # A run killed while it replaced its record leaves the temporary file behind; the lock
+        # says that run is gone, so its leftovers can go.
+        folder, name = os.path.split(os.path.abspath(self.record))
+        for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")):
+            _remove(leftover)
 
     def unlock(self) -> None:
         if self.lock_fd >= 0:

@@ -519,3 +519,64 @@ def test_an_undamaged_interrupted_run_resumes_exactly(
     interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
     resume(SLICE, model_dir, out)
     assert out.read_bytes() == whole.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--shard", "2/3"], ["--word-penalty", "--workers", "2"]],
+    ids=["plain", "shard", "word-penalty+workers"],
+)
+def test_twenty_kills_then_resumes_end_byte_identical(
+    tmp_path: Path, model_dir: Path, flags: list[str]
+) -> None:
+    """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
+    plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
+    with one uninterrupted run (issue 11)."""
+    big = tmp_path / "big.gz"
+    lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
+    big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    cmd = [
+        sys.executable,
+        "-m",
+        "rescorer",
+        "score",
+        str(big),
+        "-m",
+        str(model_dir),
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--chunk-bytes",
+        "8192",
+        "-q",
+        *flags,
+    ]
+    whole = tmp_path / "whole.gz"
+    subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
+    out = tmp_path / "out.gz"
+    record = Path(f"{out}.partial.json")
+    rng = np.random.default_rng(20)
+    targets = np.sort(rng.integers(1, len(lines), size=20))
+    kills = 0
+    for target, delay in zip(targets, rng.uniform(0, 0.05, size=20), strict=True):
+        if out.exists():
+            break  # the run finished between two kill points
+        proc = subprocess.Popen([*cmd, "-o", str(out), "--resume"], env=ONE_THREAD)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            state = json.loads(record.read_text() or "{}") if record.exists() else {}
+            if state.get("next_line", 0) >= target:
+                time.sleep(delay)
+                break
+            time.sleep(0.005)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    if not out.exists():
+        subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
+    assert kills >= 10  # most kill points landed in a live run
+    assert out.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.gz", "out.gz", "whole.gz"]
