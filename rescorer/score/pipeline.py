@@ -118,6 +118,7 @@ class ParsedChunk:
     pairs: GroupedPairs
     unk: np.ndarray  # (N,) int32 target words outside the shortlist
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
+    last_unterminated: bool = False  # the input's last line, kept, has no final newline
 
 
 def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
@@ -145,6 +146,8 @@ def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
         builder.add(entry.src, tgt_tokens)
         unk.append(tgt_vocab.unk_count(tgt_tokens))
     pairs = builder.build()
+    unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
+    last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
     return ParsedChunk(
         chunk.offset,
         len(chunk.data),
@@ -155,6 +158,7 @@ def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
         pairs,
         np.asarray(unk, dtype=np.int32),
         bad,
+        last_kept,
     )
 
 
@@ -166,8 +170,10 @@ def format_chunk(
     column: str,
     word_penalty: bool,
     compresslevel: int | None,
+    last_unterminated: bool = False,
 ) -> bytes:
-    """The chunk's lines with the new column(s) in the score field; gzip member if asked."""
+    """The chunk's lines with the new column(s) in the score field; gzip member if asked. With
+    ``last_unterminated`` the last line gets no newline, as the input's last line had none."""
     fmt = format_prob if column == "prob" else format_logp
     parts = []
     for i, raw in enumerate(lines):
@@ -177,6 +183,8 @@ def format_chunk(
             extra += " " + format_score(math.exp(int(unk[i])))
         parts.append(b"%b %b%b\n" % (raw[:cut], extra.encode("ascii"), raw[cut:]))
     data = b"".join(parts)
+    if last_unterminated and data:
+        data = data[:-1]
     if compresslevel is not None:
         return igzip.compress(data, compresslevel=compresslevel, mtime=0)
     return data
@@ -620,7 +628,7 @@ def _run(
         logp = scorer.score(parsed.pairs)
         stats.pairs_scored += len(logp)
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
-        result = pool.apply_async(format_chunk, (*args, gz_level))
+        result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
         parsed.pairs = _EMPTY_PAIRS  # only what the writer needs stays in memory
         formatting.append((result, parsed))
         write_ready(limit=max(1, config.workers))

@@ -580,3 +580,22 @@ def test_twenty_kills_then_resumes_end_byte_identical(
     assert kills >= 10  # most kill points landed in a live run
     assert out.read_bytes() == whole.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.gz", "out.gz", "whole.gz"]
+
+
+@pytest.mark.parametrize("out_name", ["out.txt", "out.gz"])
+def test_a_missing_final_newline_is_kept_as_it_was(
+    tmp_path: Path, model_dir: Path, out_name: str
+) -> None:
+    """Lines out = lines in, byte for byte outside the score field, the last one included."""
+    data = gzip.decompress(SLICE.read_bytes()).rstrip(b"\n")
+    table = tmp_path / "no-final-newline.txt"
+    table.write_bytes(data)
+    out = tmp_path / out_name
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=16384)
+    score_table(str(table), str(model_dir), str(out), config)
+    written = out.read_bytes()
+    written = gzip.decompress(written) if out_name.endswith(".gz") else written
+    assert not written.endswith(b"\n")
+    assert written.count(b"\n") == data.count(b"\n")
+    with_newline = run_score(tmp_path, model_dir, "with.txt").read_bytes()
+    assert written + b"\n" == with_newline
