@@ -564,6 +564,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)
             _run(chunks, pool, scorer, output, config, num_scores, name, stats, progress, out)
+        if out.endswith(".gz") and output.sink is not None and output.sink.tell() == 0:
+            # no line, no member: an empty gzip member keeps OUT a valid gzip file
+            output.write(igzip.compress(b"", compresslevel=config.compresslevel, mtime=0), [])
         ok = True
     except KeyboardInterrupt:
         interrupted = True  # keep OUT.partial and its record for --resume

@@ -599,3 +599,11 @@ def test_a_missing_final_newline_is_kept_as_it_was(
     assert written.count(b"\n") == data.count(b"\n")
     with_newline = run_score(tmp_path, model_dir, "with.txt").read_bytes()
     assert written + b"\n" == with_newline
+
+
+def test_an_empty_table_gives_a_valid_empty_gzip_file(tmp_path: Path, model_dir: Path) -> None:
+    table = tmp_path / "empty.txt"
+    table.write_bytes(b"")
+    out = tmp_path / "empty.gz"
+    score_table(str(table), str(model_dir), str(out), ScoreConfig(device="cpu"))
+    assert gzip.decompress(out.read_bytes()) == b""
