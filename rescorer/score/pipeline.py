@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
@@ -221,10 +221,15 @@ class _Done:
 def _first_num_scores(path: str) -> int | None:
     """The score count of the input's first well-formed line (what every line must match)."""
     with open_binary(path) as stream:
-        for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
-            entry = parse_raw_line(raw, lineno, None)
-            if not isinstance(entry, str):
-                return len(entry.scores)
+        return _num_scores(iter_raw_lines(stream, path), 1)
+
+
+def _num_scores(raw_lines: Iterable[bytes], first_line: int) -> int | None:
+    """The score count of the first well-formed line among ``raw_lines``."""
+    for lineno, raw in enumerate(raw_lines, start=first_line):
+        entry = parse_raw_line(raw, lineno, None) if raw.strip(b"\n") else ""
+        if not isinstance(entry, str):
+            return len(entry.scores)
     return None
 
 
@@ -273,16 +278,6 @@ def _same_file(a: str, b: str) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
-def _chunk_num_scores(chunk: Chunk) -> int | None:
-    """The score count of the first well-formed line of a chunk."""
-    for i, raw in enumerate(chunk.data.split(b"\n")):
-        if raw:
-            entry = parse_raw_line(raw, chunk.first_line + i, None)
-            if not isinstance(entry, str):
-                return len(entry.scores)
-    return None
-
-
 class _Progress:
     """A progress bar on stderr (bytes of input, pairs/s) when stderr is a terminal."""
 
@@ -329,6 +324,7 @@ class _Output:
         self.sink: IO[bytes] | None = None
         self.bad_out: IO[bytes] | None = None
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
+        self.tail = bytearray()
 
     def lock(self) -> None:
         """Take OUT.partial.lock (an exclusive flock holding our pid) or refuse, naming the pid
@@ -416,6 +412,10 @@ class _Output:
         else:
             sink = open(self.partial, "r+b" if resume.out_bytes else "wb")  # noqa: SIM115
             sink.truncate(resume.out_bytes)
+            if resume.out_bytes:  # the tail the record hashed, to go on hashing from
+                start = max(0, resume.out_bytes - TAIL_BYTES)
+                sink.seek(start)
+                self.tail = bytearray(sink.read(resume.out_bytes - start))
             sink.seek(resume.out_bytes)
             self.sink = sink
         if self.skip_bad_lines:
@@ -428,6 +428,8 @@ class _Output:
     def write(self, data: bytes, bad_lines: list[bytes]) -> None:
         assert self.sink is not None
         self.sink.write(data)
+        self.tail += data
+        del self.tail[:-TAIL_BYTES]  # the last TAIL_BYTES written, kept for the record's hash
         if bad_lines:
             assert self.bad_out is not None
             self.bad_out.write(b"".join(line + b"\n" for line in bad_lines))
@@ -447,7 +449,7 @@ class _Output:
             "offset": offset,
             "next_line": next_line,
             "out_bytes": out_bytes,
-            "tail_sha256": _tail_sha256(self.partial, out_bytes),
+            "tail_sha256": hashlib.sha256(self.tail).hexdigest(),
             "bad_bytes": self.bad_out.tell() if self.bad_out is not None else 0,
             "stats": {"lines_in": stats.lines_in, "lines_out": stats.lines_out, "bad": stats.bad},
         }
@@ -559,7 +561,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             if not regular:  # read once: the score count comes from the first chunk itself
                 first = next(chunks, None)
                 if first is not None:
-                    num_scores = _chunk_num_scores(first)
+                    num_scores = _num_scores(first.data.split(b"\n"), first.first_line)
                     chunks = itertools.chain([first], chunks)
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)

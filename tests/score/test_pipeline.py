@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -264,32 +265,26 @@ def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
     assert usage.exit_code == 2
 
 
-@pytest.mark.slow
-def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
-    """SIGKILL a run part-way through, --resume it, and compare with an uninterrupted run."""
-    # A longer input so the run is still going when it is killed: the slice, 12 times over
-    # with the source phrases made distinct per copy (tables are grouped by source).
+def long_run(
+    tmp_path: Path, model_dir: Path, flags: Sequence[str] = ()
+) -> tuple[list[str], list[str], Path]:
+    """A longer input so a run is still going when it is killed (the slice 6 times over, the
+    source phrases made distinct per copy: tables are grouped by source), the command that
+    scores it, and the output of one uninterrupted run."""
     big = tmp_path / "big.gz"
     lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
     big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    cmd = [
-        sys.executable,
-        "-m",
-        "rescorer",
-        "score",
-        str(big),
-        "-m",
-        str(model_dir),
-        "--device",
-        "cpu",
-        "--precision",
-        "fp32",
-        "--chunk-bytes",
-        "8192",
-        "-q",
-    ]
+    cmd = [sys.executable, "-m", "rescorer", "score", str(big), "-m", str(model_dir), "--device",
+           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "-q", *flags]  # fmt: skip
     whole = tmp_path / "whole.gz"
     subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
+    return lines, cmd, whole
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
+    """SIGKILL a run part-way through, --resume it, and compare with an uninterrupted run."""
+    lines, cmd, whole = long_run(tmp_path, model_dir)
     out = tmp_path / "resumed.gz"
     record = Path(str(out) + ".partial.json")
     proc = subprocess.Popen([*cmd, "-o", str(out)], env=ONE_THREAD)
@@ -533,28 +528,7 @@ def test_twenty_kills_then_resumes_end_byte_identical(
     """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
     plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
     with one uninterrupted run (issue 11)."""
-    big = tmp_path / "big.gz"
-    lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
-    big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    cmd = [
-        sys.executable,
-        "-m",
-        "rescorer",
-        "score",
-        str(big),
-        "-m",
-        str(model_dir),
-        "--device",
-        "cpu",
-        "--precision",
-        "fp32",
-        "--chunk-bytes",
-        "8192",
-        "-q",
-        *flags,
-    ]
-    whole = tmp_path / "whole.gz"
-    subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
+    lines, cmd, whole = long_run(tmp_path, model_dir, flags)
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
     rng = np.random.default_rng(20)
