@@ -16,7 +16,7 @@ echo "== rescorer score"
 rescorer score "$sample" -m "$out/model" -o "$out/phrase-table.rnn.gz" --word-penalty
 echo "== rescorer moses-ini"
 rescorer moses-ini "$here/rescorer/sample/moses.ini" --phrase-table "$out/phrase-table.rnn.gz" \
-  --weight 0.2 --weight 0.2 -o "$out/moses.ini"
+  --new-weight 0.2 --new-weight 0.2 -o "$out/moses.ini"
 echo
 echo "Scored table: $out/phrase-table.rnn.gz  (columns 5 and 6: p_RNN(fr|en), exp(#words not in"
 echo "the shortlist)); Moses config: $out/moses.ini. A few rows:"

@@ -24,3 +24,26 @@ def test_mypy_clean() -> None:
     """The package and scripts type-check (configuration in setup.cfg; py.typed promises it)."""
     proc = subprocess.run(["mypy", "rescorer", "scripts"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_commands_in_scripts_and_docs_use_existing_options() -> None:
+    """Every `rescorer CMD --flag` in the quickstart, the README and docs/ is an option of CMD
+    (a renamed option broke the quickstart once)."""
+    import re
+
+    from rescorer.cli import cli
+
+    texts = [ROOT / "scripts" / "quickstart.sh", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    unknown = []
+    for path in texts:
+        text = path.read_text(encoding="utf-8").replace("\\\n", " ")
+        for name, args in re.findall(r"\brescorer ([a-z-]+)(\s[^\n`|;]*)", text):
+            command = cli.commands.get(name)
+            if command is None:
+                continue
+            known = {opt for param in command.params for opt in param.opts + param.secondary_opts}
+            known |= {"--help", "-h"}
+            for flag in re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", args):
+                if flag not in known:
+                    unknown.append(f"{path.name}: rescorer {name} {flag}")
+    assert not unknown, "\n".join(unknown)
