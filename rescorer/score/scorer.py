@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from rescorer.batching import pad_batch, pad_flat
-from rescorer.device import autocast
+from rescorer.device import autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
 from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
@@ -49,6 +49,7 @@ class Scorer:
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
         scorer keeps compiled kernels of its own and leaves the model unchanged."""
+        bound_kernel_caches()
         self.model = model
         self.device = next(model.parameters()).device
         self.kernels = compile_kernels(model) if compile else None

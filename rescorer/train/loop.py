@@ -24,7 +24,7 @@ import torch
 
 from rescorer import __version__
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
-from rescorer.device import autocast, resolve_device, resolve_precision
+from rescorer.device import autocast, bound_kernel_caches, resolve_device, resolve_precision
 from rescorer.errors import check
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
@@ -165,6 +165,7 @@ class _Trainer:
             )
         self.device = resolve_device(cfg.device)
         self.precision = resolve_precision(cfg.precision, self.device)
+        bound_kernel_caches()
         self._load_data(source, model_cfg, resume)
 
         self.model = EncoderDecoder(model_cfg)

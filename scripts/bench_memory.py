@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Peak memory of ``rescorer score`` against table length, per precision, same run.
+
+Each figure is one ``rescorer score`` process on the first N lines of a real table (gzip), its
+peak resident set size read from the kernel's accounting of that child (``wait4``). The
+configurations:
+
+- ``bf16``: the default bf16 path (oneDNN's per-shape kernel caches bounded by rescorer);
+- ``bf16-unbounded``: the same with both caches at oneDNN's own default of 1,024 entries, which
+  is what every bf16 run did before the bound (the baseline);
+- ``fp32``: the fp32 path (MKL products, no per-shape caches).
+
+The script itself loads no torch and keeps no table in memory: a child's peak as the kernel
+counts it includes the parent's pages at the fork, so the random model is made in a child too.
+Memory that does not grow with N is the claim; seconds are printed too, but they are one run
+each and the runs are not interleaved, so read them as rough.
+
+    python scripts/bench_memory.py [--model DIR] [--sizes 20000,200000,1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from isal import igzip
+
+from rescorer.io.files import open_binary
+
+DEFAULT_TABLE = os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
+)
+CONFIGS = {
+    "bf16": ("bf16", {}),
+    "bf16-unbounded": (
+        "bf16",
+        {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"},
+    ),
+    "fp32": ("fp32", {}),
+}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_slice(source: str, lines: int, path: str) -> int:
+    """The first ``lines`` lines of ``source`` as gzip; fewer if the table is shorter."""
+    written = 0
+    with open_binary(source) as stream, igzip.open(path, "wb", compresslevel=1) as out:
+        for raw in stream:
+            if written == lines:
+                break
+            out.write(raw)
+            written += 1
+    return written
+
+
+def peak_rss(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(peak RSS in MiB, wall seconds) of one child process; raises if it fails."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
+    return usage.ru_maxrss / 1024, seconds
+
+
+def make_model(table: str, hidden_size: int, folder: str) -> None:
+    """A model of ``hidden_size`` with random weights and 15,000-word shortlists (the paper's)."""
+    import torch
+
+    from rescorer.io.table import read_table
+    from rescorer.model.checkpoint import save_model_dir
+    from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+    from rescorer.vocab import build_vocabs
+
+    pairs = ((e.src, e.tgt) for e in read_table(table))
+    src_vocab, tgt_vocab = build_vocabs(pairs, 15000, 15000)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(hidden_size=hidden_size))
+    init_weights_(model)
+    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "bench_memory.py"})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default=DEFAULT_TABLE)
+    parser.add_argument("--model", help="A model directory (default: random, --hidden-size).")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--sizes", default="20000,200000,1000000")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--make-model", metavar="DIR", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.make_model:
+        make_model(args.table, args.hidden_size, args.make_model)
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    configs = args.configs.split(",")
+
+    tmp = tempfile.mkdtemp(prefix="bench_memory.")
+    model_dir = args.model
+    if model_dir is None:
+        model_dir = os.path.join(tmp, "model")
+        cmd = [sys.executable, __file__, "--table", args.table, "--make-model", model_dir]
+        subprocess.run([*cmd, "--hidden-size", str(args.hidden_size)], check=True)
+
+    rows = []
+    for size in sizes:
+        table = os.path.join(tmp, f"table-{size}.gz")
+        lines = write_slice(args.table, size, table)
+        for name in configs:
+            precision, extra = CONFIGS[name]
+            env = {k: v for k, v in os.environ.items() if k not in CONFIGS["bf16-unbounded"][1]}
+            env.update(extra)
+            out = os.path.join(tmp, "out.gz")
+            cmd = [sys.executable, "-m", "rescorer", "score", table, "-m", model_dir]
+            cmd += ["-o", out, "--precision", precision, "-q"]
+            mib, seconds = peak_rss(cmd, env)
+            rows.append((lines, name, mib, seconds))
+            print(f"{lines:>9,} {name:<15} {mib:8.0f} MiB {seconds:7.1f} s", file=sys.stderr)
+            os.remove(out)
+        os.remove(table)
+    shutil.rmtree(tmp)
+
+    commit = subprocess.run(
+        ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"### Peak memory of `rescorer score` ({datetime.date.today()}, commit {commit})\n")
+    torch_version = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"- machine: {cpu_name()}, {os.cpu_count()} cores; torch {torch_version}")
+    print(f"- model: {model_dir if args.model else f'random, hidden {args.hidden_size}'}")
+    print(f"- table: first N lines of {os.path.basename(args.table)}\n")
+    print("| lines | config | peak RSS (MiB) | ratio to the smallest N | seconds |")
+    print("|---:|---|---:|---:|---:|")
+    first = {name: mib for lines, name, mib, _ in rows if lines == rows[0][0]}
+    for lines, name, mib, seconds in rows:
+        print(f"| {lines:,} | {name} | {mib:.0f} | {mib / first[name]:.2f} | {seconds:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
