@@ -28,6 +28,7 @@ for command in (
     train_commands.train,
     train_commands.info,
     score_commands.score,
+    score_commands.merge,
     moses_commands.moses_ini,
     moses_commands.combine,
     moses_commands.filter_,

@@ -82,6 +82,15 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
 
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     stats = score_table(table, model_dir, out, config)
+    if stats.already_done:
+        if not config.quiet:
+            click.echo(
+                f"{out}: shard {shard[0] if shard else '?'}/{shard[1] if shard else '?'} is "
+                f"already complete ({stats.lines_out:,} lines, as its manifest says); nothing to "
+                "redo",
+                err=True,
+            )
+        return
     if not config.quiet:
         rate = stats.pairs_scored / max(stats.seconds, 1e-9)
         click.echo(
@@ -94,5 +103,46 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         click.echo(
             f"skipped {stats.bad} malformed line(s), written to {config.skip_bad_lines}; first: "
             f"{stats.bad_examples[0]}",
+            err=True,
+        )
+
+
+@click.command()
+@click.argument("out")
+@click.argument("parts", nargs=-1)
+@click.option(
+    "--manifest-glob",
+    metavar="PATTERN",
+    help="Take the parts whose manifests match PATTERN (quote it), not PARTS.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No summary.")
+@user_errors
+def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bool) -> None:
+    """Check the outputs of 'rescorer score --shard K/N' and concatenate them into OUT.
+
+    Every part needs its manifest (PART.manifest.json, written when the shard finished). Refuses
+    a missing, duplicate or mismatched shard (another model, input, options or N) and a part
+    whose bytes no longer match its manifest, naming the shard; otherwise writes OUT atomically,
+    gzip members as they are (no recompression): the same bytes as a single run.
+
+    \b
+    Example:
+      rescorer merge pt.rnn.gz pt.part*.gz
+      rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
+    """
+    from rescorer.errors import RescorerError
+    from rescorer.score.shards import merge as merge_parts
+    from rescorer.score.shards import parts_from_glob
+
+    if bool(parts) == bool(manifest_glob):
+        raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
+    paths = list(parts) if parts else parts_from_glob(str(manifest_glob))
+    stats = merge_parts(out, paths)
+    if not quiet:
+        rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
+        click.echo(
+            f"merged {stats.shards} shards into {out}: {stats.lines_out:,} of {stats.lines_in:,} "
+            f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
+            f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
         )

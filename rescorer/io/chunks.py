@@ -98,12 +98,23 @@ def iter_chunks(
         yield Chunk(pos, line_no, bytes(buf))
 
 
-def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> tuple[int, int, int]:
-    """(start offset, first line, end offset) of shard ``shard`` = (K, N), 1-based K.
+@dataclass(frozen=True)
+class ShardRange:
+    """Where shard K of N lies in the decompressed input: bytes [start, end), its first line."""
+
+    start: int
+    first_line: int
+    end: int
+    input_bytes: int  # the whole decompressed input
+
+
+def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRange:
+    """The byte range and first line of shard ``shard`` = (K, N), 1-based K.
 
     A chunk at offset o of a T-byte stream belongs to shard floor(o N / T) + 1: shards are runs
     of whole chunks, so the concatenated shard outputs equal the single-run output byte for byte.
-    Costs one pass to measure T and one cutting pass up to the shard's end.
+    A shard that gets no chunk (more shards than chunks) is the empty range where the next one
+    starts. Costs one pass to measure T and one cutting pass up to the shard's end.
     """
     k, n = shard
     with open_binary(path) as stream:
@@ -121,6 +132,6 @@ def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> tuple[i
                 end = chunk.offset
                 break
             line += chunk.data.count(b"\n")
-    if start == total:
-        start_line = line
-    return start, start_line, end
+    if start == total:  # no chunk of its own
+        start, start_line = end, line
+    return ShardRange(start, start_line, end, total)

@@ -49,6 +49,13 @@ from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import display_name, iter_raw_lines, open_binary, read_json, write_json
 from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
+from rescorer.score.shards import (
+    chain_sha256,
+    file_sha256,
+    manifest_path,
+    read_part,
+    write_manifest,
+)
 from rescorer.vocab import Vocab
 
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -96,6 +103,11 @@ class ScoreStats:
     device: str = ""
     precision: str = ""
     bad_examples: list[str] = field(default_factory=list)
+    next_offset: int = 0  # the input offset the output covers up to
+    range_sha256: str = ""  # chained over the chunks written (shards.chain_sha256)
+    earlier_seconds: float = 0.0  # spent by the runs this one resumed
+    started: float = field(default_factory=time.monotonic)
+    already_done: bool = False  # a finished shard found as its manifest says: nothing redone
 
 
 # ------------------------------------------------------------------------------ workers
@@ -119,6 +131,7 @@ class ParsedChunk:
     unk: np.ndarray  # (N,) int32 target words outside the shortlist
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
+    chunk_sha256: str = ""  # of the chunk's input bytes
 
 
 def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
@@ -159,6 +172,7 @@ def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
         np.asarray(unk, dtype=np.int32),
         bad,
         last_kept,
+        hashlib.sha256(chunk.data).hexdigest(),
     )
 
 
@@ -310,7 +324,7 @@ class _Resume:
     first_line: int = 1
     out_bytes: int = 0
     bad_bytes: int = 0
-    stats: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 class _Output:
@@ -451,11 +465,19 @@ class _Output:
             "out_bytes": out_bytes,
             "tail_sha256": hashlib.sha256(self.tail).hexdigest(),
             "bad_bytes": self.bad_out.tell() if self.bad_out is not None else 0,
-            "stats": {"lines_in": stats.lines_in, "lines_out": stats.lines_out, "bad": stats.bad},
+            "stats": {
+                "lines_in": stats.lines_in,
+                "lines_out": stats.lines_out,
+                "bad": stats.bad,
+                "range_sha256": stats.range_sha256,
+                "seconds": stats.earlier_seconds + time.monotonic() - stats.started,
+            },
         }
         write_json(self.record, state, indent=None, ensure_ascii=True, fsync=True)
 
-    def close(self, ok: bool, keep_partial: bool) -> None:
+    def close(self, ok: bool, keep_partial: bool, manifest: dict[str, Any] | None = None) -> None:
+        """Rename OUT.partial to OUT if ``ok`` (writing OUT.manifest.json first if given, so a
+        finished shard is never without one); else remove it unless ``keep_partial``."""
         if self.bad_out is not None:
             self.bad_out.close()
         if self.out == "-":
@@ -465,6 +487,8 @@ class _Output:
         if self.sink is not None:
             self.sink.close()
         if ok:
+            if manifest is not None:
+                write_manifest(self.out, manifest, data_path=self.partial)
             os.replace(self.partial, self.out)
             _remove(self.record)
         elif not keep_partial:  # bad input or a crash: leave nothing behind
@@ -509,13 +533,17 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     precision = resolve_precision(config.precision, device)
     loaded = load_model_dir(model_dir, device=device)
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
-    scorer = Scorer(loaded.model, precision, batch_tokens, want_compile(config.compile, table))
+    compile_ = want_compile(config.compile, table)
+    scorer = Scorer(loaded.model, precision, batch_tokens, compile_)
     if device.type == "cpu" and config.workers > 0:
         torch.set_num_threads(max(1, torch.get_num_threads()))
     stats = ScoreStats(device=str(device), precision=precision)
     start, first_line, end = 0, 1, None
+    shard_range = None
     if config.shard is not None:
-        start, first_line, end = shard_bounds(table, config.chunk_bytes, config.shard)
+        shard_range = shard_bounds(table, config.chunk_bytes, config.shard)
+        start, first_line, end = shard_range.start, shard_range.first_line, shard_range.end
+    stats.next_offset = start
     run_key = {
         "table": os.path.abspath(table) if table != "-" else "-",
         "input": _input_fingerprint(table) if regular else None,
@@ -523,10 +551,41 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         "model": _model_fingerprint(model_dir),
         "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
     }
+    manifest: dict[str, Any] | None = None
+    if shard_range is not None and config.shard is not None and out != "-":
+        options = {
+            "column": config.column,
+            "word_penalty": config.word_penalty,
+            "precision": precision,
+            "device_type": device.type,
+            "batch_tokens": batch_tokens,
+            "chunk_bytes": config.chunk_bytes,
+            "compile": compile_,
+            "gzip": out.endswith(".gz"),
+            "compresslevel": config.compresslevel if out.endswith(".gz") else None,
+            "skip_bad_lines": config.skip_bad_lines is not None,
+        }
+        manifest = {
+            "shard": {"k": config.shard[0], "n": config.shard[1]},
+            "input": run_key["input"],
+            "input_path": run_key["table"],
+            "range": {
+                "start": shard_range.start,
+                "end": shard_range.end,
+                "first_line": shard_range.first_line,
+                "input_bytes": shard_range.input_bytes,
+            },
+            "model": {"sha256": run_key["model"]},
+            "model_path": run_key["model_dir"],
+            "options": options,
+        }
     output = _Output(out, run_key, config.skip_bad_lines)
     output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
     fresh = _Resume(start, first_line)  # a shard starts at its own first chunk
     try:
+        if config.resume and manifest is not None and _finished_shard(output, manifest, stats):
+            output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
+            return stats
         resume = output.load_resume(fresh) if config.resume else fresh
     except BaseException:
         output.unlock()
@@ -535,7 +594,10 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         stats.lines_in = resume.stats["lines_in"]
         stats.lines_out = resume.stats["lines_out"]
         stats.bad = resume.stats["bad"]
+        stats.range_sha256 = resume.stats.get("range_sha256", "")
+        stats.earlier_seconds = resume.stats.get("seconds", 0.0)
         stats.resumed_from_line = resume.first_line
+        stats.next_offset = resume.offset
     name = display_name(table)
     pool: Any = _Inline()
     progress = _Progress(
@@ -566,6 +628,11 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)
             _run(chunks, pool, scorer, output, config, num_scores, name, stats, progress, out)
+        if shard_range is not None and stats.next_offset != shard_range.end:
+            raise RescorerError(
+                f"{name}: the input ended at byte {stats.next_offset}, but shard "
+                f"{config.shard} should end at byte {shard_range.end}: did it change?"
+            )
         if out.endswith(".gz") and output.sink is not None and output.sink.tell() == 0:
             # no line, no member: an empty gzip member keeps OUT a valid gzip file
             output.write(igzip.compress(b"", compresslevel=config.compresslevel, mtime=0), [])
@@ -577,9 +644,65 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         progress.close()
         (pool.close if ok else pool.terminate)()
         pool.join()
-        output.close(ok, keep_partial=interrupted)
+        if ok and manifest is not None:
+            manifest = _completed(manifest, stats, device)
+        output.close(ok, keep_partial=interrupted, manifest=manifest)
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+def _completed(manifest: dict[str, Any], stats: ScoreStats, device: Any) -> dict[str, Any]:
+    """The shard's manifest with what the finished run found (shards.py owns the format)."""
+    import platform
+
+    import torch
+
+    from rescorer import __version__
+
+    done = dict(manifest)
+    done["range"] = {**manifest["range"], "sha256_chain": stats.range_sha256}
+    done["lines"] = {"in": stats.lines_in, "out": stats.lines_out, "bad": stats.bad}
+    done["versions"] = {
+        "rescorer": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    done["host"] = platform.node()
+    done["device"] = _device_name(device)
+    done["seconds"] = round(stats.earlier_seconds + time.monotonic() - stats.started, 3)
+    done["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return done
+
+
+def _device_name(device: Any) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return "cpu"
+
+
+def _finished_shard(output: _Output, manifest: dict[str, Any], stats: ScoreStats) -> bool:
+    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
+    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
+    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
+        return False
+    try:
+        found = read_part(output.out).manifest
+    except RescorerError:
+        return False
+    for key in ("shard", "input", "model", "options"):
+        if found.get(key) != manifest[key]:
+            return False
+    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
+        return False
+    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
+        return False
+    lines = found["lines"]
+    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
+    stats.next_offset = manifest["range"]["end"]
+    stats.already_done = True
+    return True
 
 
 def _run(
@@ -614,6 +737,8 @@ def _run(
             stats.lines_in += parsed.lines_in
             stats.lines_out += len(parsed.lines)
             stats.bad += len(parsed.bad)
+            stats.next_offset = parsed.chunk_offset + parsed.chunk_len
+            stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
             for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
                 stats.bad_examples.append(f"{name}:{lineno}: {message}")
             output.checkpoint(

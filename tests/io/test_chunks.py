@@ -65,10 +65,22 @@ def test_shards_partition_the_table_at_chunk_boundaries(tmp_path: Path) -> None:
     pieces = []
     previous_end = 0
     for k in range(1, 5):
-        start, first_line, end = shard_bounds(str(SLICE), size, (k, 4))
+        r = shard_bounds(str(SLICE), size, (k, 4))
+        start, first_line, end = r.start, r.first_line, r.end
         assert start == previous_end and start in offsets and end in offsets
         assert first_line == DATA[:start].count(b"\n") + 1
         pieces.append(DATA[start:end])
         previous_end = end
     assert b"".join(pieces) == DATA
     assert all(pieces)
+
+
+def test_a_shard_without_a_chunk_is_the_empty_range_where_the_next_one_starts() -> None:
+    """More shards than chunks: the ranges still meet end to start and cover the input once."""
+    chunk_bytes = len(DATA) // 2  # two chunks, four shards
+    ranges = [shard_bounds(str(SLICE), chunk_bytes, (k, 4)) for k in range(1, 5)]
+    assert ranges[0].start == 0 and ranges[-1].end == len(DATA) == ranges[0].input_bytes
+    for before, after in zip(ranges, ranges[1:]):
+        assert after.start == before.end
+        assert after.first_line == DATA[: after.start].count(b"\n") + 1
+    assert sum(r.end > r.start for r in ranges) == 2

@@ -553,7 +553,22 @@ def test_twenty_kills_then_resumes_end_byte_identical(
         subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
     assert kills >= 10  # most kill points landed in a live run
     assert out.read_bytes() == whole.read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.gz", "out.gz", "whole.gz"]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    if "--shard" not in flags:
+        assert left == ["big.gz", "out.gz", "whole.gz"]
+        return
+    assert left == [
+        "big.gz",
+        "out.gz",
+        "out.gz.manifest.json",
+        "whole.gz",
+        "whole.gz.manifest.json",
+    ]
+    # The killed and resumed shard's manifest vouches for the same input range and output.
+    resumed, single = (json.loads(Path(f"{p}.manifest.json").read_text()) for p in (out, whole))
+    for key in ("range", "lines", "input", "model", "options"):
+        assert resumed[key] == single[key], key
+    assert resumed["output"]["sha256"] == single["output"]["sha256"]
 
 
 @pytest.mark.parametrize("out_name", ["out.txt", "out.gz"])

@@ -1,0 +1,234 @@
+"""Shard manifests and ``rescorer merge``: the owner of the ``OUT.manifest.json`` format.
+
+A ``rescorer score --shard K/N`` run that ends well writes, beside its output, a manifest: which
+shard of which input it is (the input's fingerprint, the shard's byte range in the decompressed
+input and a hash chained over that range's chunks), the model's hash, every option that changes
+the output's bytes, line counts, and the output's size and sha256. ``merge`` checks a set of
+parts against their manifests and against each other (one model, one input, one set of options,
+shards 1..N each once, ranges that meet end to start) and concatenates them: gzip parts are
+multi-member gzip files cut at the same chunk boundaries as a single run, so the merged file
+equals the single run's output byte for byte, with no recompression.
+
+No torch here: merging runs on a login node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rescorer.errors import RescorerError
+from rescorer.io.files import atomic_path, read_json_object, write_json
+
+FORMAT = "rescorer-shard-manifest-1"
+SUFFIX = ".manifest.json"
+BLOCK = 1 << 22
+# The keys every shard of one table must share, and what to call them in a refusal.
+SHARED = (
+    ("input", "input table (size or content)"),
+    ("model", "model (weights, vocabularies or config)"),
+    ("options", "options"),
+)
+
+
+def manifest_path(out: str) -> str:
+    return out + SUFFIX
+
+
+def chain_sha256(previous: str, chunk_sha256: str) -> str:
+    """The range hash after one more chunk: sha256 of (previous hex + the chunk's sha256 hex).
+
+    Chained per chunk so a resumed shard goes on from the value in its progress record."""
+    return hashlib.sha256((previous + chunk_sha256).encode("ascii")).hexdigest()
+
+
+def file_sha256(path: str) -> tuple[int, str]:
+    """(size, sha256) of a file, read in 4 MiB blocks."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(BLOCK):
+            digest.update(block)
+            size += len(block)
+    return size, digest.hexdigest()
+
+
+def write_manifest(out: str, fields: dict[str, Any], *, data_path: str | None = None) -> None:
+    """Write OUT.manifest.json for the finished output OUT, hashing its bytes now (from
+    ``data_path`` when they are still there, about to be renamed to OUT)."""
+    size, sha = file_sha256(data_path or out)
+    data = {"format": FORMAT, **fields, "output": {"file": os.path.basename(out)}}
+    data["output"].update(bytes=size, sha256=sha)
+    write_json(manifest_path(out), data, fsync=True)
+
+
+@dataclass
+class Part:
+    """One shard's output file and its manifest."""
+
+    path: str
+    manifest: dict[str, Any]
+
+    @property
+    def k(self) -> int:
+        return int(self.manifest["shard"]["k"])
+
+    @property
+    def n(self) -> int:
+        return int(self.manifest["shard"]["n"])
+
+    @property
+    def name(self) -> str:
+        return f"shard {self.k}/{self.n} ({self.path})"
+
+
+def read_part(path: str) -> Part:
+    """A part and its manifest, or an error naming the part."""
+    if not os.path.isfile(path):
+        raise RescorerError(f"{path}: no such part file")
+    mpath = manifest_path(path)
+    if not os.path.isfile(mpath):
+        raise RescorerError(
+            f"{path}: has no manifest {os.path.basename(mpath)}: not a finished "
+            "'rescorer score --shard' output (re-run its task)"
+        )
+    manifest = read_json_object(mpath, what="a shard manifest")
+    if manifest.get("format") != FORMAT:
+        raise RescorerError(f"{mpath}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    try:
+        shard, rng, out = manifest["shard"], manifest["range"], manifest["output"]
+        int(shard["k"]), int(shard["n"]), int(rng["start"]), int(rng["end"])
+        int(out["bytes"]), str(out["sha256"]), int(manifest["lines"]["in"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RescorerError(f"{mpath}: not a complete shard manifest ({exc!r} is wrong)") from None
+    return Part(path, manifest)
+
+
+def parts_from_glob(pattern: str) -> list[str]:
+    """The part files whose manifests match ``pattern`` (e.g. 'pt.part*.gz.manifest.json')."""
+    import glob
+
+    manifests = sorted(glob.glob(pattern))
+    if not manifests:
+        raise RescorerError(f"--manifest-glob {pattern!r}: matches no file")
+    wrong = [m for m in manifests if not m.endswith(SUFFIX)]
+    if wrong:
+        raise RescorerError(f"--manifest-glob: {wrong[0]} is not a {SUFFIX} file")
+    return [m[: -len(SUFFIX)] for m in manifests]
+
+
+def check_parts(parts: Sequence[Part]) -> list[Part]:
+    """The parts in shard order, after every check that needs no part's bytes."""
+    if not parts:
+        raise RescorerError("merge: no parts given")
+    first = parts[0]
+    for part in parts[1:]:
+        if part.n != first.n:
+            raise RescorerError(
+                f"{part.name}: one of {part.n} shards, but {first.name} is one of {first.n}"
+            )
+        for key, what in SHARED:
+            if part.manifest.get(key) != first.manifest.get(key):
+                diff = _first_difference(first.manifest.get(key), part.manifest.get(key))
+                raise RescorerError(f"{part.name}: another {what} than {first.name}{diff}")
+    by_k: dict[int, Part] = {}
+    for part in parts:
+        if not 1 <= part.k <= part.n:
+            raise RescorerError(f"{part.name}: shard number out of range")
+        if part.k in by_k:
+            raise RescorerError(
+                f"shard {part.k}/{part.n} given twice: {by_k[part.k].path} and {part.path}"
+            )
+        by_k[part.k] = part
+    missing = [k for k in range(1, first.n + 1) if k not in by_k]
+    if missing:
+        shown = ", ".join(f"{k}/{first.n}" for k in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise RescorerError(f"missing shard(s) {shown}{more}: score them, then merge again")
+    ordered = [by_k[k] for k in range(1, first.n + 1)]
+    end, line = 0, 1
+    for part in ordered:
+        rng = part.manifest["range"]
+        if int(rng["start"]) != end or int(rng.get("first_line", line)) != line:
+            raise RescorerError(
+                f"{part.name}: starts at byte {rng['start']} (line {rng.get('first_line')}) of "
+                f"the input, but the shards before it end at byte {end} (line {line})"
+            )
+        end, line = int(rng["end"]), line + int(part.manifest["lines"]["in"])
+    total = first.manifest["range"].get("input_bytes")
+    if total is not None and end != int(total):
+        raise RescorerError(
+            f"{ordered[-1].name}: the shards end at byte {end} of an input of {total} bytes"
+        )
+    return ordered
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    """': key x is A here, B there' for the first differing key of two JSON values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+    return f": {path or 'value'} {b!r} against {a!r}"
+
+
+@dataclass
+class MergeStats:
+    shards: int = 0
+    lines_in: int = 0
+    lines_out: int = 0
+    bad: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    devices: tuple[str, ...] = ()
+
+
+def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
+    """Check the parts (module docstring) and write their concatenation to ``out`` atomically.
+
+    Each part's bytes are hashed as they are copied; a part whose size or sha256 differs from
+    its manifest stops the merge, naming the shard, and ``out`` is left as it was.
+    """
+    t0 = time.monotonic()
+    for path in part_paths:
+        if os.path.exists(out) and os.path.samefile(out, path):
+            raise RescorerError(f"{out}: is one of the parts; write the merged table elsewhere")
+    ordered = check_parts([read_part(p) for p in part_paths])
+    stats = MergeStats(shards=len(ordered))
+    gzip_out = bool(ordered[0].manifest["options"].get("gzip"))
+    all_empty = all(int(p.manifest["lines"]["in"]) == 0 for p in ordered)
+    with atomic_path(out, fsync=True) as tmp, open(tmp, "wb") as sink:
+        for i, part in enumerate(ordered):
+            lines = part.manifest["lines"]
+            # An empty shard of a gzip output is one empty gzip member; a single run writes it
+            # only when the whole table is empty.
+            keep = not (gzip_out and int(lines["in"]) == 0 and not (all_empty and i == 0))
+            stats.bytes += _copy_checked(part, sink if keep else None)
+            stats.lines_in += int(lines["in"])
+            stats.lines_out += int(lines["out"])
+            stats.bad += int(lines.get("bad", 0))
+    stats.devices = tuple(sorted({str(p.manifest.get("device", "?")) for p in ordered}))
+    stats.seconds = time.monotonic() - t0
+    return stats
+
+
+def _copy_checked(part: Part, sink: Any) -> int:
+    """Append the part to ``sink`` (or only read it), checking it against its manifest."""
+    want = part.manifest["output"]
+    digest, size = hashlib.sha256(), 0
+    with open(part.path, "rb") as f:
+        while block := f.read(BLOCK):
+            digest.update(block)
+            size += len(block)
+            if sink is not None:
+                sink.write(block)
+    if size != int(want["bytes"]) or digest.hexdigest() != want["sha256"]:
+        raise RescorerError(
+            f"{part.name}: its bytes no longer match its manifest ({size} bytes, manifest says "
+            f"{want['bytes']}{'' if size != int(want['bytes']) else '; sha256 differs'}); "
+            "re-run that shard"
+        )
+    return size if sink is not None else 0
