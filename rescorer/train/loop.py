@@ -25,7 +25,7 @@ import torch
 from rescorer import __version__
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
 from rescorer.device import autocast, bound_kernel_caches, resolve_device, resolve_precision
-from rescorer.errors import check
+from rescorer.errors import RescorerError, check
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
 from rescorer.train.config import TrainConfig, TrainResult
@@ -36,31 +36,35 @@ from rescorer.train.data import (
     read_training_data,
     unigram_logprob_sum,
 )
+from rescorer.train.distributed import World
 from rescorer.train.state import RunState, load_state, save_state
 
 
-def batch_loss(model: EncoderDecoder, batch: PairBatch) -> torch.Tensor:
+def batch_loss(model: torch.nn.Module, batch: PairBatch) -> torch.Tensor:
     """The training loss: minus the summed log-probabilities of the batch's tokens (fp32)."""
     token_logp = model(*batch)  # (B,T) fp32
     return -sequence_logprobs(token_logp).sum()
 
 
 def train_step(
-    model: EncoderDecoder,
+    model: torch.nn.Module,
     optim: torch.optim.Optimizer,
     batch: PairBatch,
     precision: str,
     clip_norm: float,
+    loss_scale: float = 1.0,
 ) -> float:
     """One update: loss (bf16 autocast if asked), backward, global-norm clip, optimiser step.
 
-    Returns the batch's summed NLL. A non-finite gradient norm skips the step (GroundHog instead
-    replaced the gradient by 0.1 * the parameters; docs/model.md §2).
+    ``model`` may be a DistributedDataParallel wrapper; ``loss_scale`` multiplies the loss before
+    the backward pass (the world size there: distributed.py). Returns the batch's summed NLL.
+    A non-finite gradient norm skips the step (GroundHog instead replaced the gradient by
+    0.1 * the parameters; docs/model.md §2).
     """
     with autocast(batch.src_ids.device, precision):
         loss = batch_loss(model, batch)
     optim.zero_grad(set_to_none=True)
-    loss.backward()
+    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     if torch.isfinite(norm):
         optim.step()
@@ -150,8 +154,9 @@ class _Trainer:
     ) -> None:
         self.started = time.monotonic()
         self.cfg, self.out = cfg, out
+        self.world = World()
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        if cfg.quiet:
+        if cfg.quiet or not self.world.is_main:
             self.say = lambda msg: None
         check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
         self.model_dir = ModelDir(out)
@@ -163,28 +168,38 @@ class _Trainer:
                 not self.model_dir.has_weights() and not self.state_path.exists(),
                 f"{out}: already holds a model; use --resume or a new directory",
             )
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(self.world.device_name(cfg.device))
         self.precision = resolve_precision(cfg.precision, self.device)
         bound_kernel_caches()
+        self.world.start(self.device)
         self._load_data(source, model_cfg, resume)
 
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
         self.model.to(self.device).train()
+        self.trained: torch.nn.Module = self.model  # what the updates run through
+        if self.world.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.trained = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
         self.optim = torch.optim.Adadelta(
             self.model.parameters(), lr=cfg.learning_rate, rho=cfg.rho, eps=cfg.eps
         )
         self.run_state = RunState()
+        self.saved_update = 0  # the update of the training state on disk
         if resume:
             saved = load_state(self.state_path, self.device)
             self.model.load_state_dict(saved["model"])
             self.optim.load_state_dict(saved["optimizer"])
             self.run_state = RunState(**saved["run"])
+            self.saved_update = self.run_state.update
             self.provenance = self.model_dir.read_provenance()
             resumed = {"date": _now(), "update": self.run_state.update}
+            if self.world.distributed:
+                resumed["world_size"] = self.world.size
             self.provenance.setdefault("resumed", []).append(resumed)
-            self.model_dir.update_provenance(self.provenance)
-            self.model_dir.update_train_config(cfg.to_dict())
+            if self.world.is_main:
+                self.model_dir.update_provenance(self.provenance)
+                self.model_dir.update_train_config(cfg.to_dict())
             self.say(
                 f"rescorer train: resuming at update {self.run_state.update:,}"
                 f" (epoch {self.run_state.epoch + 1})"
@@ -201,15 +216,18 @@ class _Trainer:
                 "date": _now(),
                 "command_line": command_line if command_line is not None else sys.argv,
             }
-            # no weights until the first checkpoint
-            ModelDir.create(
-                out,
-                model_cfg,
-                self.src_vocab,
-                self.tgt_vocab,
-                self.provenance,
-                train_config=cfg.to_dict(),
-            )
+            if self.world.distributed:
+                self.provenance["world_size"] = self.world.size
+            self.world.barrier()  # every rank has checked the folder before rank 0 fills it
+            if self.world.is_main:  # no weights until the first checkpoint
+                ModelDir.create(
+                    out,
+                    model_cfg,
+                    self.src_vocab,
+                    self.tgt_vocab,
+                    self.provenance,
+                    train_config=cfg.to_dict(),
+                )
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
         cfg = self.cfg
@@ -236,7 +254,9 @@ class _Trainer:
         self.say(
             f"rescorer train: {data.lines:,} lines, {len(data.train):,} training pairs,"
             f" {data.heldout_pairs:,} held out ({data.heldout_sources:,} sources;"
-            f" {len(data.valid):,} scored); device {self.device}, precision {self.precision}"
+            f" {len(data.valid):,} scored); device {self.device}"
+            + (f" x {self.world.size} ranks" if self.world.distributed else "")
+            + f", precision {self.precision}"
             + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
         )
 
@@ -246,21 +266,34 @@ class _Trainer:
         return self.run_state.pairs_seen / len(self.data.train)
 
     def log(self, record: dict[str, Any]) -> None:
-        self.model_dir.append_log(record)
+        if self.world.is_main:
+            self.model_dir.append_log(record)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def step(self, index: np.ndarray) -> tuple[int, int, float]:
-        """One update on the pairs ``index``: (pairs, target tokens, summed NLL)."""
+        """One update on the pairs ``index`` (this rank's batch): (pairs, target tokens, summed
+        NLL), summed over the ranks."""
         batch = self.data.train.batch(index, self.device)
-        loss = train_step(self.model, self.optim, batch, self.precision, self.cfg.clip_norm)
+        loss = train_step(
+            self.trained,
+            self.optim,
+            batch,
+            self.precision,
+            self.cfg.clip_norm,
+            loss_scale=float(self.world.size),
+        )
+        pairs, tokens, loss = self.world.sum([batch.num_pairs, batch.num_tokens, loss], self.device)
         if not math.isfinite(loss):
             self.say(f"rescorer train: update {self.run_state.update + 1}: non-finite loss")
-        return batch.num_pairs, batch.num_tokens, loss
+        return int(pairs), int(tokens), loss
 
     def checkpoint(self) -> None:
-        """Validate, keep the best weights, count patience, save the training state."""
+        """Validate, keep the best weights, count patience, save the training state (rank 0;
+        the others go on to the next update and wait for it there)."""
+        if not self.world.is_main:
+            return
         run = self.run_state
         improved = True
         record: dict[str, Any] = {"update": run.update, "time": round(self.elapsed(), 1)}
@@ -293,6 +326,7 @@ class _Trainer:
         record["best"] = improved
         self.log(record)
         save_state(self.state_path, self.model, self.optim, run)
+        self.saved_update = run.update
 
     def stop_reason(self, stop: _StopFlag) -> str:
         cfg, run = self.cfg, self.run_state
@@ -305,19 +339,39 @@ class _Trainer:
         return "interrupted" if stop.set else ""
 
     def batches(self) -> Iterator[np.ndarray]:
-        """The remaining batches of the run, epoch after epoch (advances the epoch counters)."""
+        """This rank's remaining batches, epoch after epoch (advances the epoch counters): of each
+        group of W consecutive batches of the epoch, the rank-th (distributed.py)."""
         lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)
         run = self.run_state
+        size, rank = self.world.size, self.world.rank
         while True:
             batches = epoch_batches(
                 lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
             )
-            yield from batches[run.batch_in_epoch :]
+            for first in range(run.batch_in_epoch, len(batches) - size + 1, size):
+                yield batches[first + rank]
             run.epoch += 1
             run.batch_in_epoch = 0
 
     # ----------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
+        """The update loop; under torchrun a failed collective (another rank died) ends this rank
+        with one line that says how to continue."""
+        try:
+            return self._run()
+        except RuntimeError as exc:
+            if not self.world.distributed:
+                raise
+            text = str(exc).strip()
+            first = text.splitlines()[0][:300] if text else type(exc).__name__
+            raise RescorerError(
+                f"rank {self.world.rank} of {self.world.size}: update "
+                f"{self.run_state.update + 1} failed, most likely because another rank died "
+                f"(torchrun's report names it): {first}. The state saved at update "
+                f"{self.saved_update:,} in {self.out} continues with --resume"
+            ) from None
+
+    def _run(self) -> TrainResult:
         cfg, run = self.cfg, self.run_state
         last_checkpoint = run.update
         pairs = tokens = 0
@@ -326,13 +380,13 @@ class _Trainer:
         stopped_by = ""
         with _StopFlag() as stop:
             for index in self.batches():
-                stopped_by = self.stop_reason(stop)
+                stopped_by = self.world.stop_reason(self.stop_reason(stop), self.device)
                 if stopped_by:
                     break
                 t0 = time.monotonic()
                 n_pairs, n_tokens, loss = self.step(index)
                 run.update += 1
-                run.batch_in_epoch += 1
+                run.batch_in_epoch += self.world.size
                 run.pairs_seen += n_pairs
                 run.train_seconds += time.monotonic() - t0
                 pairs, tokens, nll = pairs + n_pairs, tokens + n_tokens, nll + loss
@@ -361,8 +415,10 @@ class _Trainer:
                     window_start = time.monotonic()
             if run.update > last_checkpoint or not self.model_dir.has_weights():
                 self.checkpoint()
-            else:
+            elif self.world.is_main:
                 save_state(self.state_path, self.model, self.optim, run)
+            self.world.barrier()  # the model directory is complete for every rank
+        self.world.stop()
         seconds = self.elapsed()
         self.say(
             f"rescorer train: stopped ({stopped_by}) after {run.update:,} updates,"
