@@ -114,6 +114,11 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     configs = args.configs.split(",")
 
+    commit = subprocess.run(  # the code measured: read before the runs, not after
+        ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     tmp = tempfile.mkdtemp(prefix="bench_memory.")
     model_dir = args.model
     if model_dir is None:
@@ -139,11 +144,6 @@ def main() -> None:
         os.remove(table)
     shutil.rmtree(tmp)
 
-    commit = subprocess.run(
-        ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     print(f"### Peak memory of `rescorer score` ({datetime.date.today()}, commit {commit})\n")
     torch_version = subprocess.run(
         [sys.executable, "-c", "import torch; print(torch.__version__)"],

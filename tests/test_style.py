@@ -33,7 +33,12 @@ def test_the_commands_in_scripts_and_docs_use_existing_options() -> None:
 
     from rescorer.cli import cli
 
-    texts = [ROOT / "scripts" / "quickstart.sh", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    texts = [
+        ROOT / "scripts" / "quickstart.sh",
+        ROOT / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "scripts" / "slurm").iterdir(),
+    ]
     unknown = []
     for path in texts:
         text = path.read_text(encoding="utf-8").replace("\\\n", " ")
@@ -43,7 +48,7 @@ def test_the_commands_in_scripts_and_docs_use_existing_options() -> None:
                 continue
             known = {opt for param in command.params for opt in param.opts + param.secondary_opts}
             known |= {"--help", "-h"}
-            for flag in re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", args):
+            for flag in re.findall(r"(?<!\S)(--?[a-z][a-z-]*)", args):
                 if flag not in known:
                     unknown.append(f"{path.name}: rescorer {name} {flag}")
     assert not unknown, "\n".join(unknown)

@@ -80,7 +80,7 @@ def test_a_shard_without_a_chunk_is_the_empty_range_where_the_next_one_starts() 
     chunk_bytes = len(DATA) // 2  # two chunks, four shards
     ranges = [shard_bounds(str(SLICE), chunk_bytes, (k, 4)) for k in range(1, 5)]
     assert ranges[0].start == 0 and ranges[-1].end == len(DATA) == ranges[0].input_bytes
-    for before, after in zip(ranges, ranges[1:]):
+    for before, after in itertools.pairwise(ranges):
         assert after.start == before.end
         assert after.first_line == DATA[: after.start].count(b"\n") + 1
     assert sum(r.end > r.start for r in ranges) == 2
