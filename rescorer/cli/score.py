@@ -59,9 +59,9 @@ SCORE = ScoreConfig()  # each default is written once, there
 @click.option(
     "--compress-level",
     default=SCORE.compresslevel,
-    type=click.IntRange(0, 3),
+    type=click.IntRange(0, 9),
     show_default=True,
-    help="gzip level of a .gz OUT (isal: 0-3).",
+    help="gzip (zlib) level of a .gz OUT.",
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")

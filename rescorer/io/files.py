@@ -111,6 +111,22 @@ def open_text(path: str) -> Iterator[Iterator[str]]:
         yield lines()
 
 
+GZIP_MEMBER_LEVELS = (0, 9)
+
+
+def gzip_member(data: bytes, level: int = DEFAULT_GZIP_LEVEL) -> bytes:
+    """One gzip member holding ``data``, the same bytes for the same input in every process.
+
+    zlib, not ISA-L: a resumed run or a shard must rewrite exactly the members a single run
+    writes, and ISA-L's output for the same chunk was seen to differ by a byte between two
+    processes (both valid gzip). zlib level 1 compresses about 120 MB/s here, far above what
+    the model produces on a CPU; parse/format workers spread it on a GPU host.
+    """
+    import gzip
+
+    return gzip.compress(data, compresslevel=level, mtime=0)
+
+
 @contextmanager
 def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[BinaryIO]:
     """A binary output that appears under ``path`` only when the block completes.

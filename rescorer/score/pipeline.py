@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 import numpy as np
-from isal import igzip
 
 from rescorer.constants import (
     CONFIG_FILE,
@@ -46,7 +45,15 @@ from rescorer.constants import (
 )
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
-from rescorer.io.files import display_name, iter_raw_lines, open_binary, read_json, write_json
+from rescorer.io.files import (
+    GZIP_MEMBER_LEVELS,
+    display_name,
+    gzip_member,
+    iter_raw_lines,
+    open_binary,
+    read_json,
+    write_json,
+)
 from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
 from rescorer.score.shards import (
@@ -85,7 +92,7 @@ class ScoreConfig:
             ("--chunk-bytes", self.chunk_bytes, 1, None),
             ("--workers", self.workers, 0, None),
             ("--batch-tokens", self.batch_tokens, 1, None),
-            ("--compress-level", self.compresslevel, 0, 3),
+            ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
         ):
             if value is not None and (value < low or (high is not None and value > high)):
                 span = f"{low} to {high}" if high is not None else f"at least {low}"
@@ -200,7 +207,7 @@ def format_chunk(
     if last_unterminated and data:
         data = data[:-1]
     if compresslevel is not None:
-        return igzip.compress(data, compresslevel=compresslevel, mtime=0)
+        return gzip_member(data, compresslevel)
     return data
 
 
@@ -635,7 +642,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             )
         if out.endswith(".gz") and output.sink is not None and output.sink.tell() == 0:
             # no line, no member: an empty gzip member keeps OUT a valid gzip file
-            output.write(igzip.compress(b"", compresslevel=config.compresslevel, mtime=0), [])
+            output.write(gzip_member(b"", config.compresslevel), [])
         ok = True
     except KeyboardInterrupt:
         interrupted = True  # keep OUT.partial and its record for --resume
