@@ -277,3 +277,40 @@ def test_score_array_with_a_cancelled_and_requeued_task_merges_to_the_single_run
         env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True,
     )  # fmt: skip
     assert merged.read_bytes() == whole.read_bytes()
+
+
+def test_train_sbatch_runs_torchrun_and_a_resubmitted_job_continues(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """train.sbatch on one node, two CPU ranks; submitted again with more updates it resumes."""
+    model = tmp_path / "model"
+    env = {
+        **cluster.env,
+        "RESCORER": f"{sys.executable} -m rescorer",
+        "RESCORER_PYTHON": sys.executable,
+        "RESCORER_NPROC_PER_NODE": "2",
+        "RESCORER_PORT": str(free_port()),
+    }
+    flags = ["--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5",
+             "--src-vocab-size", "200", "--tgt-vocab-size", "200", "--batch-size", "8",
+             "--valid-every", "10", "--device", "cpu", "--precision", "fp32"]  # fmt: skip
+    table = ROOT / "tests" / "data" / "tiny-system" / "phrase-table.gz"
+    for updates in (20, 30):
+        submit = subprocess.run(
+            [find("sbatch"), "--parsable", "--nodes=1", f"--cpus-per-task={os.cpu_count()}",
+             f"--chdir={tmp_path}", str(SLURM_DIR / "train.sbatch"), str(table), str(model),
+             *flags, "--max-updates", str(updates)],
+            env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        job = submit.stdout.strip()
+
+        def finished(job: str = job) -> bool:
+            out = cluster.run("scontrol", "-o", "show", "job", job, check=False)
+            return any(f"JobState={s}" in out for s in ("COMPLETED", "FAILED", "CANCELLED"))
+
+        wait_until(finished, f"training job {job}", 300, cluster)
+        log = (tmp_path / f"rescorer-train-{job}.log").read_text()
+        assert "JobState=COMPLETED" in cluster.run("scontrol", "-o", "show", "job", job), log
+        assert "x 2 ranks" in log and f"stopped (max-updates) after {updates} updates" in log
+    assert "resuming at update 20" in log
+    assert json.loads((model / "provenance.json").read_text())["resumed"][0]["world_size"] == 2
