@@ -496,8 +496,10 @@ class _Output:
         if ok:
             if manifest is not None:
                 write_manifest(self.out, manifest, data_path=self.partial)
-            os.replace(self.partial, self.out)
+            # The record goes first: killed in between, a --resume run finds OUT.partial
+            # without a record and starts afresh, never a record whose partial file is gone.
             _remove(self.record)
+            os.replace(self.partial, self.out)
         elif not keep_partial:  # bad input or a crash: leave nothing behind
             _remove(self.partial)
             _remove(self.record)
