@@ -43,7 +43,7 @@ from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.pipeline import ScoreConfig, init_worker, parse_chunk, score_table
-from rescorer.score.scorer import Scorer, score_pairs_straightforward
+from rescorer.score.scorer import Scorer, Work, score_pairs_straightforward
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = os.path.join(
@@ -72,16 +72,15 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float =
     return best
 
 
-def model_macs(cfg: ModelConfig, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
-    """Multiply-adds of the fast path: sources (with EOS) once each, every target (with EOS)."""
+def model_macs(cfg: ModelConfig, encoder_steps: int, sources: int, target_tokens: int) -> float:
+    """Multiply-adds of ``encoder_steps`` encoder steps, the per-source decoder terms of
+    ``sources`` sources and ``target_tokens`` decoder positions (EOS included, no padding)."""
     H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_vocab_size + 1
     PM = cfg.maxout_units * cfg.maxout_pool
     enc_token = E * 3 * H + 3 * H * H  # input projection + [U_r;U_u] h + U (r h)
     per_source = H * H + H * (3 * H + PM)  # s0 and [C_r; C_u; C; O_c] c
     dec_token = E * 3 * H + 3 * H * H + H * PM + E * PM + cfg.maxout_units * E + E * V
-    return float(
-        enc_token * src_lens.sum() + per_source * len(src_lens) + dec_token * tgt_lens.sum()
-    )
+    return float(enc_token * encoder_steps + per_source * sources + dec_token * target_tokens)
 
 
 def write_table(source: str, lines: int, path: str) -> int:
@@ -160,17 +159,29 @@ def main() -> None:
         chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
     if args.batch_tokens is None:
         args.batch_tokens = 4096 if device.type == "cpu" else 65536
-    scorer = Scorer(loaded.model, precision, args.batch_tokens, args.compile == "yes")
-    scorer.score(chunks[0].pairs)  # warm-up (compilation, allocator, autocast caches)
-    sync(device)
-    t = time.perf_counter()
-    fast_logp = np.concatenate([scorer.score(c.pairs) for c in chunks])
-    sync(device)
-    fast_s = time.perf_counter() - t
+
+    def model_alone(share: bool) -> tuple[np.ndarray, float, Work]:
+        scorer = Scorer(loaded.model, precision, args.batch_tokens, args.compile == "yes", share)
+        scorer.score(chunks[0].pairs)  # warm-up (compilation, allocator, autocast caches)
+        scorer.work = Work()
+        sync(device)
+        t = time.perf_counter()
+        logp = np.concatenate([scorer.score(c.pairs) for c in chunks])
+        sync(device)
+        return logp, time.perf_counter() - t, scorer.work
+
+    unshared_logp, unshared_s, unshared = model_alone(False)
+    fast_logp, fast_s, work = model_alone(True)
     src_lens = np.concatenate([np.diff(c.pairs.src_off) for c in chunks])
     tgt_lens = np.concatenate([np.diff(c.pairs.tgt_off) for c in chunks])
-    macs = model_macs(cfg, src_lens, tgt_lens)
+    pair_src_lens = np.concatenate([np.diff(c.pairs.src_off)[c.pairs.pair_src] for c in chunks])
+    macs = model_macs(cfg, work.encoder_steps, len(src_lens), work.decoder_positions)
+    macs_unshared = model_macs(
+        cfg, unshared.encoder_steps, len(src_lens), unshared.decoder_positions
+    )
+    macs_per_pair = model_macs(cfg, int(pair_src_lens.sum()), len(tgt_lens), int(tgt_lens.sum()))
     max_diff = float(np.max(np.abs(fast_logp - base_logp)))
+    max_diff_shared = float(np.max(np.abs(fast_logp - unshared_logp)))
 
     out = os.path.join(tmp, "out.gz")
     config = ScoreConfig(
@@ -187,6 +198,7 @@ def main() -> None:
 
     n_base = len(base_pairs)
     base_rate, fast_rate, e2e_rate = n_base / base_s, n_base / fast_s, stats.pairs_scored / e2e_s
+    unshared_rate = n_base / unshared_s
     flops = 2 * macs / fast_s
     dev_name = (
         torch.cuda.get_device_name(device)
@@ -216,6 +228,10 @@ def main() -> None:
         f"{base_s:.2f} | {base_rate:,.0f} | 1.0x |"
     )
     print(
+        f"| fast path without prefix sharing, model alone ({precision}) | {n_base:,} | "
+        f"{unshared_s:.2f} | {unshared_rate:,.0f} | {unshared_rate / base_rate:.1f}x |"
+    )
+    print(
         f"| fast path, model alone ({precision}) | {n_base:,} | {fast_s:.2f} | "
         f"{fast_rate:,.0f} | {fast_rate / base_rate:.1f}x |"
     )
@@ -225,12 +241,25 @@ def main() -> None:
     )
     print()
     print(
-        f"model work: {macs / n_base / 1e6:.1f} M multiply-adds per pair; fast path "
+        f"encoder steps: {work.encoder_steps:,} with shared prefixes, {unshared.encoder_steps:,} "
+        f"one per distinct source token ({unshared.encoder_steps / work.encoder_steps:.2f}x), "
+        f"{int(pair_src_lens.sum()):,} one pass per pair; decoder positions "
+        f"{work.decoder_positions:,}. Model multiply-adds: {macs / 1e9:.2f} G done, "
+        f"{macs_unshared / 1e9:.2f} G without prefix sharing, {macs_per_pair / 1e9:.2f} G for "
+        f"one pass per pair; per pair: {macs / n_base / 1e6:.1f} M done."
+    )
+    print(
+        f"fast path as the per-pair model's work: {2 * macs_per_pair / fast_s / 1e9:,.1f} "
+        f"GFLOP/s = {100 * 2 * macs_per_pair / fast_s / peaks['bf16']:.0f}% of the bf16 peak"
+    )
+    print(
+        f"model work done: {macs / n_base / 1e6:.1f} M multiply-adds per pair; fast path "
         f"{flops / 1e9:,.1f} GFLOP/s = {100 * flops / peaks['bf16']:.0f}% of the measured bf16 "
         f"GEMM peak ({peaks['bf16'] / 1e9:,.0f} GFLOP/s), {100 * flops / peaks['fp32']:.0f}% of "
         f"fp32 ({peaks['fp32'] / 1e9:,.0f} GFLOP/s)"
     )
     print(f"max |log p fast - log p straightforward| on those pairs: {max_diff:.2e}")
+    print(f"max |log p shared - log p unshared prefixes|: {max_diff_shared:.2e}")
     sys.stdout.flush()
 
 

@@ -161,6 +161,18 @@ class EncoderDecoder(nn.Module):
         last = (src_lens - 1).to(all_states.device)  # (B,)
         return all_states[torch.arange(B, device=all_states.device), last]  # (B,H)
 
+    def encode_step(
+        self, tokens: Tensor, h: Tensor | None, kernels: Kernels | None = None
+    ) -> Tensor:
+        """One encoder step for n sequences at once: their next tokens (n,) long and states
+        h (n,H) fp32 (None: h_0 = 0, the first step). Returns the new states (n,H). Stepping
+        :meth:`encode`'s rows one token at a time gives its states; a prefix tree of sources
+        (rescorer/score) steps each distinct prefix once."""
+        x = self.enc_input.project(self.enc_input.embed_ids(tokens))  # (n,3H)
+        if h is None:
+            h = x.new_zeros(len(tokens), self.config.hidden_size)  # (n,H) as encode's h_0
+        return (kernels.enc_step if kernels else self.enc_rec.step)(x, h)  # (n,H)
+
     # ----------------------------------------------------------------------------- decoder
     def decoder_context(self, c: Tensor) -> DecoderContext:
         """The per-source decoder terms of summary vectors c (B,H)."""

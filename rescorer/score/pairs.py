@@ -91,3 +91,42 @@ def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> It
             end += 1
         yield order[start:end]
         start = end
+
+
+@dataclass
+class PrefixLevel:
+    """Depth t of a prefix tree: its distinct prefixes of length t+1, and the sources that end
+    there. tokens[i] extends prefix parents[i] of depth t-1 (-1: the empty prefix)."""
+
+    tokens: np.ndarray  # (n_t,) int32, the last token of each prefix
+    parents: np.ndarray  # (n_t,) int64, index into the previous level
+    ending: np.ndarray  # (e_t,) int64, sources whose last token (EOS) is at this depth
+    ending_node: np.ndarray  # (e_t,) int64, their prefix at this level
+
+
+def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
+    """The distinct prefixes of the sequences ids[off[i]:off[i+1]], level by level.
+
+    Sequences that share a prefix share its nodes, so a recurrence run over the levels does one
+    step per distinct prefix instead of one per token (sources in a Moses table come in byte
+    order: "the file" -> "the file is", "the file was"). Equal sequences end at the same node.
+    """
+    lens = np.diff(off)  # (U,)
+    levels: list[PrefixLevel] = []
+    node = np.full(len(lens), -1, dtype=np.int64)  # each sequence's prefix node so far
+    for t in range(int(lens.max()) if len(lens) else 0):
+        alive = np.flatnonzero(lens > t)  # sequences with a token at depth t
+        tokens = ids[off[alive] + t].astype(np.int64)
+        keys = (node[alive] + 1) * (int(ids.max()) + 1) + tokens  # (parent, token) as one key
+        uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        node[alive] = inverse
+        ends = alive[lens[alive] == t + 1]
+        levels.append(
+            PrefixLevel(
+                tokens=tokens[first].astype(np.int32),
+                parents=(uniq // (int(ids.max()) + 1) - 1).astype(np.int64),
+                ending=ends,
+                ending_node=node[ends],
+            )
+        )
+    return levels

@@ -18,6 +18,7 @@ pairs in file order, fp32, every pair encoding its own source.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
-from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
+from rescorer.score.pairs import GroupedPairs, encode_pairs, prefix_tree, token_batches
 from rescorer.vocab import Vocab
 
 
@@ -35,6 +36,18 @@ def gather_padded(flat: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[
     """Rows ``rows`` of a flat ragged array as a padded id matrix (B,L) and lengths (B,)."""
     lens = off[rows + 1] - off[rows]  # (B,)
     return torch.from_numpy(pad_flat(flat, off, rows)), torch.from_numpy(lens.astype(np.int64))
+
+
+ROW_MULTIPLE = 8  # rows of a prefix-tree level are padded to a multiple of this
+
+
+@dataclass
+class Work:
+    """What the model has done so far (per-pair work, without padding)."""
+
+    source_tokens: int = 0  # tokens of the distinct sources, EOS included
+    encoder_steps: int = 0  # encoder steps run: source_tokens, or distinct prefixes if shared
+    decoder_positions: int = 0  # target tokens scored, EOS included
 
 
 class Scorer:
@@ -46,6 +59,7 @@ class Scorer:
         precision: str = "fp32",
         batch_tokens: int = 4096,
         compile: bool = False,
+        share_prefixes: bool = True,
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
         scorer keeps compiled kernels of its own and leaves the model unchanged."""
@@ -55,6 +69,8 @@ class Scorer:
         self.kernels = compile_kernels(model) if compile else None
         self.precision = precision
         self.batch_tokens = batch_tokens
+        self.share_prefixes = share_prefixes
+        self.work = Work()
 
     @torch.inference_mode()
     def score(self, batch: GroupedPairs) -> np.ndarray:
@@ -66,18 +82,23 @@ class Scorer:
         dev = self.device
         model = self.model
         with autocast(dev, self.precision):
-            # 1. Each distinct source once.
+            # 1. Each distinct source once; with share_prefixes each distinct prefix once.
             src_lens = np.diff(batch.src_off)  # (U,)
-            src_order = np.argsort(src_lens, kind="stable")
             c_all = torch.empty(
                 len(src_lens), model.config.hidden_size, dtype=torch.float32, device=dev
             )  # (U,H)
-            for rows in token_batches(src_lens, src_order, self.batch_tokens):
-                ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
-                c = model.encode(
-                    ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
-                )  # (B,H)
-                c_all[torch.from_numpy(rows).to(dev)] = c.float()
+            self.work.source_tokens += int(src_lens.sum())
+            if self.share_prefixes:
+                self._encode_prefix_tree(batch, c_all)
+            else:
+                self.work.encoder_steps += int(src_lens.sum())
+                src_order = np.argsort(src_lens, kind="stable")
+                for rows in token_batches(src_lens, src_order, self.batch_tokens):
+                    ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
+                    c = model.encode(
+                        ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
+                    )  # (B,H)
+                    c_all[torch.from_numpy(rows).to(dev)] = c.float()
             # 2-3. Pairs sorted by target length, then by source.
             tgt_lens = np.diff(batch.tgt_off)  # (N,)
             order = np.lexsort((batch.pair_src, tgt_lens))
@@ -93,10 +114,32 @@ class Scorer:
                     ctx, ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
                 )
                 pending.append((rows, sequence_logprobs(token_logp)))  # (B,)
+        self.work.decoder_positions += int(tgt_lens.sum())
         # 4. Back to input order (one device-to-host copy per batch, after all are queued).
         for rows, seq_logp in pending:
             out[rows] = seq_logp.double().cpu().numpy()
         return out
+
+    def _encode_prefix_tree(self, batch: GroupedPairs, c_all: Tensor) -> None:
+        """c of every distinct source (into c_all (U,H)), one encoder step per distinct prefix:
+        each level of the tree is one batched step from the parents' states."""
+        dev = self.device
+        h: Tensor | None = None  # (n_{t-1},H) states of the previous level's prefixes
+        for level in prefix_tree(batch.src_ids, batch.src_off):
+            n = len(level.tokens)
+            # Rows padded to a multiple of 8 (pad rows repeat prefix 0 and are dropped): MKL's
+            # fp32 products of 5-7 and 9-11 rows give other last bits with 1 and 2 threads, and
+            # a deep level can have any row count; the bytes must not depend on the threads.
+            pad = -n % ROW_MULTIPLE
+            tokens = torch.from_numpy(np.pad(level.tokens, (0, pad)).astype(np.int64)).to(dev)
+            if h is not None:  # each prefix continues from its parent's state
+                parents = torch.from_numpy(np.pad(level.parents, (0, pad))).to(dev)
+                h = h.index_select(0, parents)  # (n_t+pad,H)
+            h = self.model.encode_step(tokens, h, self.kernels)[:n]  # (n_t,H)
+            self.work.encoder_steps += n
+            if len(level.ending):
+                rows = torch.from_numpy(level.ending_node).to(dev)
+                c_all[torch.from_numpy(level.ending).to(dev)] = h.index_select(0, rows).float()
 
 
 def score_pairs(

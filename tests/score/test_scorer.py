@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
+from conftest import SLICE
+
+from rescorer.io.table import read_table
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.score.pairs import encode_pairs, prefix_tree
+from rescorer.score.scorer import Scorer
+from rescorer.vocab import build_vocabs
 
 # 40 bf16 products of distinct row counts, twice; oneDNN reports each kernel creation as a hit
 # or a miss of its per-shape cache (ONEDNN_VERBOSE=all). With ``make_scorer`` a Scorer is built
@@ -54,3 +64,49 @@ def test_bf16_scorer_bounds_the_per_shape_kernel_caches() -> None:
     assert (hits, misses) == (0, 80)
     hits, _ = cache_events("make_scorer", ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024")
     assert hits >= 40
+
+
+# ------------------------------------------------------------------ the prefix-shared encoder
+def slice_pairs() -> list[tuple[str, str]]:
+    return [(e.src, e.tgt) for e in read_table(str(SLICE))]
+
+
+def test_the_prefix_tree_holds_each_distinct_prefix_once() -> None:
+
+    pairs = slice_pairs()
+    batch = encode_pairs(*build_vocabs(pairs, 300, 300), pairs)
+    seqs = [tuple(batch.src_ids[a:b]) for a, b in itertools.pairwise(batch.src_off)]
+    levels = prefix_tree(batch.src_ids, batch.src_off)
+    prefixes = {s[: t + 1] for s in seqs for t in range(len(s))}
+    assert sum(len(level.tokens) for level in levels) == len(prefixes) < len(batch.src_ids)
+    # Walking back from each source's end node spells the source.
+    for t, level in enumerate(levels):
+        for source, node in zip(level.ending, level.ending_node, strict=True):
+            spelled = []
+            for depth in range(t, -1, -1):
+                spelled.append(int(levels[depth].tokens[node]))
+                node = levels[depth].parents[node]
+            assert tuple(spelled[::-1]) == seqs[source] and node == -1
+    assert sorted(np.concatenate([lv.ending for lv in levels]).tolist()) == list(range(len(seqs)))
+
+
+def test_prefix_shared_scores_equal_the_per_source_encoder() -> None:
+    """Issue 13: one encoder step per distinct prefix, same scores (fp32, 1e-5) on real pairs,
+    and the scorer counts the work it did."""
+
+    pairs = slice_pairs()
+    src_vocab, tgt_vocab = build_vocabs(pairs, 300, 300)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(300, 300, hidden_size=32, embed_size=8, maxout_units=16))
+    init_weights_(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    batch = encode_pairs(src_vocab, tgt_vocab, pairs)
+    shared, plain = Scorer(model, "fp32"), Scorer(model, "fp32", share_prefixes=False)
+    a, b = shared.score(batch), plain.score(batch)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert plain.work.encoder_steps == plain.work.source_tokens == len(batch.src_ids)
+    assert shared.work.source_tokens == len(batch.src_ids)
+    assert 0 < shared.work.encoder_steps < 0.8 * shared.work.source_tokens
+    assert shared.work.decoder_positions == plain.work.decoder_positions == len(batch.tgt_ids)
