@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,8 +35,32 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def check_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A usage error (exit 2, before any model loads) for a device name that is not one of
+    auto, cpu, cuda, cuda:N. Whether a CUDA device is there is checked when it is used."""
+    if value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", value):
+        return value
+    raise click.BadParameter(f"{value!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def check_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A usage error for a duration that does not parse (the string itself is passed on)."""
+    from rescorer.train.config import parse_duration
+
+    if value is not None:
+        try:
+            parse_duration(value)
+        except RescorerError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
 device_option = click.option(
-    "--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."
+    "--device",
+    default="auto",
+    show_default=True,
+    callback=check_device,
+    help="auto, cpu, cuda or cuda:N.",
 )
 
 

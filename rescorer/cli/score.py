@@ -80,6 +80,10 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     """
     from rescorer.score.pipeline import ScoreConfig, score_table
 
+    if table == "-" and (opts["resume"] or shard):
+        raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
+    if out == "-" and opts["resume"]:
+        raise click.UsageError("--resume needs an output file, not stdout (-o -)")
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     stats = score_table(table, model_dir, out, config)
     if stats.already_done:

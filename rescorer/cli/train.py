@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import device_option, precision_option, user_errors
+from rescorer.cli.common import check_duration, device_option, precision_option, user_errors
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import TrainConfig
 
@@ -21,12 +21,14 @@ TRAIN = TrainConfig()
 @click.option(
     "--src-vocab-size",
     default=MODEL.src_vocab_size,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Source shortlist ids.",
 )
 @click.option(
     "--tgt-vocab-size",
     default=MODEL.tgt_vocab_size,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Target shortlist ids.",
 )
@@ -58,51 +60,93 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.option(
     "--src-vocab-size",
     default=MODEL.src_vocab_size,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Source shortlist ids.",
 )
 @click.option(
     "--tgt-vocab-size",
     default=MODEL.tgt_vocab_size,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Target shortlist ids.",
 )
 @click.option(
-    "--hidden-size", default=MODEL.hidden_size, show_default=True, help="Hidden units (both RNNs)."
+    "--hidden-size",
+    default=MODEL.hidden_size,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Hidden units (both RNNs).",
 )
 @click.option(
-    "--embed-size", default=MODEL.embed_size, show_default=True, help="Rank of the embeddings."
+    "--embed-size",
+    default=MODEL.embed_size,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Rank of the embeddings.",
 )
 @click.option(
     "--maxout-units",
     default=MODEL.maxout_units,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Deep-output maxout units.",
 )
 @click.option(
-    "--maxout-pool", default=MODEL.maxout_pool, show_default=True, help="Pieces per maxout unit."
-)
-@click.option("--batch-size", default=TRAIN.batch_size, show_default=True, help="Pairs per update.")
-@click.option("--max-updates", type=int, help="Stop after this many updates in all.")
-@click.option("--max-time", metavar="DURATION", help="Stop after this long, e.g. 30m, 2h.")
-@click.option(
-    "--patience", default=TRAIN.patience, show_default=True, help="Validations w/o gain (0: off)."
+    "--maxout-pool",
+    default=MODEL.maxout_pool,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Pieces per maxout unit.",
 )
 @click.option(
-    "--valid-fraction", default=TRAIN.valid_fraction, show_default=True, help="Sources held out."
+    "--batch-size",
+    default=TRAIN.batch_size,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Pairs per update.",
+)
+@click.option(
+    "--max-updates", type=click.IntRange(min=0), help="Stop after this many updates in all."
+)
+@click.option(
+    "--max-time",
+    metavar="DURATION",
+    callback=check_duration,
+    help="Stop after this long, e.g. 30m, 2h.",
+)
+@click.option(
+    "--patience",
+    default=TRAIN.patience,
+    type=click.IntRange(min=0),
+    show_default=True,
+    help="Validations w/o gain (0: off).",
+)
+@click.option(
+    "--valid-fraction",
+    default=TRAIN.valid_fraction,
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    show_default=True,
+    help="Sources held out.",
 )
 @click.option(
     "--valid-max-pairs",
     default=TRAIN.valid_max_pairs,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Held-out pairs scored.",
 )
 @click.option(
-    "--valid-every", default=TRAIN.valid_every, show_default=True, help="Updates per validation."
+    "--valid-every",
+    default=TRAIN.valid_every,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Updates per validation.",
 )
 @click.option(
     "--sort-batches",
     default=TRAIN.sort_batches,
+    type=click.IntRange(min=1),
     show_default=True,
     help="Batches regrouped by length.",
 )
@@ -110,7 +154,11 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @device_option
 @precision_option
 @click.option(
-    "--log-every", default=TRAIN.log_every, show_default=True, help="Updates per progress line."
+    "--log-every",
+    default=TRAIN.log_every,
+    type=click.IntRange(min=1),
+    show_default=True,
+    help="Updates per progress line.",
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")

@@ -1,0 +1,57 @@
+"""Usage errors exit 2 before anything is read or loaded (issue 14, item 2).
+
+Every case names a model folder and an input that do not exist: reaching them would be exit 1
+("no such file"), so exit 2 shows the flags were checked first.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rescorer.cli import cli
+
+NO_MODEL = "/nonexistent/model"
+TRAIN = ["train", "/nonexistent/pt.gz", "-o", "/nonexistent/out"]
+SCORE = ["score", "/nonexistent/pt.gz", "-m", NO_MODEL, "-o", "/nonexistent/o.gz"]
+CASES = {
+    "train --max-time 90x": ([*TRAIN, "--max-time", "90x"], "--max-time"),
+    "train --device gpu": ([*TRAIN, "--device", "gpu"], "--device"),
+    "train --hidden-size 0": ([*TRAIN, "--hidden-size", "0"], "--hidden-size"),
+    "train --batch-size 0": ([*TRAIN, "--batch-size", "0"], "--batch-size"),
+    "train --valid-fraction 1.5": ([*TRAIN, "--valid-fraction", "1.5"], "--valid-fraction"),
+    "train --valid-fraction 1": ([*TRAIN, "--valid-fraction", "1"], "--valid-fraction"),
+    "train --max-updates -1": ([*TRAIN, "--max-updates", "-1"], "--max-updates"),
+    "train --patience -1": ([*TRAIN, "--patience", "-1"], "--patience"),
+    "score --device gpu": ([*SCORE, "--device", "gpu"], "--device"),
+    "score --device cuda:x": ([*SCORE, "--device", "cuda:x"], "--device"),
+    "score --compress-level 10": ([*SCORE, "--compress-level", "10"], "--compress-level"),
+    "score --shard 0/3": ([*SCORE, "--shard", "0/3"], "--shard"),
+    "score stdin --resume": (
+        ["score", "-", "-m", NO_MODEL, "-o", "/nonexistent/o.gz", "--resume"],
+        "--resume",
+    ),
+    "score stdin --shard": (
+        ["score", "-", "-m", NO_MODEL, "-o", "/nonexistent/o.gz", "--shard", "1/2"],
+        "--shard",
+    ),
+    "score -o - --resume": (
+        ["score", "/nonexistent/pt.gz", "-m", NO_MODEL, "-o", "-", "--resume"],
+        "--resume",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_usage_error_exits_2_before_anything_is_loaded(name: str) -> None:
+    args, flag = CASES[name]
+    result = CliRunner().invoke(cli, args, input="")
+    assert result.exit_code == 2, (name, result.exit_code, result.output)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and flag in last, last
+
+
+def test_the_same_flags_with_good_values_get_past_the_checks() -> None:
+    """Control: with good values the run goes on and stops at the missing model (exit 1)."""
+    result = CliRunner().invoke(cli, [*SCORE, "--device", "cuda:0", "--compress-level", "9"])
+    assert result.exit_code == 1, result.output
