@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -85,7 +86,18 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     if out == "-" and opts["resume"]:
         raise click.UsageError("--resume needs an output file, not stdout (-o -)")
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
-    stats = score_table(table, model_dir, out, config)
+    try:
+        stats = score_table(table, model_dir, out, config)
+    except KeyboardInterrupt:
+        if out == "-":
+            click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)
+        else:
+            click.echo(
+                f"rescorer: interrupted; {out}.partial is kept: run the same command with "
+                "--resume to continue",
+                err=True,
+            )
+        sys.exit(130)
     if stats.already_done:
         if not config.quiet:
             click.echo(

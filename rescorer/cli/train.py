@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -187,7 +188,9 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     if (table is None) == (pairs is None):
         raise click.UsageError("give either TABLE or --pairs SRC TGT")
     model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)
-    run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
+    result = run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
+    if result.signal:  # interrupted, state saved: 130 for SIGINT, 143 for SIGTERM, as a shell
+        sys.exit(128 + result.signal)
 
 
 @click.command()

@@ -71,6 +71,7 @@ class TrainResult:
     train_pairs: int
     valid_pairs: int
     seconds: float
+    signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15), else 0
 
 
 def parse_duration(text: str) -> float:

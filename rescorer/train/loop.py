@@ -94,6 +94,7 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.set = False
+        self.signum = 0  # the signal that set it
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _StopFlag:
@@ -104,6 +105,7 @@ class _StopFlag:
 
     def _handle(self, signum: int, frame: object) -> None:
         self.set = True
+        self.signum = self.signum or signum
         signal.signal(signum, self._old.get(signum, signal.SIG_DFL))
 
     def __exit__(self, *exc: object) -> None:
@@ -440,4 +442,6 @@ class _Trainer:
             train_pairs=len(self.data.train),
             valid_pairs=len(self.data.valid),
             seconds=seconds,
+            # under torchrun another rank may have been the one signalled: count it as SIGTERM
+            signal=(stop.signum or signal.SIGTERM) if stopped_by == "interrupted" else 0,
         )

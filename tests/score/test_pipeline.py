@@ -598,3 +598,25 @@ def test_an_empty_table_gives_a_valid_empty_gzip_file(tmp_path: Path, model_dir:
     data = out.read_bytes()
     assert data[:2] == b"\x1f\x8b"  # a gzip member: gzip -t and zcat accept it (0 bytes: no)
     assert gzip.decompress(data) == b""
+
+
+@pytest.mark.slow
+def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """Ctrl-C: exit 130 and one line naming --resume; OUT.partial and its record stay."""
+    _, cmd, _ = long_run(tmp_path, model_dir)
+    out = tmp_path / "out.gz"
+    record = Path(f"{out}.partial.json")
+    proc = subprocess.Popen(
+        [*cmd, "-o", str(out)], env=ONE_THREAD, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not record.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--resume" in lines[0] and f"{out}.partial" in lines[0], err
+    assert record.exists() and Path(f"{out}.partial").exists() and not out.exists()

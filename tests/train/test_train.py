@@ -261,7 +261,7 @@ def test_interrupt_then_resume_matches_one_run(tmp_path: Path, sample_table: Pat
             proc.send_signal(signal.SIGINT)
             break
     rest = proc.stderr.read()
-    assert proc.wait(timeout=60) == 0, rest
+    assert proc.wait(timeout=60) == 130, rest  # as a shell reports SIGINT: train && score stops
     assert "stopped (interrupted)" in rest, rest
     stopped_at = torch.load(out / TRAIN_STATE_FILE, weights_only=True)["run"]["update"]
     assert 3 <= stopped_at < 400
@@ -379,3 +379,28 @@ def test_pairs_input_equals_table_input(tmp_path: Path, sample_table: Path) -> N
     (tmp_path / "tgt.txt").write_text("x\n", encoding="utf-8")
     with pytest.raises(RescorerError, match="more lines"):
         train((str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt")), tmp_path / "c", TINY, cfg)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_state_and_exits_143(tmp_path: Path, sample_table: Path) -> None:
+    """What Slurm sends before it kills a job: the state is saved, and the exit status says the
+    run did not finish (issue 14, item 2)."""
+    out = tmp_path / "m"
+    flags = ["--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size",
+             "200", "--tgt-vocab-size", "200", "--batch-size", "8", "--max-updates", "100000",
+             "--valid-every", "1000", "--log-every", "1", "--device", "cpu"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", "train", str(sample_table), "-o", str(out), *flags],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "update 3 " in line:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 143, rest
+    assert "stopped (interrupted)" in rest and "continue with --resume" in rest, rest
+    assert torch.load(out / TRAIN_STATE_FILE, weights_only=True)["run"]["update"] >= 3
