@@ -48,6 +48,8 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
         f"path={update.new_path}; wrote {out}",
         err=True,
     )
+    for warning in update.warnings:
+        click.echo(f"rescorer: warning: {warning}", err=True)
     if update.binarize_command:
         click.echo(f"{f.kind} is binarised: build it with\n  {update.binarize_command}", err=True)
 

@@ -9,6 +9,7 @@ rewrite changes only the tokens it means to change and leaves every other byte a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -256,6 +257,7 @@ class IniUpdate:
     num_features: int  # the new count
     new_path: str  # the path= now in the ini
     binarize_command: str | None  # for compact / on-disk tables: how to rebuild them
+    warnings: tuple[str, ...] = ()  # things to check before tuning
 
 
 def update_for_scored_table(
@@ -295,6 +297,13 @@ def update_for_scored_table(
         raise RescorerError(
             f"{table_path} has {num_columns} score columns, {feature.name} already has "
             f"num-features={old}: is it the scored table?"
+        )
+    if added > 2:
+        raise RescorerError(
+            f"{table_path} has {num_columns} score columns, {feature.name} has num-features="
+            f"{old}: {added} new columns, but rescorer score adds 1 (2 with --word-penalty). "
+            "Is it a reordering table, or a table scored more than once, or the ini of another "
+            "table?"
         )
     if weights and len(weights) != added:
         raise RescorerError(
@@ -368,6 +377,20 @@ def absolute_paths(ini: MosesIni) -> str:
     return with_feature_paths(ini, paths)
 
 
+def _last_column_is_penalty(table_path: str, lines: int = 1000) -> bool:
+    """Whether the last score of the first ``lines`` lines is always e^k, k = 0, 1, 2, ...
+    (the word-penalty column of rescorer score), not a probability."""
+    from rescorer.io.table import read_table
+
+    for i, entry in enumerate(read_table(table_path)):
+        if i == lines:
+            break
+        value = entry.scores[-1]
+        if value < 1 or abs(math.log(value) - round(math.log(value))) > 1e-4:
+            return False
+    return True
+
+
 def count_columns(table_path: str) -> int:
     """The number of dense scores on a phrase table's first line."""
     from rescorer.io.table import read_table
@@ -395,6 +418,17 @@ def write_scored_ini(
     update = update_for_scored_table(
         ini, os.path.abspath(table_path), num_columns, weights=weights, feature_name=feature_name
     )
+    if num_columns - (update.feature.num_features or 0) == 2 and not _last_column_is_penalty(
+        table_path
+    ):
+        update = dataclasses.replace(
+            update,
+            warnings=(
+                f"{table_path}: the last of its 2 new columns is not exp(#words outside the "
+                "shortlist), as --word-penalty writes it: was the table scored twice? Check "
+                "before tuning",
+            ),
+        )
     with open_output(out_path) as out:
         out.write(update.text)
     return update

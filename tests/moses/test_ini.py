@@ -200,3 +200,24 @@ def test_cli_moses_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = CliRunner().invoke(cli, [*args[:3], str(SLICE), "-o", str(tmp_path / "bad.ini")])
     assert bad.exit_code == 1 and "rescorer: error:" in bad.stderr
     assert not (tmp_path / "bad.ini").exists()
+
+
+def test_refuses_more_new_columns_than_score_adds(tmp_path: Path) -> None:
+    """A reordering table (6 scores) scored by mistake has 7 columns: 3 new against the phrase
+    table's 4, which rescorer score never writes (issue 14, item 4)."""
+    table = scored_table(tmp_path, ("0.2", "0.3", "0.5"))
+    with pytest.raises(RescorerError, match=r"3 new columns, but rescorer score adds 1"):
+        write_scored_ini(str(REAL_INI), str(table), str(tmp_path / "never.ini"))
+    assert not (tmp_path / "never.ini").exists()
+
+
+def test_warns_when_the_second_new_column_is_not_a_word_penalty(tmp_path: Path) -> None:
+    """Two new columns of probabilities: the table was scored twice, not with --word-penalty."""
+    twice = write_scored_ini(
+        str(REAL_INI), str(scored_table(tmp_path, ("0.5", "0.25"))), str(tmp_path / "a.ini")
+    )
+    assert len(twice.warnings) == 1 and "scored twice" in twice.warnings[0]
+    penalty = write_scored_ini(
+        str(REAL_INI), str(scored_table(tmp_path, ("0.5", "7.38906"))), str(tmp_path / "b.ini")
+    )
+    assert penalty.warnings == ()
