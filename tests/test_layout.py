@@ -35,6 +35,8 @@ ALLOWED: dict[str, set[str]] = {
 TORCH_FREE = [
     "rescorer.io.table",
     "rescorer.io.chunks",
+    "rescorer.io.check",
+    "rescorer.score.shards",
     "rescorer.vocab",
     "rescorer.moses.ini",
     "rescorer.moses.combine",

@@ -29,6 +29,7 @@ for command in (
     train_commands.info,
     score_commands.score,
     score_commands.merge,
+    score_commands.check,
     moses_commands.moses_ini,
     moses_commands.combine,
     moses_commands.filter_,

@@ -65,6 +65,11 @@ SCORE = ScoreConfig()  # each default is written once, there
     help="gzip (zlib) level of a .gz OUT.",
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
+@click.option(
+    "--check-first",
+    is_flag=True,
+    help="Read the whole table once first (rescorer check); stop before scoring if it is bad.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
 def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:
@@ -85,6 +90,14 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
     if out == "-" and opts["resume"]:
         raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts.pop("check_first"):
+        if table == "-":
+            raise click.UsageError("--check-first needs a file: stdin can be read only once")
+        from rescorer.io.check import first_error
+
+        error = first_error(table)
+        if error is not None and opts["skip_bad_lines"] is None:
+            raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
         stats = score_table(table, model_dir, out, config)
@@ -161,4 +174,42 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
             f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
             f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
+        )
+
+
+@click.command()
+@click.argument("table")
+@click.option("-m", "--model", "model_dir", help="Also report the coverage of its shortlists.")
+@user_errors
+def check(table: str, model_dir: str | None) -> None:
+    """Validate all of TABLE as score reads it and print its statistics.
+
+    Checks every line (fields, scores, the first line's score count, UTF-8), the gzip stream to
+    its end, and the source order that shards rely on; prints lines, distinct sources, targets
+    per source, phrase lengths, and with -m the shortlists' coverage. Exit 1 if a line is bad.
+
+    \b
+    Example:
+      rescorer check model/phrase-table.gz -m rnn-model/
+    """
+    import os
+
+    from rescorer.constants import SRC_VOCAB_FILE, TGT_VOCAB_FILE
+    from rescorer.errors import RescorerError
+    from rescorer.io.check import check_table
+    from rescorer.vocab import Vocab
+
+    vocabs = (None, None)
+    if model_dir is not None:
+        vocabs = tuple(  # type: ignore[assignment]
+            Vocab.load(os.path.join(model_dir, name)) for name in (SRC_VOCAB_FILE, TGT_VOCAB_FILE)
+        )
+    found = check_table(table, *vocabs)
+    for line in found.summary(with_coverage=model_dir is not None):
+        click.echo(line)
+    if not found.ok:
+        lineno, message = found.errors[0]
+        raise RescorerError(
+            f"{found.path}: {found.bad:,} malformed line(s); the first: {found.path}:{lineno}: "
+            f"{message}"
         )
