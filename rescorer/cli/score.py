@@ -70,6 +70,14 @@ SCORE = ScoreConfig()  # each default is written once, there
     is_flag=True,
     help="Read the whole table once first (rescorer check); stop before scoring if it is bad.",
 )
+@click.option(
+    "--progress-every",
+    default=SCORE.progress_every,
+    type=click.FloatRange(min=0),
+    show_default=True,
+    metavar="SECONDS",
+    help="Off a terminal (nohup, Slurm): a progress line this often; 0: none.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
 def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:

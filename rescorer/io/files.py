@@ -28,9 +28,45 @@ def display_name(path: str) -> str:
     return "<stdin>" if path == "-" else path
 
 
+class InputMeter:
+    """How far a reader of ``open_binary`` has got in its file: bytes read of the file as it is
+    on disk (compressed for gzip), against its size."""
+
+    def __init__(self) -> None:
+        self.raw: Any = None
+        self.size: int | None = None
+
+    def fraction(self) -> float | None:
+        if self.raw is None or not self.size:
+            return None
+        try:
+            return min(1.0, self.raw.tell() / self.size)
+        except (OSError, ValueError):
+            return None
+
+
+def gzip_text_size(path: str, limit: int = 256 << 20) -> int | None:
+    """The decompressed size of a gzip file from its trailer (ISIZE), when it can be trusted:
+    files under ``limit`` bytes (ISIZE is the size mod 2^32, of the last member only) whose
+    trailer is at least the file's size. None otherwise, or for a file that is not gzip."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return None
+            size = os.fstat(f.fileno()).st_size
+            if size > limit or size < 20:
+                return None
+            f.seek(size - 4)
+            isize = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return None
+    return isize if isize >= size else None
+
+
 @contextmanager
-def open_binary(path: str) -> Iterator[BinaryIO]:
-    """Open a file (or ``-``, stdin) for reading bytes, decompressing gzip detected by magic."""
+def open_binary(path: str, meter: InputMeter | None = None) -> Iterator[BinaryIO]:
+    """Open a file (or ``-``, stdin) for reading bytes, decompressing gzip detected by magic.
+    With ``meter``, the reader's progress through a regular file can be read from it."""
     if path == "-":
         raw = _peekable(sys.stdin.buffer)
         close_raw = False
@@ -40,6 +76,8 @@ def open_binary(path: str) -> Iterator[BinaryIO]:
         except OSError as exc:
             raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
         close_raw = True
+        if meter is not None and os.path.isfile(path):
+            meter.raw, meter.size = raw, os.fstat(raw.fileno()).st_size
     try:
         if raw.peek(2)[:2] == GZIP_MAGIC:
             # Decompression runs in a helper thread, outside the GIL.

@@ -47,13 +47,16 @@ from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import (
     GZIP_MEMBER_LEVELS,
+    InputMeter,
     display_name,
     gzip_member,
+    gzip_text_size,
     iter_raw_lines,
     open_binary,
     read_json,
     write_json,
 )
+from rescorer.io.progress import DEFAULT_EVERY, Progress
 from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
 from rescorer.score.shards import (
@@ -85,6 +88,7 @@ class ScoreConfig:
     compresslevel: int = DEFAULT_GZIP_LEVEL
     skip_bad_lines: str | None = None
     quiet: bool = False
+    progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
 
     def __post_init__(self) -> None:
         """Out-of-range values are errors here too, not only on the command line."""
@@ -297,30 +301,6 @@ def _same_file(a: str, b: str) -> bool:
     except OSError:
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-class _Progress:
-    """A progress bar on stderr (bytes of input, pairs/s) when stderr is a terminal."""
-
-    def __init__(self, total_bytes: int | None, enabled: bool) -> None:
-        self.start = time.monotonic()
-        self.bar: Any = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(
-                total=total_bytes, unit="B", unit_scale=True, file=sys.stderr, dynamic_ncols=True
-            )
-
-    def update(self, nbytes: int, pairs: int) -> None:
-        if self.bar is not None:
-            rate = pairs / max(time.monotonic() - self.start, 1e-9)
-            self.bar.set_postfix_str(f"{pairs:,} pairs, {rate:,.0f} pairs/s", refresh=False)
-            self.bar.update(nbytes)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 @dataclass
@@ -609,9 +589,22 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         stats.next_offset = resume.offset
     name = display_name(table)
     pool: Any = _Inline()
-    progress = _Progress(
-        (end or 0) - resume.offset if end else None, not config.quiet and sys.stderr.isatty()
+    progress = Progress(
+        f"rescorer score {name}", "pairs", every=config.progress_every, enabled=not config.quiet
     )
+    meter = InputMeter()
+    # The decompressed size, where the gzip trailer tells it: the decompressing thread reads
+    # megabytes ahead, so the compressed position says little on a table of a few MB.
+    text_size = gzip_text_size(table) if regular else None
+
+    def fraction() -> float | None:
+        if shard_range is not None:  # the shard's own range of the decompressed input
+            span = max(shard_range.end - shard_range.start, 1)
+            return (stats.next_offset - shard_range.start) / span
+        if text_size and stats.next_offset <= text_size:
+            return stats.next_offset / text_size
+        return meter.fraction()
+
     t0 = time.monotonic()
     ok = interrupted = False
     try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
@@ -625,7 +618,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             )
         else:
             init_worker(loaded.src_vocab, loaded.tgt_vocab)
-        with open_binary(table) as stream:
+        with open_binary(table, meter) as stream:
             chunks = iter_chunks(
                 stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line
             )
@@ -636,7 +629,18 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                     chunks = itertools.chain([first], chunks)
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)
-            _run(chunks, pool, scorer, output, config, num_scores, name, stats, progress, out)
+            _run(
+                chunks,
+                pool,
+                scorer,
+                output,
+                config,
+                num_scores,
+                name,
+                stats,
+                lambda: progress.update(stats.pairs_scored, fraction()),
+                out,
+            )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
                 f"{name}: the input ended at byte {stats.next_offset}, but shard "
@@ -723,7 +727,7 @@ def _run(
     num_scores: int | None,
     name: str,
     stats: ScoreStats,
-    progress: _Progress,
+    progress: Callable[[], None],
     out: str,
 ) -> None:
     """Parse ahead in the pool, score in order, format in the pool, write in order."""
@@ -755,7 +759,7 @@ def _run(
                 parsed.first_line + parsed.lines_in,
                 stats,
             )
-            progress.update(parsed.chunk_len, stats.lines_out)
+            progress()
 
     submit_parse()
     while parsing:

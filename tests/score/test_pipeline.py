@@ -620,3 +620,36 @@ def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "--resume" in lines[0] and f"{out}.partial" in lines[0], err
     assert record.exists() and Path(f"{out}.partial").exists() and not out.exists()
+
+
+@pytest.mark.slow
+def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
+    """Under nohup or Slurm stderr is a file: a line every --progress-every seconds with pairs,
+    the share of the input, the rate and the ETA (issue 14, item 1)."""
+    _, cmd, _ = long_run(tmp_path, model_dir)
+    # Plain text: a gzip input this small is read ahead whole by the decompressing thread (on
+    # a real table the read-ahead is a few MB of GBs).
+    big = tmp_path / "big.txt"
+    big.write_bytes(gzip.decompress((tmp_path / "big.gz").read_bytes()))
+    cmd = [str(big) if c.endswith("big.gz") else c for c in cmd if c != "-q"]
+    log = tmp_path / "err.log"
+    with open(log, "w") as err:
+        subprocess.run(
+            [*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.2"],
+            stderr=err,
+            env=ONE_THREAD,
+            check=True,
+        )
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith(f"rescorer score {big}:")]
+    assert len(lines) >= 3, log.read_text()
+    shares = [float(ln.split("pairs in ")[1].split(", ")[1].split("%")[0]) for ln in lines]
+    assert shares == sorted(shares) and 0 < shares[0] < 50 and shares[-1] <= 100
+    assert all("pairs/s" in ln for ln in lines) and any("ETA" in ln for ln in lines)
+    quiet = subprocess.run(
+        [*cmd, "-o", str(tmp_path / "q.gz"), "--progress-every", "0"],
+        capture_output=True,
+        text=True,
+        env=ONE_THREAD,
+        check=True,
+    )
+    assert f"rescorer score {big}:" not in quiet.stderr

@@ -1,0 +1,81 @@
+"""Progress of long runs on stderr, for people at a terminal and for batch logs.
+
+On a terminal: a bar with the share of the input done and the ETA. Otherwise (nohup, Slurm, a
+pipe): one line every ``every`` seconds, with what was done, the share of the input, the rate of
+this run alone (a resumed run does not count the earlier runs' work) and the ETA.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+DEFAULT_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+class Progress:
+    """``update(done, fraction)``: ``done`` units so far in this run, ``fraction`` of the input
+    read (0..1, or None when the input's size is unknown)."""
+
+    def __init__(
+        self,
+        label: str,
+        unit: str,
+        *,
+        every: float = DEFAULT_EVERY,
+        enabled: bool = True,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.label, self.unit, self.every = label, unit, every
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and every > 0
+        self.tty = self.enabled and self.stream.isatty()
+        self.start = self.last = time.monotonic()
+        self.first_fraction: float | None = None
+        self.bar: Any = None
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=100.0, unit="%", file=self.stream, dynamic_ncols=True)
+            self.bar.bar_format = "{l_bar}{bar}| {n:.1f}% [{elapsed}<{remaining}{postfix}]"
+
+    def update(self, done: int, fraction: float | None) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.first_fraction is None and fraction is not None:
+            self.first_fraction = fraction  # where this run started (a resume starts midway)
+        rate = done / max(now - self.start, 1e-9)
+        if self.bar is not None:
+            if fraction is not None:
+                self.bar.update(100 * fraction - self.bar.n)
+            self.bar.set_postfix_str(f"{done:,} {self.unit}, {rate:,.0f}/s", refresh=False)
+            return
+        if now - self.last < self.every:
+            return
+        self.last = now
+        parts = [f"{self.label}: {done:,} {self.unit} in {_duration(now - self.start)}"]
+        if fraction is not None:
+            parts.append(f"{100 * fraction:.1f}% of the input")
+        parts.append(f"{rate:,.0f} {self.unit}/s")
+        eta = self.eta(fraction, now)
+        if eta is not None:
+            parts.append(f"ETA {_duration(eta)}")
+        print(", ".join(parts), file=self.stream, flush=True)
+
+    def eta(self, fraction: float | None, now: float) -> float | None:
+        if fraction is None or self.first_fraction is None or fraction <= self.first_fraction:
+            return None
+        speed = (fraction - self.first_fraction) / max(now - self.start, 1e-9)
+        return (1.0 - fraction) / speed
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
