@@ -43,8 +43,12 @@ class Progress:
         if self.tty:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=100.0, unit="%", file=self.stream, dynamic_ncols=True)
-            self.bar.bar_format = "{l_bar}{bar}| {n:.1f}% [{elapsed}<{remaining}{postfix}]"
+            self.bar = tqdm(
+                total=100.0,
+                file=self.stream,
+                dynamic_ncols=True,
+                bar_format="{l_bar}{bar}| {n:.1f}% [{elapsed}<{remaining}{postfix}]",
+            )
 
     def update(self, done: int, fraction: float | None) -> None:
         if not self.enabled:

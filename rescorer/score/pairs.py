@@ -114,17 +114,18 @@ def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
     lens = np.diff(off)  # (U,)
     levels: list[PrefixLevel] = []
     node = np.full(len(lens), -1, dtype=np.int64)  # each sequence's prefix node so far
+    base = int(ids.max()) + 1 if len(ids) else 1  # (parent + 1) * base + token: one key
     for t in range(int(lens.max()) if len(lens) else 0):
         alive = np.flatnonzero(lens > t)  # sequences with a token at depth t
         tokens = ids[off[alive] + t].astype(np.int64)
-        keys = (node[alive] + 1) * (int(ids.max()) + 1) + tokens  # (parent, token) as one key
+        keys = (node[alive] + 1) * base + tokens  # (parent, token) as one key
         uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         node[alive] = inverse
         ends = alive[lens[alive] == t + 1]
         levels.append(
             PrefixLevel(
                 tokens=tokens[first].astype(np.int32),
-                parents=(uniq // (int(ids.max()) + 1) - 1).astype(np.int64),
+                parents=(uniq // base - 1).astype(np.int64),
                 ending=ends,
                 ending_node=node[ends],
             )

@@ -145,8 +145,11 @@ class ParsedChunk:
     chunk_sha256: str = ""  # of the chunk's input bytes
 
 
-def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
-    """Validate and encode a chunk (runs in a worker)."""
+def parse_chunk(
+    chunk: Chunk, num_scores: int | None, name: str, digest: bool = False
+) -> ParsedChunk:
+    """Validate and encode a chunk (runs in a worker); with ``digest`` also hash its bytes (for
+    a shard's manifest)."""
     assert _vocabs is not None
     src_vocab, tgt_vocab = _vocabs
     raw_lines = chunk.data.split(b"\n")
@@ -183,7 +186,7 @@ def parse_chunk(chunk: Chunk, num_scores: int | None, name: str) -> ParsedChunk:
         np.asarray(unk, dtype=np.int32),
         bad,
         last_kept,
-        hashlib.sha256(chunk.data).hexdigest(),
+        hashlib.sha256(chunk.data).hexdigest() if digest else "",
     )
 
 
@@ -741,7 +744,8 @@ def _run(
             chunk = next(chunks, None)
             if chunk is None:
                 return
-            parsing.append(pool.apply_async(parse_chunk, (chunk, num_scores, name)))
+            args = (chunk, num_scores, name, config.shard is not None)
+            parsing.append(pool.apply_async(parse_chunk, args))
 
     def write_ready(limit: int) -> None:
         while len(formatting) > limit or (formatting and formatting[0][0].ready()):
@@ -751,7 +755,8 @@ def _run(
             stats.lines_out += len(parsed.lines)
             stats.bad += len(parsed.bad)
             stats.next_offset = parsed.chunk_offset + parsed.chunk_len
-            stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
+            if parsed.chunk_sha256:  # shards only: their manifest vouches for the range
+                stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
             for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
                 stats.bad_examples.append(f"{name}:{lineno}: {message}")
             output.checkpoint(
