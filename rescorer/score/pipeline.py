@@ -353,11 +353,13 @@ class _Output:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self.lock_fd = fd
-        # A run killed while it replaced its record leaves the temporary file behind; the lock
-        # says that run is gone, so its leftovers can go.
-        folder, name = os.path.split(os.path.abspath(self.record))
-        for leftover in glob.glob(os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")):
-            _remove(leftover)
+        # A run killed while it replaced its record or wrote its manifest leaves the temporary
+        # file behind; the lock says that run is gone, so its leftovers can go.
+        for path in (self.record, manifest_path(self.out)):
+            folder, name = os.path.split(os.path.abspath(path))
+            pattern = os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")
+            for leftover in glob.glob(pattern):
+                _remove(leftover)
 
     def unlock(self) -> None:
         if self.lock_fd >= 0:

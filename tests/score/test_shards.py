@@ -231,3 +231,15 @@ def test_merge_command_with_a_manifest_glob(shards: Path, tmp_path: Path) -> Non
     assert out.read_bytes() == (shards / "whole.gz").read_bytes()
     result = CliRunner().invoke(cli, ["merge", str(tmp_path / "m2.gz")])
     assert result.exit_code == 1 and "give the PART files or --manifest-glob" in result.output
+
+
+def test_a_manifest_left_half_written_by_a_killed_run_is_cleaned_up(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A run killed while writing its manifest leaves the temporary file; the next run on the
+    same output (it holds the lock, so that run is gone) removes it."""
+    out = tmp_path / "p1.gz"
+    leftover = tmp_path / ".p1.gz.manifest.json.k1ll3d.tmp"
+    leftover.write_text("{")
+    run(out, models[0], (1, 3), resume=True)
+    assert not leftover.exists() and Path(manifest_path(str(out))).exists()
