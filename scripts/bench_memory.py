@@ -23,16 +23,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from isal import igzip
-
-from rescorer.io.files import open_binary
+from benchlib import cpu_name, git_commit, write_slice
 
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
@@ -45,29 +42,6 @@ CONFIGS = {
     ),
     "fp32": ("fp32", {}),
 }
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def write_slice(source: str, lines: int, path: str) -> int:
-    """The first ``lines`` lines of ``source`` as gzip; fewer if the table is shorter."""
-    written = 0
-    with open_binary(source) as stream, igzip.open(path, "wb", compresslevel=1) as out:
-        for raw in stream:
-            if written == lines:
-                break
-            out.write(raw)
-            written += 1
-    return written
 
 
 def peak_rss(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -114,11 +88,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     configs = args.configs.split(",")
 
-    commit = subprocess.run(  # the code measured: read before the runs, not after
-        ["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    commit = git_commit()  # the code measured: read before the runs
     tmp = tempfile.mkdtemp(prefix="bench_memory.")
     model_dir = args.model
     if model_dir is None:

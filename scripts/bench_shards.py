@@ -25,34 +25,14 @@ import sys
 import tempfile
 import time
 
-from isal import igzip
+from benchlib import cpu_name, git_commit, write_slice
 
-from rescorer.io.files import open_binary
 from rescorer.score.shards import write_manifest
 
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
-def write_slice(source: str, lines: int, path: str) -> int:
-    written = 0
-    with open_binary(source) as stream, igzip.open(path, "wb", compresslevel=1) as out:
-        for raw in stream:
-            if written == lines:
-                break
-            out.write(raw)
-            written += 1
-    return written
 
 
 def score_cmd(table: str, model: str, out: str, *extra: str) -> list[str]:
@@ -106,9 +86,7 @@ def main() -> None:
     parser.add_argument("--merge-parts", type=int, default=4)
     parser.add_argument("--merge-mib", type=int, default=256)
     args = parser.parse_args()
-    commit = subprocess.run(
-        ["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()  # the code measured: read before the runs
     cores = os.cpu_count() or 1
     tmp = tempfile.mkdtemp(prefix="bench_shards.")
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 import torch
+from benchlib import cpu_name
 
 from rescorer.batching import PairArraysBuilder, epoch_batches
 from rescorer.device import resolve_device
@@ -31,17 +31,6 @@ from rescorer.train.loop import train_step
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
