@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -139,10 +139,10 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
             for p in sorted((self.folder / "logs").glob("*.log"))
         )
 
-    def wait_for(self, ready: object, what: str, seconds: float = 30) -> None:
+    def wait_for(self, ready: Callable[[], bool], what: str, seconds: float = 30) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if ready():  # type: ignore[operator]
+            if ready():
                 return
             time.sleep(0.2)
         raise RuntimeError(f"timed out waiting for {what}\n{self.logs()}")
@@ -218,10 +218,10 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def wait_until(check: object, what: str, seconds: float, cluster: Cluster) -> None:
+def wait_until(check: Callable[[], bool], what: str, seconds: float, cluster: Cluster) -> None:
     start = time.monotonic()
     while time.monotonic() < start + seconds:
-        if check():  # type: ignore[operator]
+        if check():
             print(f"{what}: {time.monotonic() - start:.1f} s")  # shown with pytest -s
             return
         time.sleep(0.1)
