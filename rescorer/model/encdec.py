@@ -235,20 +235,39 @@ class EncoderDecoder(nn.Module):
         token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
         return token_logp.index_put((rows, cols), tok)
 
-    def readout_logprobs(
-        self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
-    ) -> Tensor:
-        """ln p(y_t | ...) (N,) fp32 at N packed positions: deep output, maxout, softmax (§1.6).
-
-        s_prev: (N,H) the decoder state before each position; f_prev: (N,E) the previous word's
-        embedding (zeros at t = 1); c_out: (N,PM) O_c c of each position's source; targets (N,).
-        """
+    def readout_logits(self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor) -> Tensor:
+        """Unnormalised scores (N,V) fp32 at N positions: deep output, maxout, softmax layer
+        (§1.6). s_prev: (N,H) the decoder state before each position; f_prev: (N,E) the previous
+        word's embedding (zeros at t = 1); c_out: (N,PM) O_c c of each position's source."""
         o = self.out_hidden(s_prev) + self.out_prev_word(f_prev) + c_out.to(s_prev.dtype)
         M, P = self.config.maxout_units, self.config.maxout_pool
         m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
-        logits = self.out_vocab(self.out_rank(m)).float()  # (N,V)
+        return self.out_vocab(self.out_rank(m)).float()  # (N,V)
+
+    def readout_logprobs(
+        self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
+    ) -> Tensor:
+        """ln p(y_t | ...) (N,) fp32 of targets (N,) at N packed positions (see readout_logits)."""
+        logits = self.readout_logits(s_prev, f_prev, c_out)  # (N,V)
         picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,)
         return picked - torch.logsumexp(logits, dim=1)  # (N,) fp32
+
+    # ----------------------------------------------------------- one target word at a time
+    def next_word_logits(self, ctx: DecoderContext, s_prev: Tensor, prev: Tensor | None) -> Tensor:
+        """Scores (B,V) fp32 of the next word of B partial targets, for generation: their
+        states s_prev (B,H) and last words prev (B,) long (None at the first word, which has
+        no previous word). ``log_softmax`` of the result is what ``token_logprobs`` scores."""
+        if prev is None:
+            f_prev = s_prev.new_zeros(len(s_prev), self.config.embed_size)  # (B,E)
+        else:
+            f_prev = self.dec_input.embed_ids(prev)  # (B,E)
+        return self.readout_logits(s_prev, f_prev, ctx.c_out)  # (B,V)
+
+    def next_state(self, ctx: DecoderContext, s_prev: Tensor, words: Tensor) -> Tensor:
+        """The decoder states (B,H) fp32 after consuming words (B,) long from s_prev (B,H)."""
+        x = self.dec_input.project(self.dec_input.embed_ids(words))  # (B,3H)
+        x = x + torch.cat([ctx.c_gates, ctx.c_cand], dim=1).float()  # (B,3H)
+        return self.dec_rec.step(x, s_prev.float())  # (B,H)
 
     def forward(
         self, src_ids: Tensor, src_lens: Tensor, tgt_ids: Tensor, tgt_lens: Tensor
