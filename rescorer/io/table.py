@@ -40,6 +40,18 @@ class PhraseEntry:
     def tgt_tokens(self) -> list[str]:
         return split_tokens(self.tgt)
 
+    @property
+    def counts(self) -> tuple[float, ...] | None:
+        """The counts field (Moses: target, source and joint counts), None when absent or
+        not numbers (docs/contracts.md §8: only the scores are validated)."""
+        fields = self.rest.split("|||")
+        if len(fields) < 3:
+            return None
+        try:
+            return tuple(float(x) for x in fields[2].split())
+        except ValueError:
+            return None
+
     def line(self) -> str:
         """The original line, without its newline."""
         return f"{self.src}{FIELD_SEP}{self.tgt}{FIELD_SEP}{self.score_field}{self.rest}"
