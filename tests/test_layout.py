@@ -28,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": BASE | {"io", "vocab", "device", "batching", "model", "train"},
     "score": BASE | {"io", "vocab", "device", "batching", "model", "score"},
     "experiments": BASE | {"io", "moses", "experiments"},
-    "cli": BASE | {"io", "vocab", "device", "model", "moses", "train", "score", "cli"},
+    "analysis": BASE | {"io", "vocab", "device", "batching", "model", "score", "analysis"},
+    "cli": BASE | {"io", "vocab", "device", "model", "moses", "train", "score", "analysis", "cli"},
     "__main__": {"cli"},
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
@@ -47,6 +48,7 @@ TORCH_FREE = [
     "rescorer.score.pairs",
     "rescorer.score.pipeline",
     "rescorer.experiments.table1",
+    "rescorer.analysis.compare",
     "rescorer.model.config",
     "rescorer.train.config",
     "rescorer.cli",

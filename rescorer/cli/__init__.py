@@ -1,6 +1,7 @@
 """The ``rescorer`` command line: a thin click layer over the library.
 
-One file per command family (train.py, score.py, moses.py); common.py holds what they share.
+One file per command family (train.py, score.py, moses.py, analysis.py); common.py holds what
+they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
 ``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import click
 
 from rescorer import __version__
+from rescorer.cli import analysis as analysis_commands
 from rescorer.cli import moses as moses_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
@@ -34,6 +36,9 @@ for command in (
     moses_commands.combine,
     moses_commands.filter_,
     moses_commands.rerank,
+    analysis_commands.sample,
+    analysis_commands.compare,
+    analysis_commands.plot,
 ):
     cli.add_command(command)
 

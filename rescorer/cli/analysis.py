@@ -1,0 +1,393 @@
+"""``rescorer sample``, ``compare`` and ``plot``: the paper's analyses (docs/analyses.md).
+
+They run in fp32 (their figures are about the model, not about speed) on ``--device``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from rescorer.cli.common import device_option, user_errors
+from rescorer.errors import RescorerError
+
+if TYPE_CHECKING:
+    from rescorer.model.checkpoint import LoadedModel
+
+model_option = click.option(
+    "-m", "--model", "model_dir", required=True, help="Model folder from rescorer train."
+)
+seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
+
+
+def _load(model_dir: str, device: str) -> LoadedModel:
+    from rescorer.device import resolve_device
+    from rescorer.model.checkpoint import load_model_dir
+
+    return load_model_dir(model_dir, resolve_device(device))
+
+
+def _phrases(phrases: Sequence[str], input_path: str | None) -> list[str]:
+    from rescorer.io.files import open_text
+
+    found = [p.strip() for p in phrases]
+    if input_path is not None:
+        with open_text(input_path) as lines:
+            found += [line.strip() for line in lines if line.strip()]
+    if not found:
+        raise click.UsageError("give source phrases, or --input FILE")
+    return found
+
+
+def _echo_lines(out: str, lines: Iterator[str]) -> None:
+    from rescorer.io.files import open_output
+
+    if out == "-":
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    with open_output(out) as stream:
+        for line in lines:
+            stream.write(line + "\n")
+
+
+# ---------------------------------------------------------------------------------- sample
+@click.command()
+@click.argument("model_dir")
+@click.argument("phrases", nargs=-1)
+@click.option("--input", "input_path", metavar="FILE", help="Source phrases, one per line.")
+@click.option(
+    "-n",
+    "--samples",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Samples per source phrase.",
+)
+@click.option(
+    "--alpha",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0.0, min_open=True),
+    help="Inverse temperature: words drawn from softmax(alpha * logits).",
+)
+@click.option(
+    "--beam",
+    type=click.IntRange(min=1),
+    metavar="K",
+    help="Beam search (GroundHog's), not sampling.",
+)
+@click.option("--normalize", is_flag=True, help="Beam: rank by log p per word (EOS counted).")
+@click.option("--ignore-unk", is_flag=True, help="Beam: never generate the UNK word.")
+@click.option(
+    "--top",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Results shown per source phrase (text format).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "moses"]),
+    default="text",
+    show_default=True,
+    help="moses: 'src ||| tgt ||| p' lines of every distinct finished result without <unk>.",
+)
+@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option(
+    "--batch",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Source phrases per batch.",
+)
+@seed_option
+@device_option
+@user_errors
+def sample(
+    model_dir: str,
+    phrases: tuple[str, ...],
+    input_path: str | None,
+    samples: int,
+    alpha: float,
+    beam: int | None,
+    normalize: bool,
+    ignore_unk: bool,
+    top: int,
+    fmt: str,
+    out: str,
+    batch: int,
+    seed: int,
+    device: str,
+) -> None:
+    """Generate target phrases for source PHRASES (the paper's Table 3).
+
+    Ancestral sampling: --samples draws per phrase of at most 3 x its words, cut at EOS; the
+    distinct results with their counts and log p, best first. --beam K: GroundHog's beam search.
+    Seeded: a phrase's samples do not depend on the other phrases or on --batch.
+
+    Example:
+      rescorer sample rnn-model/ "for the first time" "the past few days ."
+    """
+    from rescorer.analysis.generate import beam_search, sample_phrases
+    from rescorer.io.table import format_prob
+
+    if beam is None and (normalize or ignore_unk):
+        raise click.UsageError("--normalize and --ignore-unk go with --beam")
+    sources = _phrases(phrases, input_path)
+    loaded = _load(model_dir, device)
+    dropped = 0
+
+    def lines() -> Iterator[str]:
+        nonlocal dropped
+        for start in range(0, len(sources), batch):
+            part = sources[start : start + batch]
+            if beam is None:
+                found = sample_phrases(
+                    loaded.model,
+                    loaded.src_vocab,
+                    loaded.tgt_vocab,
+                    part,
+                    num_samples=samples,
+                    alpha=alpha,
+                    seed=seed,
+                    first_index=start,
+                )
+            else:
+                found = beam_search(
+                    loaded.model,
+                    loaded.src_vocab,
+                    loaded.tgt_vocab,
+                    part,
+                    beam_size=beam,
+                    normalize=normalize,
+                    ignore_unk=ignore_unk,
+                )
+            for src, results in zip(part, found, strict=True):
+                if fmt == "moses":
+                    for g in results:
+                        if g.finished and g.words and not g.has_unk:
+                            yield f"{src} ||| {g.text} ||| {format_prob(g.logp)}"
+                        else:
+                            dropped += 1
+                    continue
+                yield src
+                for g in results[:top]:
+                    note = "" if g.finished else "   (no EOS within the length limit)"
+                    count = f"x{g.count:<3d} " if beam is None else ""
+                    text = g.text if g.words else "(empty)"
+                    yield f"  {count}{g.logp:9.3f}  {text}{note}"
+                if len(results) > top:
+                    yield f"  ... {len(results) - top} more distinct"
+
+    _echo_lines(out, lines())
+    if dropped:
+        click.echo(
+            f"rescorer sample: left out {dropped:,} results that were empty, unfinished or "
+            "held <unk>",
+            err=True,
+        )
+
+
+# --------------------------------------------------------------------------------- compare
+@click.command()
+@click.argument("table")
+@click.argument("phrases", nargs=-1)
+@model_option
+@click.option("--frequent", default=5, show_default=True, type=click.IntRange(min=0))
+@click.option("--rare", default=5, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--band",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Frequent/rare: the top/bottom share of long sources by the table's source count.",
+)
+@click.option("--min-words", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--min-targets", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--summary-sources",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random long sources the length summary is measured on (0: none).",
+)
+@click.option(
+    "--direct-column",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="The score column holding p(e|f), from 0 (Moses: 2).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True
+)
+@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@seed_option
+@device_option
+@user_errors
+def compare(
+    table: str,
+    phrases: tuple[str, ...],
+    model_dir: str,
+    frequent: int,
+    rare: int,
+    band: float,
+    min_words: int,
+    min_targets: int,
+    summary_sources: int,
+    direct_column: int,
+    fmt: str,
+    out: str,
+    seed: int,
+    device: str,
+) -> None:
+    """The top-3 targets of source phrases by the table's p(e|f) and by the RNN (Table 2).
+
+    PHRASES, or a seeded random choice of long frequent and rare source phrases; then the mean
+    target length of each side's top choice over --summary-sources random long sources.
+
+    Example:
+      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown
+    """
+    from rescorer.analysis.compare import compare_table, format_markdown, format_text
+    from rescorer.score.scorer import score_pairs
+
+    loaded = _load(model_dir, device)
+
+    def score(pairs: list[tuple[str, str]]) -> Any:
+        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs)
+
+    rows, summary = compare_table(
+        table,
+        score,
+        phrases=phrases,
+        frequent=frequent,
+        rare=rare,
+        band=band,
+        min_words=min_words,
+        min_targets=min_targets,
+        summary_sources=summary_sources,
+        seed=seed,
+        direct_column=direct_column,
+    )
+    lines = format_markdown(rows) if fmt == "markdown" else format_text(rows)
+    if summary is not None:
+        lines += ["", *summary.lines()]
+    _echo_lines(out, iter(lines))
+
+
+# ------------------------------------------------------------------------------------ plot
+@click.group()
+def plot() -> None:
+    """PNG figures of the paper: scatter, words, phrases (Figs. 3-5)."""
+
+
+@plot.command()
+@click.argument("table")
+@model_option
+@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
+@click.option("--pairs", default=5000, show_default=True, type=click.IntRange(min=2))
+@click.option("--direct-column", default=2, show_default=True, type=click.IntRange(min=0))
+@seed_option
+@device_option
+@user_errors
+def scatter(
+    table: str, model_dir: str, out: str, pairs: int, direct_column: int, seed: int, device: str
+) -> None:
+    """RNN log p(e|f) against the table's, over a random sample of pairs (Fig. 3)."""
+    from rescorer.analysis.plots import plot_scatter, sample_pairs
+    from rescorer.score.scorer import score_pairs
+
+    loaded = _load(model_dir, device)
+    sampled = sample_pairs(table, pairs, seed, direct_column)
+    logp = score_pairs(
+        loaded.model,
+        loaded.src_vocab,
+        loaded.tgt_vocab,
+        list(zip(sampled.src, sampled.tgt, strict=True)),
+    )
+    caption = plot_scatter(out, sampled.table_p, logp, f"{table} vs {model_dir}")
+    click.echo(f"rescorer plot scatter: {out}: {caption}", err=True)
+
+
+@plot.command()
+@model_option
+@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
+@click.option(
+    "--side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True
+)
+@click.option("--points", default=3000, show_default=True, type=click.IntRange(min=5))
+@click.option("--labels", default=300, show_default=True, type=click.IntRange(min=0))
+@seed_option
+@user_errors
+def words(model_dir: str, out: str, side: str, points: int, labels: int, seed: int) -> None:
+    """2-D map (t-SNE) of the word embeddings, most frequent words named (Fig. 4)."""
+    from rescorer.analysis.plots import embedding_rows, plot_words
+
+    loaded = _load(model_dir, "cpu")
+    sides = ["source", "target"] if side == "both" else [side]
+    panels = [
+        (
+            s,
+            embedding_rows(loaded.model, s),
+            loaded.src_vocab if s == "source" else loaded.tgt_vocab,
+        )
+        for s in sides
+    ]
+    plot_words(out, panels, points, labels, seed, f"word embeddings of {model_dir}")
+    click.echo(f"rescorer plot words: {out}", err=True)
+
+
+@plot.command()
+@click.argument("table")
+@model_option
+@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
+@click.option("--phrases", "size", default=5000, show_default=True, type=click.IntRange(min=5))
+@click.option("--min-words", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--zoom",
+    multiple=True,
+    metavar="PHRASE",
+    help="A zoomed panel around this phrase (repeatable; default: 3 random ones).",
+)
+@click.option("--neighbours", default=20, show_default=True, type=click.IntRange(min=2))
+@seed_option
+@device_option
+@user_errors
+def phrases(
+    table: str,
+    model_dir: str,
+    out: str,
+    size: int,
+    min_words: int,
+    zoom: tuple[str, ...],
+    neighbours: int,
+    seed: int,
+    device: str,
+) -> None:
+    """2-D map (t-SNE) of the summary vectors c of long source phrases (Fig. 5)."""
+    import random
+
+    from rescorer.analysis.plots import long_source_sample, plot_phrases, summary_vectors
+
+    loaded = _load(model_dir, device)
+    chosen = long_source_sample(table, size, min_words, seed)
+    if len(chosen) < 5:
+        raise RescorerError(f"{table}: only {len(chosen)} source phrases of >= {min_words} words")
+    chosen += [z for z in zoom if z not in chosen]
+    centres = (
+        [chosen.index(z) for z in zoom]
+        if zoom
+        else random.Random(seed).sample(range(len(chosen)), min(3, len(chosen)))
+    )
+    vectors = summary_vectors(loaded.model, loaded.src_vocab, chosen)
+    plot_phrases(
+        out, chosen, vectors, centres, neighbours, seed, f"phrase representations c of {model_dir}"
+    )
+    click.echo(f"rescorer plot phrases: {out}: {len(chosen):,} phrases", err=True)
