@@ -32,6 +32,7 @@ for command in (
     score_commands.score,
     score_commands.merge,
     score_commands.check,
+    score_commands.score_nbest,
     moses_commands.moses_ini,
     moses_commands.combine,
     moses_commands.filter_,

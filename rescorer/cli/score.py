@@ -221,3 +221,71 @@ def check(table: str, model_dir: str | None) -> None:
             f"{found.path}: {found.bad:,} malformed line(s); the first: {found.path}:{lineno}: "
             f"{message}"
         )
+
+
+@click.command("score-nbest")
+@click.argument("nbest")
+@click.option("-m", "--model", "model_dir", required=True, help="Model folder from rescorer train.")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    metavar="FILE",
+    help="The source sentences that were decoded, one per line (as Moses read them).",
+)
+@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
+@click.option(
+    "--features-only",
+    is_flag=True,
+    help="Write 'NAME= v' lines (for rerank --feature-file), not the n-best list.",
+)
+@device_option
+@precision_option
+@user_errors
+def score_nbest(
+    nbest: str,
+    model_dir: str,
+    input_path: str,
+    out: str,
+    name: str,
+    features_only: bool,
+    device: str,
+    precision: str,
+) -> None:
+    """Add the RNN feature to each hypothesis of a Moses n-best list NBEST.
+
+    The feature is the sum over the hypothesis' phrase pairs of ln p(target|source), each
+    floored at -100 as Moses floors a table column: the feature decoding with a scored table
+    would have given. The phrases come from the segmentation Moses writes with
+    -include-segmentation-in-n-best or -report-segmentation; the source phrases from --input.
+    Each line is written back with NAME= appended to its features (total unchanged), for
+    Moses' extractor/mert, or rerank --weight NAME=...
+
+    \b
+    Example:
+      moses -f moses.ini -n-best-list dev.nbest 100 -include-segmentation-in-n-best < dev.en
+      rescorer score-nbest dev.nbest -m rnn-model/ --input dev.en -o dev.rnn.nbest
+    """
+    if not name or "=" in name or " " in name:
+        raise click.BadParameter(
+            f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+        )
+    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.moses.nbest import add_pair_feature
+    from rescorer.score.scorer import score_pairs
+
+    dev = resolve_device(device)
+    loaded = load_model_dir(model_dir, dev)
+    prec = resolve_precision(precision, dev)
+
+    def score(pairs: list[tuple[str, str]]) -> Any:
+        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)
+
+    stats = add_pair_feature(nbest, input_path, out, score, name=name, features_only=features_only)
+    click.echo(
+        f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
+        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored)",
+        err=True,
+    )

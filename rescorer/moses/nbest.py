@@ -18,9 +18,12 @@ weights the list was decoded with, and adds it to every new score.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError
 from rescorer.moses.combine import Weights
 
@@ -112,13 +115,17 @@ def read_feature_lines(path: str) -> Iterator[tuple[int, Features]]:
             yield lineno, features
 
 
-def weighted_sum(features: Features, weights: Weights, path: str, lineno: int) -> float:
-    """sum(weight * value) over labeled features; a sparse feature without weight counts 0."""
+def weighted_sum(
+    features: Features, weights: Weights, path: str, lineno: int, *, unknown_zero: bool = False
+) -> float:
+    """sum(weight * value) over labeled features; a sparse feature without weight counts 0, and
+    with ``unknown_zero`` so does any feature without weight (one added after decoding, e.g. by
+    score-nbest, had weight 0 in the decoder)."""
     total = 0.0
     for name, values in features:
         feature_weights = weights.get(name)
         if feature_weights is None:
-            if "_" in name:  # sparse, like mert: no weight, no say
+            if "_" in name or unknown_zero:  # sparse, like mert: no weight, no say
                 continue
             raise InputError(path, lineno, f"no weight for {name}: give --weight {name}=...")
         if len(feature_weights) != len(values):
@@ -181,7 +188,9 @@ def score_entries(
             extra += got[1]
         score = weighted_sum(entry.features + extra, config.weights, path, entry.lineno)
         if config.decoded_with is not None:
-            printed = weighted_sum(entry.features, config.decoded_with, path, entry.lineno)
+            printed = weighted_sum(
+                entry.features, config.decoded_with, path, entry.lineno, unknown_zero=True
+            )
             score += entry.total - printed
         yield Scored(entry, extra, score)
     for feature_path, lines in zip(config.feature_files, extras, strict=True):
@@ -231,4 +240,146 @@ def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> Rerank
             out.write("\n" * (sent_id - next_id))  # sentences without hypotheses
             out.write(ranked[0].entry.hypothesis + "\n")
             next_id = sent_id + 1
+    return stats
+
+
+# ----------------------------------------------------------- phrase segmentation (score-nbest)
+SEGMENT = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
+MARKER = re.compile(r"\|(\d+)-(\d+)\|")
+NO_SEGMENTATION = (
+    "no phrase segmentation: decode with -include-segmentation-in-n-best (a 5th field "
+    "'0-1=0-2 2=3 ...') or -report-segmentation (markers '|0-1|' after each phrase); word "
+    "alignments (-print-alignment-info-in-n-best) do not give the phrases"
+)
+
+
+def _span(first: str, last: str | None) -> tuple[int, int]:
+    return int(first), int(last if last is not None else first)
+
+
+def phrase_segments(
+    entry: NBestEntry, source: Sequence[str], path: str
+) -> tuple[list[tuple[str, str]], str]:
+    """The (source phrase, target phrase) pairs a hypothesis was built from, in target order,
+    and the hypothesis words without segmentation markers.
+
+    Read from the ``-include-segmentation-in-n-best`` field (``src=tgt`` word ranges, inclusive)
+    or from ``-report-segmentation`` markers (``|i-j|`` after each target phrase: its source
+    range); ``source`` is the input sentence's words (Moses-escaped, as Moses read them)."""
+    words = entry.hypothesis.split()
+    has_markers = any(MARKER.fullmatch(w) for w in words)
+    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    if has_markers:
+        plain: list[str] = []
+        start = 0
+        for word in words:
+            mark = MARKER.fullmatch(word)
+            if mark is None:
+                plain.append(word)
+                continue
+            spans.append((_span(mark[1], mark[2]), (start, len(plain) - 1)))
+            start = len(plain)
+        if start != len(plain):
+            raise InputError(path, entry.lineno, "words after the last '|i-j|' marker")
+        words = plain
+    else:
+        field = next((f for f in entry.fields[4:] if f.strip() and "=" in f.split()[0]), None)
+        if field is None:
+            raise InputError(path, entry.lineno, NO_SEGMENTATION)
+        for token in field.split():
+            seg = SEGMENT.fullmatch(token)
+            if seg is None:
+                raise InputError(
+                    path, entry.lineno, f"segment {token!r}: expected 'i-j=k-l', 'i=k' and so on"
+                )
+            spans.append((_span(seg[1], seg[2]), _span(seg[3], seg[4])))
+        spans.sort(key=lambda s: s[1])
+    pairs = []
+    for (s0, s1), (t0, t1) in spans:
+        if not (0 <= s0 <= s1 < len(source)):
+            raise InputError(
+                path,
+                entry.lineno,
+                f"source words {s0}-{s1} outside the input sentence {entry.sent_id} "
+                f"({len(source)} words): is --input the file that was decoded?",
+            )
+        if not (0 <= t0 <= t1 + 1 <= len(words)):
+            raise InputError(path, entry.lineno, f"target words {t0}-{t1} outside the hypothesis")
+        pairs.append((" ".join(source[s0 : s1 + 1]), " ".join(words[t0 : t1 + 1])))
+    return pairs, " ".join(words)
+
+
+PairScorer = Callable[[list[tuple[str, str]]], Sequence[float]]
+
+
+@dataclass
+class NBestFeatureStats:
+    hypotheses: int = 0
+    sentences: int = 0
+    phrase_pairs: int = 0  # over all hypotheses
+    scored_pairs: int = 0  # distinct pairs scored (per block of sentences)
+
+
+def add_pair_feature(
+    nbest_path: str,
+    input_path: str,
+    out_path: str,
+    score: PairScorer,
+    *,
+    name: str = "RNN0",
+    features_only: bool = False,
+    block_lines: int = 20000,
+) -> NBestFeatureStats:
+    """``rescorer score-nbest``: each hypothesis of an n-best list gets the feature ``name`` =
+    sum over its phrase pairs of max(ln p, -100) (what Moses would add up from a table column
+    holding p), ``score`` giving ln p of (source, target) pairs. The n-best lines are written
+    back with the feature appended to their feature field (total unchanged), or with
+    ``features_only`` as ``name= v`` lines for ``rerank --feature-file``."""
+    from rescorer.io.files import display_name, open_output, open_text
+
+    name_nb, name_in = display_name(nbest_path), display_name(input_path)
+    with open_text(input_path) as lines:
+        sentences = [line.split() for line in lines]
+    stats = NBestFeatureStats()
+    seen_ids: set[int] = set()
+
+    def flush(block: list[NBestEntry], out: Any) -> None:
+        segmented = []
+        for entry in block:
+            if entry.sent_id >= len(sentences):
+                raise InputError(
+                    name_nb,
+                    entry.lineno,
+                    f"sentence {entry.sent_id}, but {name_in} has {len(sentences)} lines",
+                )
+            segmented.append(phrase_segments(entry, sentences[entry.sent_id], name_nb)[0])
+        distinct = sorted({pair for pairs in segmented for pair in pairs})
+        logp = dict(zip(distinct, score(distinct), strict=True))
+        stats.scored_pairs += len(distinct)
+        for entry, pairs in zip(block, segmented, strict=True):
+            value = sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs)
+            stats.phrase_pairs += len(pairs)
+            if features_only:
+                out.write(f"{name}= {value:.8g}\n")
+            else:
+                fields = list(entry.fields)
+                fields[2] = f"{fields[2].rstrip(' ')} {name}= {value:.8g} "
+                out.write(NBEST_SEP.join(fields) + "\n")
+
+    with open_output(out_path) as out:
+        block: list[NBestEntry] = []
+        for entry in read_nbest(nbest_path):
+            if any(label == name for label, _ in entry.features):
+                raise InputError(
+                    name_nb, entry.lineno, f"already has a feature {name}= (choose another --name)"
+                )
+            stats.hypotheses += 1
+            seen_ids.add(entry.sent_id)
+            block.append(entry)
+            if len(block) >= block_lines:
+                flush(block, out)
+                block = []
+        if block:
+            flush(block, out)
+    stats.sentences = len(seen_ids)
     return stats
