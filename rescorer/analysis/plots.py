@@ -250,9 +250,7 @@ def plot_phrases(
     for row, centre in enumerate(zoom):
         members = nearest(xy, centre, neighbours)
         lo, hi = xy[members].min(axis=0), xy[members].max(axis=0)
-        main.add_patch(
-            plt.Rectangle(lo, *(hi - lo), fill=False, color="tab:red", linewidth=1)
-        )
+        main.add_patch(plt.Rectangle(lo, *(hi - lo), fill=False, color="tab:red", linewidth=1))
         main.annotate(str(row + 1), hi, color="tab:red", fontsize=10)
         ax = fig.add_subplot(grid[row, 1])
         _zoom_panel(ax, xy, phrases, members)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
 from rescorer.errors import RescorerError
+from rescorer.io.progress import DEFAULT_EVERY
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,6 +62,16 @@ device_option = click.option(
     show_default=True,
     callback=check_device,
     help="auto, cpu, cuda or cuda:N.",
+)
+
+
+progress_option = click.option(
+    "--progress-every",
+    default=DEFAULT_EVERY,
+    type=click.FloatRange(min=0),
+    show_default=True,
+    metavar="SECONDS",
+    help="Off a terminal (nohup, Slurm): a progress line this often; 0: none.",
 )
 
 

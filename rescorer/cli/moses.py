@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import user_errors, weight_options, weight_spec
+from rescorer.cli.common import progress_option, user_errors, weight_options, weight_spec
 
 
 @click.command("moses-ini")
@@ -59,8 +59,9 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 @click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
 @weight_options
 @click.option("--column", "column_only", is_flag=True, help="Write only the score per line.")
+@progress_option
 @user_errors
-def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
+def combine(table: str, out: str, column_only: bool, progress_every: float, **opts: Any) -> None:
     """Score each pair of TABLE as Moses ranks it for table-limit (log-linear, natural log).
 
     Writes each line with " ||| SCORE" appended, or with --column one score per line: the
@@ -74,7 +75,9 @@ def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
     from rescorer.moses.combine import combine_table
 
     weights = weight_spec(**opts).require()
-    stats = combine_table(table, out, weights, column_only=column_only)
+    stats = combine_table(
+        table, out, weights, column_only=column_only, progress_every=progress_every
+    )
     click.echo(f"combined {stats.lines} phrase pairs into {out}", err=True)
 
 
@@ -102,6 +105,7 @@ def combine(table: str, out: str, column_only: bool, **opts: Any) -> None:
     help="The ini to rewrite for --ini-out (default --weights).",
 )
 @click.option("--ini-out", metavar="NEW_INI", help="Write an ini whose phrase table is OUT.")
+@progress_option
 @user_errors
 def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> None:
     """Filter TABLE as Moses does, in one order-preserving pass.
@@ -119,6 +123,7 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         lowercase=opts.pop("lowercase"),
         min_scores=tuple(spec for text in min_scores for spec in parse_min_score(text)),
         top_k=opts.pop("top_k"),
+        progress_every=opts.pop("progress_every"),
     )
     ini_in, ini_out = opts.pop("ini_in"), opts.pop("ini_out")
     weights = weight_spec(**opts)

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import device_option, parse_shard, precision_option, user_errors
+from rescorer.cli.common import (
+    device_option,
+    parse_shard,
+    precision_option,
+    progress_option,
+    user_errors,
+)
 from rescorer.score.pipeline import ScoreConfig
 
 SCORE = ScoreConfig()  # each default is written once, there
@@ -70,14 +76,7 @@ SCORE = ScoreConfig()  # each default is written once, there
     is_flag=True,
     help="Read the whole table once first (rescorer check); stop before scoring if it is bad.",
 )
-@click.option(
-    "--progress-every",
-    default=SCORE.progress_every,
-    type=click.FloatRange(min=0),
-    show_default=True,
-    metavar="SECONDS",
-    help="Off a terminal (nohup, Slurm): a progress line this often; 0: none.",
-)
+@progress_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
 def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:

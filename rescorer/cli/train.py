@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import check_duration, device_option, precision_option, user_errors
+from rescorer.cli.common import (
+    check_duration,
+    device_option,
+    precision_option,
+    progress_option,
+    user_errors,
+)
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import TrainConfig
 
@@ -159,8 +165,9 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     default=TRAIN.log_every,
     type=click.IntRange(min=1),
     show_default=True,
-    help="Updates per progress line.",
+    help="Updates per progress line (and log record).",
 )
+@progress_option
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")

@@ -10,13 +10,24 @@ Opening and atomic writing are :mod:`rescorer.io.files`'.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, LOGP_FLOOR
+from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, GZIP_MAGIC, LOGP_FLOOR
 from rescorer.errors import InputError
-from rescorer.io.files import display_name, iter_raw_lines, open_binary, open_output
+from rescorer.io.files import (
+    InputMeter,
+    display_name,
+    gzip_text_size,
+    iter_raw_lines,
+    open_binary,
+    open_output,
+)
+from rescorer.io.progress import Progress
+
+PROGRESS_LINES = 8192  # lines between progress checks (each check is one clock read)
 
 EXPECTED_SHAPE = "'src ||| tgt ||| score1 score2 ... [||| align ||| counts ||| ...]'"
 
@@ -162,16 +173,29 @@ class TableReader:
     malformed line is written to that file (verbatim) and counted instead of stopping the run.
     """
 
-    def __init__(self, path: str, *, skip_bad_lines: str | None = None) -> None:
+    def __init__(
+        self, path: str, *, skip_bad_lines: str | None = None, progress: Progress | None = None
+    ) -> None:
+        """With ``progress``, it is told the lines read and the share of the input every
+        PROGRESS_LINES lines (and closed at the end)."""
         self.path = path
         self.name = display_name(path)
         self.skip_bad_lines = skip_bad_lines
         self.stats = ReadStats()
         self._stack: list[object] = []
         self._bad_out: BinaryIO | None = None
+        self.progress = progress
+        self._meter = InputMeter()
+        self._text_size: int | None = None
 
     def __enter__(self) -> TableReader:
-        self._binary_cm = open_binary(self.path)
+        if self.progress is not None and self.path != "-" and os.path.isfile(self.path):
+            # The decompressed size (gzip trailer) or the plain size: the share of the text
+            # read is exact, where the compressed position runs megabytes ahead.
+            self._text_size = gzip_text_size(self.path)
+            if self._text_size is None and not _is_gzip(self.path):
+                self._text_size = os.path.getsize(self.path)
+        self._binary_cm = open_binary(self.path, self._meter)
         self._stream = self._binary_cm.__enter__()
         if self.skip_bad_lines is not None:
             self._bad_out = open(self.skip_bad_lines, "wb")
@@ -180,7 +204,14 @@ class TableReader:
     def __exit__(self, *exc: object) -> None:
         if self._bad_out is not None:
             self._bad_out.close()
+        if self.progress is not None:
+            self.progress.close()
         self._binary_cm.__exit__(None, None, None)
+
+    def _fraction(self, text_bytes: int) -> float | None:
+        if self._text_size:
+            return min(1.0, text_bytes / self._text_size)
+        return self._meter.fraction()
 
     def _bad(self, raw: bytes, lineno: int, message: str) -> None:
         if self._bad_out is None:
@@ -192,8 +223,14 @@ class TableReader:
 
     def __iter__(self) -> Iterator[PhraseEntry]:
         stats = self.stats
+        progress = self.progress
+        text_bytes = 0
         for lineno, raw in enumerate(iter_raw_lines(self._stream, self.path), start=1):
             stats.lines = lineno
+            if progress is not None:
+                text_bytes += len(raw)
+                if lineno % PROGRESS_LINES == 0:
+                    progress.update(lineno, self._fraction(text_bytes))
             entry = parse_raw_line(raw, lineno, stats.num_scores)
             if isinstance(entry, str):
                 self._bad(raw, lineno, entry)
@@ -203,9 +240,16 @@ class TableReader:
             yield entry
 
 
-def read_table(path: str, *, skip_bad_lines: str | None = None) -> Iterator[PhraseEntry]:
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def read_table(
+    path: str, *, skip_bad_lines: str | None = None, progress: Progress | None = None
+) -> Iterator[PhraseEntry]:
     """Stream the entries of a phrase table (see TableReader)."""
-    with TableReader(path, skip_bad_lines=skip_bad_lines) as reader:
+    with TableReader(path, skip_bad_lines=skip_bad_lines, progress=progress) as reader:
         yield from reader
 
 

@@ -277,12 +277,18 @@ def combine_table(
     weights: WeightSpec,
     *,
     column_only: bool = False,
+    progress_every: float = 0.0,
 ) -> CombineStats:
-    """``rescorer combine``: stream a table, write each pair's combined score."""
+    """``rescorer combine``: stream a table, write each pair's combined score (a progress
+    line every ``progress_every`` seconds off a terminal; 0: none)."""
     from rescorer.io.files import display_name, open_output
+    from rescorer.io.progress import Progress
     from rescorer.io.table import read_table
 
-    first, entries = peek(read_table(table_path))
+    progress = Progress(
+        f"rescorer combine {display_name(table_path)}", "lines", every=progress_every
+    )
+    first, entries = peek(read_table(table_path, progress=progress))
     if first is None:  # an empty table gives an empty output
         with open_output(out_path):
             return CombineStats(0)

@@ -85,6 +85,7 @@ class FilterConfig:
     lowercase: bool = False
     min_scores: tuple[MinScore, ...] = ()
     top_k: int | None = None
+    progress_every: float = 0.0  # seconds between progress lines off a terminal (0: none)
 
 
 @dataclass
@@ -202,6 +203,7 @@ def filter_table(
     """
     weights = weights or WeightSpec()
     from rescorer.io.files import display_name, open_output
+    from rescorer.io.progress import Progress
     from rescorer.io.table import read_table
 
     if config.top_k is not None and config.top_k < 1:
@@ -216,7 +218,8 @@ def filter_table(
         tokenize = moses_tokenizer(config.tokenize_lang, lowercase=config.lowercase)
     ngrams = input_ngrams(config.input_path, tokenize=tokenize) if config.input_path else None
     source_name = display_name(table_path)
-    first, entries = peek(read_table(table_path))
+    progress = Progress(f"rescorer filter {source_name}", "lines", every=config.progress_every)
+    first, entries = peek(read_table(table_path, progress=progress))
     combiner = None
     if first is not None:
         _check_min_score_columns(config.min_scores, len(first.scores), source_name)

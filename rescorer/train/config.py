@@ -31,6 +31,7 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"  # auto | bf16 | fp32
     log_every: int = 100  # updates between progress lines
+    progress_every: float = 30.0  # at most this many seconds between progress lines (0: off)
     quiet: bool = False
     skip_bad_lines: str | None = None
 

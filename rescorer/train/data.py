@@ -16,6 +16,7 @@ import numpy as np
 from rescorer.batching import PairArrays, PairArraysBuilder
 from rescorer.errors import InputError, RescorerError, check
 from rescorer.io.files import open_text
+from rescorer.io.progress import Progress
 from rescorer.io.table import TableReader, split_tokens
 from rescorer.model.encdec import ModelConfig
 from rescorer.train.config import TrainConfig
@@ -34,11 +35,15 @@ def is_heldout(src: str, seed: int, fraction: float) -> bool:
 
 
 def iter_pairs(
-    source: Source, skip_bad_lines: str | None, counter: list[int]
+    source: Source,
+    skip_bad_lines: str | None,
+    counter: list[int],
+    progress: Progress | None = None,
 ) -> Iterator[tuple[str, str]]:
-    """(source phrase, target phrase) of every input line; counter[0] = lines read."""
+    """(source phrase, target phrase) of every input line; counter[0] = lines read. A table
+    reports to ``progress`` as it is read (not --pairs files)."""
     if isinstance(source, str):
-        with TableReader(source, skip_bad_lines=skip_bad_lines) as reader:
+        with TableReader(source, skip_bad_lines=skip_bad_lines, progress=progress) as reader:
             for entry in reader:
                 yield entry.src, entry.tgt
             counter[0] = reader.stats.lines
@@ -83,13 +88,17 @@ class TrainingData:
 
 
 def read_training_data(
-    source: Source, src_vocab: Vocab, tgt_vocab: Vocab, cfg: TrainConfig
+    source: Source,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    cfg: TrainConfig,
+    progress: Progress | None = None,
 ) -> TrainingData:
     """Encode every pair (EOS appended on both sides) into the training or the validation split."""
     train, valid = PairArraysBuilder(), PairArraysBuilder()
     counter = [0]
     last_src, last_held, held_sources = None, False, 0
-    for src, tgt in iter_pairs(source, cfg.skip_bad_lines, counter):
+    for src, tgt in iter_pairs(source, cfg.skip_bad_lines, counter, progress):
         if src != last_src:
             last_src, last_held = src, is_heldout(src, cfg.seed, cfg.valid_fraction)
             held_sources += last_held
@@ -107,13 +116,13 @@ def read_training_data(
 
 
 def build_training_vocabs(
-    source: Source, model_cfg: ModelConfig, cfg: TrainConfig
+    source: Source, model_cfg: ModelConfig, cfg: TrainConfig, progress: Progress | None = None
 ) -> tuple[Vocab, Vocab]:
     """Shortlists counted over the training split only (validation sources excluded)."""
     counter = [0]
     pairs = (
         (s, t)
-        for s, t in iter_pairs(source, cfg.skip_bad_lines, counter)
+        for s, t in iter_pairs(source, cfg.skip_bad_lines, counter, progress)
         if not is_heldout(s, cfg.seed, cfg.valid_fraction)
     )
     return build_vocabs(pairs, model_cfg.src_vocab_size, model_cfg.tgt_vocab_size)

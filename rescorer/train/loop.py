@@ -26,6 +26,7 @@ from rescorer import __version__
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
 from rescorer.device import autocast, bound_kernel_caches, resolve_device, resolve_precision
 from rescorer.errors import RescorerError, check
+from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
 from rescorer.train.config import TrainConfig, TrainResult
@@ -245,9 +246,13 @@ class _Trainer:
             self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
         else:
             self.say("rescorer train: counting the vocabularies")
-            self.src_vocab, self.tgt_vocab = build_training_vocabs(source, model_cfg, cfg)
+            self.src_vocab, self.tgt_vocab = build_training_vocabs(
+                source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
+            )
         self.say("rescorer train: encoding the pairs")
-        data = self.data = read_training_data(source, self.src_vocab, self.tgt_vocab, cfg)
+        data = self.data = read_training_data(
+            source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
+        )
         self.fingerprint["lines"] = data.lines
         self.unigram_ppl = None
         if len(data.valid):
@@ -266,6 +271,34 @@ class _Trainer:
     @property
     def epochs(self) -> float:
         return self.run_state.pairs_seen / len(self.data.train)
+
+    def reading_progress(self, what: str) -> Progress:
+        """Progress lines of one pass over the data (off with --quiet, on ranks > 0)."""
+        return Progress(
+            f"rescorer train: {what}",
+            "lines",
+            every=self.cfg.progress_every,
+            enabled=not self.cfg.quiet and self.world.is_main,
+        )
+
+    def budget(self) -> str:
+        """How much of --max-updates/--max-time is used, and the time left by the nearer one
+        (a run may stop earlier on --patience)."""
+        cfg, run = self.cfg, self.run_state
+        shares: list[tuple[float, float | None]] = []  # (share used, seconds left)
+        if cfg.max_time:
+            used = self.elapsed() / cfg.max_time
+            shares.append((used, max(cfg.max_time - self.elapsed(), 0.0)))
+        if cfg.max_updates:
+            done_here = run.update - self.first_update
+            rate = done_here / max(time.monotonic() - self.loop_start, 1e-9)
+            left = (cfg.max_updates - run.update) / rate if done_here else None
+            shares.append((run.update / cfg.max_updates, left))
+        if not shares:
+            return ""
+        used, left = max(shares, key=lambda s: s[0])
+        text = f" | {100 * min(used, 1.0):.0f}% of the budget"
+        return text + (f", ETA {_fmt_time(left)}" if left is not None else "")
 
     def log(self, record: dict[str, Any]) -> None:
         if self.world.is_main:
@@ -378,7 +411,8 @@ class _Trainer:
         last_checkpoint = run.update
         pairs = tokens = 0
         nll = 0.0
-        window_start = time.monotonic()
+        window_start = last_line = self.loop_start = time.monotonic()
+        self.first_update = run.update
         stopped_by = ""
         with _StopFlag() as stop:
             for index in self.batches():
@@ -392,13 +426,19 @@ class _Trainer:
                 run.pairs_seen += n_pairs
                 run.train_seconds += time.monotonic() - t0
                 pairs, tokens, nll = pairs + n_pairs, tokens + n_tokens, nll + loss
-                if run.update % cfg.log_every == 0:
-                    rate = pairs / max(time.monotonic() - window_start, 1e-9)
+                logged = run.update % cfg.log_every == 0
+                now = time.monotonic()
+                if logged or (cfg.progress_every and now - last_line >= cfg.progress_every):
+                    # Every --log-every updates, and at least every --progress-every seconds.
+                    last_line = now
+                    rate = pairs / max(now - window_start, 1e-9)
                     self.say(
                         f"rescorer train: update {run.update:,} epoch {self.epochs:.2f}"
                         f" | {rate:,.0f} pairs/s | train ppl {math.exp(min(nll / tokens, 50)):.2f}"
-                        f" | {_fmt_time(self.elapsed())}"
+                        f" | {_fmt_time(self.elapsed())}{self.budget()}"
                     )
+                if logged:
+                    rate = pairs / max(time.monotonic() - window_start, 1e-9)
                     self.log(
                         {
                             "update": run.update,

@@ -1,0 +1,74 @@
+"""Progress lines off a terminal for filter, combine and train (issue 14, item 1; score's own
+test is in tests/score/test_pipeline.py). stderr is a file here, as under nohup or Slurm."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REAL_INI, SLICE
+
+ROWS = 20  # copies of the real 2,090-line slice: 41,800 lines, five progress checks
+
+
+@pytest.fixture(scope="module")
+def big_table(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lines = gzip.decompress(SLICE.read_bytes()).decode("utf-8").splitlines(keepends=True)
+    path = tmp_path_factory.mktemp("progress") / "big.pt.gz"
+    path.write_bytes(gzip.compress("".join(lines * ROWS).encode("utf-8"), mtime=0))
+    return path
+
+
+def run(args: list[str], log: Path) -> list[str]:
+    with open(log, "w") as err:
+        subprocess.run([sys.executable, "-m", "rescorer", *args], stderr=err, check=True)
+    return log.read_text(encoding="utf-8").splitlines()
+
+
+SHARE = re.compile(r"([0-9.]+)% of the input")
+
+
+def check_reading_lines(lines: list[str], label: str) -> None:
+    mine = [ln for ln in lines if ln.startswith(label)]
+    assert len(mine) >= 3, lines
+    shares = [float(SHARE.search(ln)[1]) for ln in mine]  # type: ignore[index]
+    # The share is of the decompressed text (from the gzip trailer), so it grows steadily.
+    assert shares == sorted(shares) and 0 < shares[0] < 40 and shares[-1] <= 100, shares
+    assert all(re.search(r"[0-9,]+ lines in .* lines/s", ln) for ln in mine)
+    assert any("ETA" in ln for ln in mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["filter", "combine"])
+def test_filter_and_combine_print_progress(command: str, big_table: Path, tmp_path: Path) -> None:
+    args = [command, str(big_table), "-o", str(tmp_path / "out.gz")]
+    if command == "combine":
+        args += ["--weights", str(REAL_INI), "--no-lm"]
+    else:
+        args += ["--min-score", "2:0.001"]
+    lines = run([*args, "--progress-every", "1e-6"], tmp_path / "err.log")
+    check_reading_lines(lines, f"rescorer {command} {big_table}:")
+    quiet = run([*args, "--progress-every", "0"], tmp_path / "quiet.log")
+    assert not [ln for ln in quiet if ln.startswith(f"rescorer {command} {big_table}:")]
+
+
+@pytest.mark.slow
+def test_train_prints_reading_progress_and_its_budget(big_table: Path, tmp_path: Path) -> None:
+    args = [
+        "train", str(big_table), "-o", str(tmp_path / "m"), "--hidden-size", "8",
+        "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size", "100",
+        "--tgt-vocab-size", "100", "--batch-size", "8", "--max-updates", "12",
+        "--log-every", "1000", "--valid-every", "1000", "--progress-every", "1e-6",
+    ]  # fmt: skip
+    lines = run(args, tmp_path / "err.log")
+    check_reading_lines(lines, "rescorer train: counting the vocabularies:")
+    check_reading_lines(lines, "rescorer train: encoding:")
+    # --log-every 1000 would print no update line: --progress-every does, with the budget.
+    updates = [ln for ln in lines if re.match(r"rescorer train: update [0-9]+ epoch", ln)]
+    assert len(updates) == 12, lines
+    assert updates[-1].endswith("100% of the budget, ETA 0m00s"), updates[-1]
+    assert "8% of the budget" in updates[0]
