@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -30,7 +31,20 @@ def user_errors(func: F) -> F:
             click.echo(f"rescorer: error: {exc}", err=True)
             sys.exit(1)
         except BrokenPipeError:
-            sys.stderr.close()
+            # The reader of our stdout went away (``| head``): the output is incomplete, so
+            # exit 1 with one line, never a summary that says everything was written. stdout
+            # goes to /dev/null so the interpreter's last flush cannot fail a second time;
+            # stderr may be the same broken pipe (2>&1).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            try:
+                click.echo(
+                    "rescorer: error: the reader of the output closed it (a pipe such as "
+                    "'| head'); the output is incomplete",
+                    err=True,
+                )
+            except BrokenPipeError:
+                os.dup2(devnull, sys.stderr.fileno())
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]

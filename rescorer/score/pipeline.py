@@ -27,6 +27,7 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import deque
@@ -125,9 +126,14 @@ class ScoreStats:
 _vocabs: tuple[Vocab, Vocab] | None = None
 
 
-def init_worker(src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+def init_worker(src_vocab: Vocab, tgt_vocab: Vocab, in_pool: bool = False) -> None:
+    """The worker's vocabularies. A pool worker ignores SIGINT: Ctrl-C reaches the whole
+    process group, and the parent alone handles it (keeps OUT.partial, terminates the pool);
+    a worker interrupted inside the pool's queue lock would leave the parent hanging."""
     global _vocabs
     _vocabs = (src_vocab, tgt_vocab)
+    if in_pool:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass
@@ -619,7 +625,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             pool = multiprocessing.get_context("spawn").Pool(
                 config.workers,
                 initializer=init_worker,
-                initargs=(loaded.src_vocab, loaded.tgt_vocab),
+                initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
             )
         else:
             init_worker(loaded.src_vocab, loaded.tgt_vocab)

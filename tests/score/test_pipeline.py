@@ -601,25 +601,38 @@ def test_an_empty_table_gives_a_valid_empty_gzip_file(tmp_path: Path, model_dir:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("workers", ["0", "2"])
 def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
-    tmp_path: Path, model_dir: Path
+    tmp_path: Path, model_dir: Path, workers: str
 ) -> None:
-    """Ctrl-C: exit 130 and one line naming --resume; OUT.partial and its record stay."""
-    _, cmd, _ = long_run(tmp_path, model_dir)
+    """Ctrl-C reaches the whole process group (the workers too): exit 130 and one line naming
+    --resume; OUT.partial and its record stay, and --resume finishes the same bytes. With
+    workers it used to hang until a second Ctrl-C, the workers printing tracebacks."""
+    _, cmd, whole = long_run(tmp_path, model_dir, ["--workers", workers])
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
     proc = subprocess.Popen(
-        [*cmd, "-o", str(out)], env=ONE_THREAD, stderr=subprocess.PIPE, text=True
+        [*cmd, "-o", str(out)],
+        env=ONE_THREAD,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
     )
     deadline = time.monotonic() + 60
     while not record.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=30)  # a hang, not a speed limit
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"still running 30 s after Ctrl-C: {proc.communicate()[1][-2000:]}")
     assert proc.returncode == 130, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "--resume" in lines[0] and f"{out}.partial" in lines[0], err
     assert record.exists() and Path(f"{out}.partial").exists() and not out.exists()
+    subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
+    assert out.read_bytes() == whole.read_bytes()
 
 
 @pytest.mark.slow
@@ -653,3 +666,25 @@ def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
         check=True,
     )
     assert f"rescorer score {big}:" not in quiet.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_reader_that_closes_the_pipe_ends_the_run_with_exit_1(
+    tmp_path: Path, model_dir: Path, workers: str
+) -> None:
+    """``score -o - | head``: once the reader is gone the run stops with exit 1 and one line,
+    never a summary saying every line was written."""
+    _, cmd, _ = long_run(tmp_path, model_dir, ["--workers", workers])
+    cmd = [c for c in cmd if c != "-q"]
+    proc = subprocess.Popen(
+        [*cmd, "-o", "-"], env=ONE_THREAD, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()  # a line arrived, then the reader goes, as head -1 does
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "closed it" in lines[0], err
+    assert "lines written" not in err
