@@ -97,6 +97,15 @@ precision_option = click.option(
     help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
 )
 
+score_precision_option = click.option(
+    "--precision",
+    type=click.Choice(["auto", "bf16", "fp32"]),
+    default="auto",
+    show_default=True,
+    help="auto: fp32. bf16 autocast is faster but moves log p by ~0.06 at the 99th "
+    "percentile (README).",
+)
+
 
 def parse_shard(
     ctx: click.Context, param: click.Parameter, value: str | None

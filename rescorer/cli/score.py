@@ -10,8 +10,8 @@ import click
 from rescorer.cli.common import (
     device_option,
     parse_shard,
-    precision_option,
     progress_option,
+    score_precision_option,
     user_errors,
 )
 from rescorer.score.pipeline import ScoreConfig
@@ -34,7 +34,7 @@ SCORE = ScoreConfig()  # each default is written once, there
     "--word-penalty", is_flag=True, help="Also append exp(#target words not in shortlist)."
 )
 @device_option
-@precision_option
+@score_precision_option
 @click.option(
     "--batch-tokens",
     type=click.IntRange(min=1),
@@ -240,7 +240,7 @@ def check(table: str, model_dir: str | None) -> None:
     help="Write 'NAME= v' lines (for rerank --feature-file), not the n-best list.",
 )
 @device_option
-@precision_option
+@score_precision_option
 @user_errors
 def score_nbest(
     nbest: str,
@@ -277,7 +277,7 @@ def score_nbest(
 
     dev = resolve_device(device)
     loaded = load_model_dir(model_dir, dev)
-    prec = resolve_precision(precision, dev)
+    prec = resolve_precision(precision, dev, "score")
 
     def score(pairs: list[tuple[str, str]]) -> Any:
         return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)

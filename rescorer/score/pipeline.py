@@ -530,7 +530,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device)
+    precision = resolve_precision(config.precision, device, "score")
     loaded = load_model_dir(model_dir, device=device)
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
