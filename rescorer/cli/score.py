@@ -19,6 +19,19 @@ from rescorer.score.pipeline import ScoreConfig
 SCORE = ScoreConfig()  # each default is written once, there
 
 
+def parse_workers(value: str) -> int | str:
+    """``--workers``: a count >= 0 or ``auto`` (a usage error otherwise)."""
+    if value == "auto":
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected a count or auto") from None
+    if count < 0:
+        raise click.BadParameter(f"{value!r}: expected a count >= 0 or auto")
+    return count
+
+
 @click.command()
 @click.argument("table")
 @click.option("-m", "--model", "model_dir", required=True, help="Model folder from rescorer train.")
@@ -42,10 +55,11 @@ SCORE = ScoreConfig()  # each default is written once, there
 )
 @click.option(
     "--workers",
-    default=SCORE.workers,
-    type=click.IntRange(min=0),
+    default=str(SCORE.workers),
+    callback=lambda ctx, param, value: parse_workers(value),
     show_default=True,
-    help="Parse/format worker processes.",
+    metavar="N|auto",
+    help="Parse/format worker processes (auto: on a GPU, one per core but one, at most 16).",
 )
 @click.option(
     "--compile",
@@ -77,6 +91,12 @@ SCORE = ScoreConfig()  # each default is written once, there
     help="Read the whole table once first (rescorer check); stop before scoring if it is bad.",
 )
 @progress_option
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="Print where the time went: read, parse, h2d, encoder, decoder, readout, d2h, format, "
+    "write (a GPU run synchronises per phase, so it runs slower).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
 def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:
@@ -135,6 +155,8 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
             f"lines written to {out}",
             err=True,
         )
+    if stats.phases is not None:
+        click.echo("\n".join(stats.phases.report(stats.seconds)), err=True)
     if stats.bad:
         click.echo(
             f"skipped {stats.bad} malformed line(s), written to {config.skip_bad_lines}; first: "

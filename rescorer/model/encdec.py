@@ -201,7 +201,15 @@ class EncoderDecoder(nn.Module):
         tgt_lens: (B,) long, lengths including the EOS (>= 1);
         kernels: compiled steps and readout to use instead of the eager ones.
         """
-        B, T = tgt_ids.shape
+        states = self.decoder_states(ctx, tgt_ids, kernels)
+        return self.packed_readout(ctx, tgt_ids, tgt_lens, states, kernels)
+
+    def decoder_states(
+        self, ctx: DecoderContext, tgt_ids: Tensor, kernels: Kernels | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The recurrence of ``token_logprobs``: prev_states (B,T,H) fp32, row t holding the
+        state s_{t-1} that predicts y_t (1-based t), and the target embeddings f (B,T,E)."""
+        T = tgt_ids.shape[1]
         f = self.dec_input.embed_ids(tgt_ids)  # (B,T,E) f(y_t)
         # Input side of the decoder unit, with C_r c, C_u c and C c added at every step.
         x = self.dec_input.project(f)  # (B,T,3H)
@@ -213,8 +221,20 @@ class EncoderDecoder(nn.Module):
         for t in range(T - 1):
             s = dec_step(x[:, t], s)  # (B,H)
             states.append(s)
-        prev_states = torch.stack(states, dim=1)  # (B,T,H) row t holds s_{t-1} (1-based t)
-        # Readout on the packed non-padding positions only.
+        return torch.stack(states, dim=1), f  # (B,T,H), (B,T,E)
+
+    def packed_readout(
+        self,
+        ctx: DecoderContext,
+        tgt_ids: Tensor,
+        tgt_lens: Tensor,
+        states: tuple[Tensor, Tensor],
+        kernels: Kernels | None = None,
+    ) -> Tensor:
+        """The readout of ``token_logprobs`` on the packed non-padding positions only, from
+        ``decoder_states``' result; token_logp (B,T) fp32, 0.0 at padding."""
+        prev_states, f = states  # (B,T,H), (B,T,E)
+        B, T = tgt_ids.shape
         mask = torch.arange(T, device=tgt_ids.device) < tgt_lens.to(tgt_ids.device).unsqueeze(1)
         rows, cols = mask.nonzero(as_tuple=True)  # (N,), (N,) in row-major order
         N = rows.numel()

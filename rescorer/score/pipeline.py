@@ -32,7 +32,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import IO, Any
 
 import numpy as np
@@ -60,6 +60,7 @@ from rescorer.io.files import (
 from rescorer.io.progress import DEFAULT_EVERY, Progress
 from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
 from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
+from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
     file_sha256,
@@ -70,6 +71,8 @@ from rescorer.score.shards import (
 from rescorer.vocab import Vocab
 
 DEFAULT_CHUNK_BYTES = 1 << 20
+# Options that do not change the output's bytes: a --resume run may change them.
+NOT_IN_RUN_KEY = ("resume", "quiet", "workers", "progress_every", "profile")
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class ScoreConfig:
     precision: str = "auto"
     batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    workers: int = 0  # parse/format worker processes; 0 = in the main process
+    workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
     resume: bool = False
@@ -90,12 +93,15 @@ class ScoreConfig:
     skip_bad_lines: str | None = None
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
+    profile: bool = False  # print where the time went (rescorer/score/profile.py)
 
     def __post_init__(self) -> None:
         """Out-of-range values are errors here too, not only on the command line."""
+        if isinstance(self.workers, str) and self.workers != "auto":
+            raise RescorerError(f"--workers {self.workers!r}: expected a count or auto")
         for flag, value, low, high in (
             ("--chunk-bytes", self.chunk_bytes, 1, None),
-            ("--workers", self.workers, 0, None),
+            ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),
             ("--batch-tokens", self.batch_tokens, 1, None),
             ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
         ):
@@ -120,6 +126,7 @@ class ScoreStats:
     earlier_seconds: float = 0.0  # spent by the runs this one resumed
     started: float = field(default_factory=time.monotonic)
     already_done: bool = False  # a finished shard found as its manifest says: nothing redone
+    phases: Phases | None = None  # with --profile: where the time went
 
 
 # ------------------------------------------------------------------------------ workers
@@ -500,6 +507,17 @@ class _Output:
 COMPILE_MIN_BYTES = 4 << 20
 
 
+def resolve_workers(workers: int | str, device: Any) -> int:
+    """``auto``: on a GPU one parse/format process per core but one (at most 16), so a
+    many-core host can feed the device; on the CPU none, as the model's threads need the cores
+    (and ScoreConfig's count as it is otherwise)."""
+    if workers != "auto":
+        return int(workers)
+    if getattr(device, "type", "cpu") != "cuda":
+        return 0
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
+
+
 def want_compile(choice: str, table: str) -> bool:
     """``auto`` compiles for input files of at least 4 MiB: compiling costs tens of seconds once
     and pays off after some ten thousand pairs."""
@@ -535,8 +553,14 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorer = Scorer(loaded.model, precision, batch_tokens, compile_)
-    if device.type == "cpu" and config.workers > 0:
+    workers = resolve_workers(config.workers, device)
+    if workers != config.workers:
+        config = replace(config, workers=workers)
+    if device.type == "cpu" and workers > 0:
         torch.set_num_threads(max(1, torch.get_num_threads()))
+    phases = Phases(device) if config.profile else None
+    if phases is not None:
+        scorer.phase = phases
     stats = ScoreStats(device=str(device), precision=precision)
     start, first_line, end = 0, 1, None
     shard_range = None
@@ -549,7 +573,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         "input": _input_fingerprint(table) if regular else None,
         "model_dir": os.path.abspath(model_dir),
         "model": _model_fingerprint(model_dir),
-        "config": {k: v for k, v in asdict(config).items() if k not in ("resume", "quiet")},
+        "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
     }
     manifest: dict[str, Any] | None = None
     if shard_range is not None and config.shard is not None and out != "-":
@@ -621,9 +645,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
         output.open(resume)
         num_scores = _first_num_scores(table) if regular else None  # a pipe: its first chunk
-        if config.workers > 0:
+        if workers > 0:
             pool = multiprocessing.get_context("spawn").Pool(
-                config.workers,
+                workers,
                 initializer=init_worker,
                 initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
             )
@@ -651,6 +675,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 stats,
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
+                phases or nothing,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -672,6 +697,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             manifest = _completed(manifest, stats, device)
         output.close(ok, keep_partial=interrupted, manifest=manifest)
     stats.seconds = time.monotonic() - t0
+    stats.phases = phases
     return stats
 
 
@@ -740,25 +766,32 @@ def _run(
     stats: ScoreStats,
     progress: Callable[[], None],
     out: str,
+    phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
 ) -> None:
     """Parse ahead in the pool, score in order, format in the pool, write in order."""
     gz_level = config.compresslevel if out.endswith(".gz") else None
-    ahead = max(2, 2 * config.workers)  # chunks being parsed at once (bounds memory)
+    workers = resolve_workers(config.workers, None)  # a count by now (score_table resolved it)
+    ahead = max(2, 2 * workers)  # chunks being parsed at once (bounds memory)
     parsing: deque[Any] = deque()
     formatting: deque[tuple[Any, ParsedChunk]] = deque()
 
     def submit_parse() -> None:
         while len(parsing) < ahead:
-            chunk = next(chunks, None)
+            with phase("read"):
+                chunk = next(chunks, None)
             if chunk is None:
                 return
             args = (chunk, num_scores, name, config.shard is not None)
-            parsing.append(pool.apply_async(parse_chunk, args))
+            with phase("parse"):
+                parsing.append(pool.apply_async(parse_chunk, args))
 
     def write_ready(limit: int) -> None:
         while len(formatting) > limit or (formatting and formatting[0][0].ready()):
             result, parsed = formatting.popleft()
-            output.write(result.get(), [raw for _, _, raw in parsed.bad])
+            with phase("format"):
+                data = result.get()
+            with phase("write"):
+                output.write(data, [raw for _, _, raw in parsed.bad])
             stats.lines_in += parsed.lines_in
             stats.lines_out += len(parsed.lines)
             stats.bad += len(parsed.bad)
@@ -767,16 +800,18 @@ def _run(
                 stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
             for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
                 stats.bad_examples.append(f"{name}:{lineno}: {message}")
-            output.checkpoint(
-                parsed.chunk_offset + parsed.chunk_len,
-                parsed.first_line + parsed.lines_in,
-                stats,
-            )
+            with phase("write"):
+                output.checkpoint(
+                    parsed.chunk_offset + parsed.chunk_len,
+                    parsed.first_line + parsed.lines_in,
+                    stats,
+                )
             progress()
 
     submit_parse()
     while parsing:
-        parsed: ParsedChunk = parsing.popleft().get()
+        with phase("parse"):
+            parsed: ParsedChunk = parsing.popleft().get()
         submit_parse()
         if parsed.bad and config.skip_bad_lines is None:
             lineno, message, _ = parsed.bad[0]
@@ -784,10 +819,11 @@ def _run(
         logp = scorer.score(parsed.pairs)
         stats.pairs_scored += len(logp)
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
-        result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
+        with phase("format"):
+            result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
         parsed.pairs = _EMPTY_PAIRS  # only what the writer needs stays in memory
         formatting.append((result, parsed))
-        write_ready(limit=max(1, config.workers))
+        write_ready(limit=max(1, workers))
     write_ready(limit=0)
 
 

@@ -17,7 +17,8 @@ pairs in file order, fp32, every pair encoding its own source.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,7 @@ from rescorer.device import autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
 from rescorer.score.pairs import GroupedPairs, encode_pairs, prefix_tree, token_batches
+from rescorer.score.profile import nothing
 from rescorer.vocab import Vocab
 
 
@@ -71,6 +73,7 @@ class Scorer:
         self.batch_tokens = batch_tokens
         self.share_prefixes = share_prefixes
         self.work = Work()
+        self.phase: Callable[[str], AbstractContextManager[None]] = nothing  # Phases to profile
 
     @torch.inference_mode()
     def score(self, batch: GroupedPairs) -> np.ndarray:
@@ -88,17 +91,20 @@ class Scorer:
                 len(src_lens), model.config.hidden_size, dtype=torch.float32, device=dev
             )  # (U,H)
             self.work.source_tokens += int(src_lens.sum())
+            phase = self.phase
             if self.share_prefixes:
-                self._encode_prefix_tree(batch, c_all)
+                with phase("encoder"):
+                    self._encode_prefix_tree(batch, c_all)
             else:
                 self.work.encoder_steps += int(src_lens.sum())
                 src_order = np.argsort(src_lens, kind="stable")
                 for rows in token_batches(src_lens, src_order, self.batch_tokens):
                     ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
-                    c = model.encode(
-                        ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
-                    )  # (B,H)
-                    c_all[torch.from_numpy(rows).to(dev)] = c.float()
+                    with phase("h2d"):
+                        ids, lens = ids.to(dev, non_blocking=True), lens.to(dev)
+                    with phase("encoder"):
+                        c = model.encode(ids, lens, self.kernels)  # (B,H)
+                        c_all[torch.from_numpy(rows).to(dev)] = c.float()
             # 2-3. Pairs sorted by target length, then by source.
             tgt_lens = np.diff(batch.tgt_off)  # (N,)
             order = np.lexsort((batch.pair_src, tgt_lens))
@@ -106,18 +112,22 @@ class Scorer:
             for rows in token_batches(tgt_lens, order, self.batch_tokens):
                 srcs = batch.pair_src[rows]  # (B,)
                 uniq, inverse = np.unique(srcs, return_inverse=True)
-                ctx = model.decoder_context(c_all[torch.from_numpy(uniq).to(dev)])  # (U_b,.)
-                if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
-                    ctx = ctx.index_select(torch.from_numpy(inverse.astype(np.int64)).to(dev))
                 ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
-                token_logp = model.token_logprobs(
-                    ctx, ids.to(dev, non_blocking=True), lens.to(dev), self.kernels
-                )
-                pending.append((rows, sequence_logprobs(token_logp)))  # (B,)
+                with phase("h2d"):
+                    ids, lens = ids.to(dev, non_blocking=True), lens.to(dev)
+                with phase("decoder"):
+                    ctx = model.decoder_context(c_all[torch.from_numpy(uniq).to(dev)])  # (U_b,.)
+                    if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
+                        ctx = ctx.index_select(torch.from_numpy(inverse.astype(np.int64)).to(dev))
+                    states = model.decoder_states(ctx, ids, self.kernels)
+                with phase("readout"):
+                    token_logp = model.packed_readout(ctx, ids, lens, states, self.kernels)
+                    pending.append((rows, sequence_logprobs(token_logp)))  # (B,)
         self.work.decoder_positions += int(tgt_lens.sum())
         # 4. Back to input order (one device-to-host copy per batch, after all are queued).
-        for rows, seq_logp in pending:
-            out[rows] = seq_logp.double().cpu().numpy()
+        with self.phase("d2h"):
+            for rows, seq_logp in pending:
+                out[rows] = seq_logp.double().cpu().numpy()
         return out
 
     def _encode_prefix_tree(self, batch: GroupedPairs, c_all: Tensor) -> None:

@@ -66,3 +66,23 @@ def test_gpu_training_step_lowers_the_loss() -> None:
         opt.step()
         losses.append(float(loss))
     assert losses[-1] < losses[0]
+
+
+def test_gpu_profile_and_auto_workers(tmp_path: pytest.TempPathFactory) -> None:
+    """--profile on the device: every phase is timed (with a synchronisation each) and the
+    output equals the unprofiled run's; --workers auto starts parse/format processes."""
+    from pathlib import Path
+
+    from rescorer.model.checkpoint import save_model_dir
+    from rescorer.score.pipeline import ScoreConfig, score_table
+
+    model, _, src_vocab, tgt_vocab = tiny_model()
+    folder = Path(str(tmp_path)) / "model"
+    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "test_gpu.py"})
+    plain, profiled = Path(str(tmp_path)) / "a.gz", Path(str(tmp_path)) / "b.gz"
+    score_table(str(SLICE), str(folder), str(plain), ScoreConfig(device="cuda", quiet=True))
+    config = ScoreConfig(device="cuda", quiet=True, profile=True, workers="auto")
+    stats = score_table(str(SLICE), str(folder), str(profiled), config)
+    assert plain.read_bytes() == profiled.read_bytes()
+    assert stats.phases is not None
+    assert all(stats.phases.seconds[p] > 0 for p in ("encoder", "decoder", "readout", "d2h"))
