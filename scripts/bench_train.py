@@ -1,27 +1,27 @@
-"""Training throughput (pairs/s) of the paper-size model on real phrase pairs.
+"""Training throughput (pairs/s) on real phrase pairs, per precision and batch size.
 
 Reads the table once, keeps every K-th line (a spread of real pairs, about --pairs of them),
-builds the shortlists from those, then times --updates Adadelta updates of --batch-size random
-pairs after --warmup untimed ones, for each --precision: the same ``train_step`` as
-``rescorer train`` (forward, backward, clip, optimiser). Prints one line per precision and,
-with --json, a JSON record.
+builds the shortlists from those, then times --updates Adadelta updates after --warmup untimed
+ones, for each --precision and each --batch-size: the same ``train_step`` as ``rescorer train``
+(forward, backward, clip, optimiser). The device's bf16 and fp32 GEMM peaks are measured in the
+same run. Prints one Markdown block for BENCHMARKS.md (and with --json a JSON record per row).
 
     python scripts/bench_train.py                        # paper config, bf16 and fp32, CPU
-    python scripts/bench_train.py --hidden-size 256 --device cuda --updates 200
+    python scripts/bench_train.py --hidden-size 256 --batch-size 64 256 1024 --device cuda
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 
 import numpy as np
 import torch
-from benchlib import cpu_name
+from bench_score import gemm_peak, model_macs
+from benchlib import cpu_name, git_commit
 
 from rescorer.batching import PairArraysBuilder, epoch_batches
 from rescorer.device import resolve_device
@@ -38,12 +38,13 @@ def main() -> None:
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--pairs", type=int, default=20000, help="real pairs to sample")
     parser.add_argument("--hidden-size", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[64])
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--precision", nargs="+", default=["bf16", "fp32"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--gemm-size", type=int, default=2048)
     args = parser.parse_args()
 
     lines = sum(1 for _ in read_table(args.table))
@@ -57,62 +58,85 @@ def main() -> None:
         )
     pairs = builder.build()
     lengths = np.maximum(pairs.src_lens, pairs.tgt_lens)
-    batches = epoch_batches(lengths, args.batch_size, seed=1, epoch=0)
     device = resolve_device(args.device)
     config = ModelConfig(hidden_size=args.hidden_size)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    commit = git_commit()
+    peaks = {
+        "bf16": gemm_peak(device, torch.bfloat16, args.gemm_size),
+        "fp32": gemm_peak(device, torch.float32, args.gemm_size),
+    }
+    rows = []
+    for batch_size in args.batch_size:
+        batches = epoch_batches(lengths, batch_size, seed=1, epoch=0)
+        for precision in args.precision:
+            torch.manual_seed(0)
+            model = EncoderDecoder(config)
+            init_weights_(model, torch.Generator().manual_seed(0))
+            model.to(device).train()
+            optim = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
+            n_pairs = n_tokens = n_src = 0
+            for i in range(args.warmup + args.updates):
+                if i == args.warmup:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    start = time.perf_counter()
+                    n_pairs = n_tokens = n_src = 0
+                batch = pairs.batch(batches[i % len(batches)], device)
+                train_step(model, optim, batch, precision, clip_norm=1.0)
+                n_pairs += batch.num_pairs
+                n_tokens += int(batch.tgt_lens.sum())
+                n_src += int(batch.src_lens.sum())
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - start
+            # forward multiply-adds of the pairs (no padding), x3 for forward + backward, x2 FLOP
+            flops = 6 * model_macs(config, n_src, n_pairs, n_tokens)
+            record = {
+                "benchmark": "train",
+                "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "commit": commit,
+                "device": str(device),
+                "cpu": cpu_name(),
+                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+                "threads": torch.get_num_threads(),
+                "precision": precision,
+                "hidden_size": args.hidden_size,
+                "parameters": count_parameters(model),
+                "batch_size": batch_size,
+                "updates": args.updates,
+                "pairs_per_s": n_pairs / seconds,
+                "ms_per_update": 1000 * seconds / args.updates,
+                "flops": flops / seconds,
+            }
+            rows.append(record)
+            if args.json:
+                print(json.dumps(record), file=sys.stderr)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    first = rows[0]
+    print(f"### Training throughput ({first['date'][:10]}, commit {commit})\n")
     print(
-        f"{len(pairs):,} real pairs (every {step}th line of {args.table}; mean source"
-        f" {pairs.src_lens.mean() - 1:.2f}, target {pairs.tgt_lens.mean() - 1:.2f} words + EOS);"
-        f" {device}, {torch.get_num_threads()} threads, torch {torch.__version__}",
-        file=sys.stderr,
+        f"{where}, {torch.get_num_threads()} threads, torch {torch.__version__}. Model: hidden "
+        f"{args.hidden_size} ({first['parameters']:,} parameters). {len(pairs):,} real pairs "
+        f"(every {step}th line of {args.table}; mean source {pairs.src_lens.mean() - 1:.2f}, "
+        f"target {pairs.tgt_lens.mean() - 1:.2f} words + EOS). GEMM peaks "
+        f"({args.gemm_size}^3): bf16 {peaks['bf16'] / 1e9:,.0f}, fp32 "
+        f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s. {args.updates} timed updates after "
+        f"{args.warmup}.\n"
     )
-    for precision in args.precision:
-        torch.manual_seed(0)
-        model = EncoderDecoder(config)
-        init_weights_(model, torch.Generator().manual_seed(0))
-        model.to(device).train()
-        optim = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
-        n_pairs = n_tokens = 0
-        for i in range(args.warmup + args.updates):
-            if i == args.warmup:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                start = time.perf_counter()
-                n_pairs = n_tokens = 0
-            batch = pairs.batch(batches[i % len(batches)], device)
-            train_step(model, optim, batch, precision, clip_norm=1.0)
-            n_pairs += batch.num_pairs
-            n_tokens += batch.num_tokens
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
-        record = {
-            "benchmark": "train",
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "commit": commit,
-            "device": str(device),
-            "cpu": cpu_name(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "threads": torch.get_num_threads(),
-            "precision": precision,
-            "hidden_size": args.hidden_size,
-            "parameters": count_parameters(model),
-            "batch_size": args.batch_size,
-            "updates": args.updates,
-            "pairs_per_s": n_pairs / seconds,
-            "target_tokens_per_s": n_tokens / seconds,
-            "ms_per_update": 1000 * seconds / args.updates,
-        }
+    base = {
+        r["precision"]: r["pairs_per_s"] for r in rows if r["batch_size"] == rows[0]["batch_size"]
+    }
+    print(
+        "| batch | precision | pairs/s | ms/update | vs first batch | model GFLOP/s | % of peak |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        p = r["precision"]
         print(
-            f"{precision}: {record['pairs_per_s']:,.0f} pairs/s,"
-            f" {record['ms_per_update']:.0f} ms/update (H={args.hidden_size},"
-            f" {record['parameters']:,} parameters, batch {args.batch_size})"
+            f"| {r['batch_size']} | {p} | {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.0f} | "
+            f"{r['pairs_per_s'] / base[p]:.2f} | {r['flops'] / 1e9:,.1f} | "
+            f"{r['flops'] / peaks[p]:.0%} |"
         )
-        if args.json:
-            print(json.dumps(record))
 
 
 if __name__ == "__main__":

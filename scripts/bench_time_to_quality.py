@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Training time to quality: validation perplexity against wall time for several batch sizes.
+
+Runs ``rescorer train`` on TABLE once per ``--batch-size`` for ``--minutes`` each (one after the
+other, never at once: they would share the cores), with validations every ``--valid-pairs``
+training pairs, all on the same held-out pairs (same seed). The reference is the perplexity the
+first batch size reaches at the end of its budget; for each run the first validation at or below
+it is its time to quality. Prints a Markdown block and writes the curves as a PNG.
+
+Resumable: a run whose folder holds a finished log is read, not rerun; an interrupted one
+continues with --resume (its log keeps wall times across runs).
+
+    python scripts/bench_time_to_quality.py --hidden-size 256 --batch-size 64 256 \\
+        --minutes 10 --work runs/ttq --png docs/results/time-to-quality.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+from benchlib import cpu_name, git_commit
+
+
+def validations(folder: str) -> list[tuple[float, int, float]]:
+    """(seconds, update, validation perplexity) of a run's log."""
+    path = os.path.join(folder, "train.log.jsonl")
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            if "valid_ppl" in record:
+                out.append((record["time"], record["update"], record["valid_ppl"]))
+    return out
+
+
+def finished(folder: str, minutes: float) -> bool:
+    points = validations(folder)
+    return bool(points) and points[-1][0] >= 60 * minutes - 120
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", default="../shared/data/en-fr/phrase-table.gz")
+    parser.add_argument("--hidden-size", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--valid-pairs", type=int, default=64_000)
+    parser.add_argument("--work", default="runs/time-to-quality")
+    parser.add_argument("--png", default=None)
+    args = parser.parse_args()
+
+    commit = git_commit()
+    for batch in args.batch_size:
+        folder = os.path.join(args.work, f"batch{batch}")
+        if finished(folder, args.minutes):
+            continue
+        resume = ["--resume"] if os.path.exists(os.path.join(folder, "train-state.pt")) else []
+        cmd = [
+            sys.executable, "-m", "rescorer", "train", args.table, "-o", folder,
+            "--hidden-size", str(args.hidden_size), "--batch-size", str(batch),
+            "--max-time", f"{args.minutes}m", "--patience", "0", "--seed", "1",
+            "--valid-every", str(max(1, args.valid_pairs // batch)), "--log-every", "100000",
+            *resume,
+        ]  # fmt: skip
+        print("$", " ".join(cmd), file=sys.stderr, flush=True)
+        subprocess.run(cmd, check=True)
+
+    curves = {b: validations(os.path.join(args.work, f"batch{b}")) for b in args.batch_size}
+    first = args.batch_size[0]
+    reference = min(p for _, _, p in curves[first])
+    print(f"### Time to quality ({datetime.date.today()}, commit {commit})\n")
+    print(
+        f"{cpu_name()}; `rescorer train {args.table} --hidden-size {args.hidden_size}`, "
+        f"{args.minutes:g} minutes per batch size, one run at a time, validation every "
+        f"{args.valid_pairs:,} training pairs on the same 5,000 held-out pairs. Reference: "
+        f"the perplexity batch {first} reaches in {args.minutes:g} minutes, {reference:.2f}.\n"
+    )
+    print("| batch | updates | best ppl | ppl at 1/3 of the time | time to reach the reference |")
+    print("|---:|---:|---:|---:|---:|")
+    for batch, points in curves.items():
+        third = [p for t, _, p in points if t <= 20 * args.minutes]
+        reach = next((t for t, _, p in points if p <= reference), None)
+        print(
+            f"| {batch} | {points[-1][1]:,} | {min(p for _, _, p in points):.2f} | "
+            f"{min(third) if third else float('nan'):.2f} | "
+            + (f"{reach / 60:.1f} min |" if reach is not None else "not reached |")
+        )
+    if args.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for batch, points in curves.items():
+            ax.plot([t / 60 for t, _, _ in points], [p for _, _, p in points], marker="o",
+                    markersize=3, label=f"batch {batch}")  # fmt: skip
+        ax.axhline(reference, color="0.5", linestyle="--", linewidth=1, label="reference")
+        ax.set_yscale("log")
+        ax.set_xlabel("wall time (minutes, data loading and validation included)")
+        ax.set_ylabel("validation perplexity")
+        ax.set_title(f"hidden {args.hidden_size}, {cpu_name()}", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=100)
+        print(f"\n![validation perplexity against wall time]({args.png})")
+
+
+if __name__ == "__main__":
+    main()
