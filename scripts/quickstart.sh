@@ -12,6 +12,19 @@ echo "== rescorer train: 60 s on $(gzip -dc "$sample" | wc -l) real phrase pairs
 rescorer train "$sample" -o "$out/model" --max-time 60s --hidden-size 128 --embed-size 64 \
   --maxout-units 128 --src-vocab-size 4000 --tgt-vocab-size 4000 --valid-fraction 0.05 \
   --valid-every 200 --log-every 200 --patience 0
+python3 - "$out/model" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(f"{sys.argv[1]}/train.log.jsonl") if "valid_ppl" in line]
+best, unigram = min(r["valid_ppl"] for r in records), records[-1]["unigram_ppl"]
+verdict = (
+    f"it has learned ({unigram / best:.1f}x better than unigram)" if best < unigram / 2
+    else "it has barely learned yet"
+)
+print(f"== Is it good? Validation perplexity {best:.1f} against a unigram model's {unigram:.1f}: "
+      f"{verdict}. A one-minute model of 24k pairs is a smoke test, not one to tune Moses with: "
+      "on the whole en-fr table a hidden-256 model reaches 10.8 after 16,400 updates (about 40 "
+      "minutes on 2 CPU cores; README, 'How long to train').")
+PY
 echo "== rescorer score"
 rescorer score "$sample" -m "$out/model" -o "$out/phrase-table.rnn.gz" --word-penalty
 echo "== rescorer moses-ini"
