@@ -409,9 +409,12 @@ class _Trainer:
     def _run(self) -> TrainResult:
         cfg, run = self.cfg, self.run_state
         last_checkpoint = run.update
-        pairs = tokens = 0
-        nll = 0.0
-        window_start = last_line = self.loop_start = time.monotonic()
+        # Two windows: the log record's (every --log-every updates) and the progress line's
+        # (also every --progress-every seconds). Each holds pairs, tokens, summed NLL and its
+        # start; the time a validation takes is left out of both rates.
+        log_w = [0, 0, 0.0, time.monotonic()]
+        line_w = list(log_w)
+        self.loop_start = time.monotonic()
         self.first_update = run.update
         stopped_by = ""
         with _StopFlag() as stop:
@@ -425,36 +428,38 @@ class _Trainer:
                 run.batch_in_epoch += self.world.size
                 run.pairs_seen += n_pairs
                 run.train_seconds += time.monotonic() - t0
-                pairs, tokens, nll = pairs + n_pairs, tokens + n_tokens, nll + loss
+                for w in (log_w, line_w):
+                    w[0], w[1], w[2] = w[0] + n_pairs, w[1] + n_tokens, w[2] + loss
                 logged = run.update % cfg.log_every == 0
                 now = time.monotonic()
-                if logged or (cfg.progress_every and now - last_line >= cfg.progress_every):
+                if logged or (cfg.progress_every and now - line_w[3] >= cfg.progress_every):
                     # Every --log-every updates, and at least every --progress-every seconds.
-                    last_line = now
-                    rate = pairs / max(now - window_start, 1e-9)
+                    rate = line_w[0] / max(now - line_w[3], 1e-9)
+                    ppl = math.exp(min(line_w[2] / line_w[1], 50))
                     self.say(
                         f"rescorer train: update {run.update:,} epoch {self.epochs:.2f}"
-                        f" | {rate:,.0f} pairs/s | train ppl {math.exp(min(nll / tokens, 50)):.2f}"
+                        f" | {rate:,.0f} pairs/s | train ppl {ppl:.2f}"
                         f" | {_fmt_time(self.elapsed())}{self.budget()}"
                     )
+                    line_w[:] = [0, 0, 0.0, now]
                 if logged:
-                    rate = pairs / max(time.monotonic() - window_start, 1e-9)
                     self.log(
                         {
                             "update": run.update,
                             "time": round(self.elapsed(), 1),
                             "epoch": round(self.epochs, 4),
-                            "pairs_per_s": round(rate, 1),
-                            "train_loss": nll / tokens,
+                            "pairs_per_s": round(log_w[0] / max(now - log_w[3], 1e-9), 1),
+                            "train_loss": log_w[2] / log_w[1],
                         }
                     )
-                    pairs = tokens = 0
-                    nll = 0.0
-                    window_start = time.monotonic()
+                    log_w[:] = [0, 0, 0.0, now]
                 if run.update % cfg.valid_every == 0:
+                    t_valid = time.monotonic()
                     self.checkpoint()
                     last_checkpoint = run.update
-                    window_start = time.monotonic()
+                    spent = time.monotonic() - t_valid
+                    log_w[3] += spent
+                    line_w[3] += spent
             if run.update > last_checkpoint or not self.model_dir.has_weights():
                 self.checkpoint()
             elif self.world.is_main:

@@ -72,3 +72,30 @@ def test_train_prints_reading_progress_and_its_budget(big_table: Path, tmp_path:
     assert len(updates) == 12, lines
     assert updates[-1].endswith("100% of the budget, ETA 0m00s"), updates[-1]
     assert "8% of the budget" in updates[0]
+
+
+@pytest.mark.slow
+def test_train_rates_leave_out_validation(big_table: Path, tmp_path: Path) -> None:
+    """A validation between two progress lines does not inflate the next line's rate (the
+    window restarted at the validation while its pairs went on counting: 20,617 pairs/s on a
+    machine that trains 500)."""
+    args = [
+        "train", str(big_table), "-o", str(tmp_path / "m"), "--hidden-size", "8",
+        "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size", "100",
+        "--tgt-vocab-size", "100", "--batch-size", "8", "--max-updates", "40",
+        "--log-every", "1000", "--valid-every", "5", "--progress-every", "1e-6",
+    ]  # fmt: skip
+    lines = run(args, tmp_path / "err.log")
+    rates = {
+        int(m[1]): float(m[2].replace(",", ""))
+        for ln in lines
+        if (m := re.search(r"update ([0-9]+) epoch .* \| ([0-9,]+) pairs/s", ln))
+    }
+    assert sorted(rates) == list(range(1, 41)), lines
+    # Before the first validation every rate is a plain one-update rate: the yardstick.
+    before = sorted(rates[u] for u in (2, 3, 4, 5))
+    yardstick = before[1]
+    # Right after each validation (updates 6, 11, ...): the old code divided every pair since
+    # the last log record by the time since the validation, 11x to 36x too high here.
+    after = {u: rates[u] for u in range(11, 41, 5)}
+    assert all(rate < 8 * yardstick for rate in after.values()), (yardstick, after)
