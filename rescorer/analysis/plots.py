@@ -222,6 +222,11 @@ def _zoom_panel(ax: Axes, xy: np.ndarray, phrases: Sequence[str], members: np.nd
     ax.scatter(pts[:1, 0], pts[:1, 1], s=30, color="tab:red", linewidths=0)
     for i in members:
         ax.annotate(label(phrases[i]), xy[i], fontsize=LABEL_SIZE)
+    # Room on the right for the labels, which start at their points.
+    (x0, y0), (x1, y1) = pts.min(axis=0), pts.max(axis=0)
+    dx, dy = max(x1 - x0, 1e-6), max(y1 - y0, 1e-6)
+    ax.set_xlim(x0 - 0.05 * dx, x1 + 0.8 * dx)
+    ax.set_ylim(y0 - 0.08 * dy, y1 + 0.08 * dy)
     ax.set_title(f'around "{label(phrases[members[0]])}"', fontsize=10)
     ax.set_xticks([])
     ax.set_yticks([])
