@@ -646,11 +646,17 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         output.open(resume)
         num_scores = _first_num_scores(table) if regular else None  # a pipe: its first chunk
         if workers > 0:
-            pool = multiprocessing.get_context("spawn").Pool(
-                workers,
-                initializer=init_worker,
-                initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
-            )
+            # Started with SIGINT ignored, which a new interpreter inherits through exec and
+            # keeps: a Ctrl-C while a worker still imports cannot interrupt it either.
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                pool = multiprocessing.get_context("spawn").Pool(
+                    workers,
+                    initializer=init_worker,
+                    initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
+                )
+            finally:
+                signal.signal(signal.SIGINT, handler)
         else:
             init_worker(loaded.src_vocab, loaded.tgt_vocab)
         with open_binary(table, meter) as stream:
