@@ -54,7 +54,7 @@ def cpu_has_fast_bf16() -> bool:
 def resolve_precision(name: str, device: torch.device, purpose: str = "train") -> str:
     """``auto`` for ``purpose`` ``"score"``: fp32. bf16 autocast moves a pair's log p by more
     than the 0.02 nats (99th percentile) a score column may move (scripts/bench_precision.py:
-    0.06 nats at the 99th percentile on real pairs), and the error comes from bf16's 8-bit
+    0.12 nats at the 99th percentile on 20,000 real pairs), and the error comes from bf16's 8-bit
     mantissa, so it is the same on every device. ``auto`` for training: ``bf16`` where the
     device has fast bf16 matrix units (the gradient's noise dwarfs bf16's), else ``fp32``."""
     if name not in PRECISIONS:
