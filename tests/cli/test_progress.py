@@ -56,14 +56,19 @@ def test_filter_and_combine_print_progress(command: str, big_table: Path, tmp_pa
     assert not [ln for ln in quiet if ln.startswith(f"rescorer {command} {big_table}:")]
 
 
+def tiny_train(table: Path, tmp_path: Path, updates: int, valid_every: int) -> list[str]:
+    """A seconds-long training run with a progress line after every update (no log record)."""
+    return [
+        "train", str(table), "-o", str(tmp_path / "m"), "--hidden-size", "8", "--embed-size",
+        "6", "--maxout-units", "5", "--src-vocab-size", "100", "--tgt-vocab-size", "100",
+        "--batch-size", "8", "--max-updates", str(updates), "--log-every", "1000",
+        "--valid-every", str(valid_every), "--progress-every", "1e-6",
+    ]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_train_prints_reading_progress_and_its_budget(big_table: Path, tmp_path: Path) -> None:
-    args = [
-        "train", str(big_table), "-o", str(tmp_path / "m"), "--hidden-size", "8",
-        "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size", "100",
-        "--tgt-vocab-size", "100", "--batch-size", "8", "--max-updates", "12",
-        "--log-every", "1000", "--valid-every", "1000", "--progress-every", "1e-6",
-    ]  # fmt: skip
+    args = tiny_train(big_table, tmp_path, updates=12, valid_every=1000)
     lines = run(args, tmp_path / "err.log")
     check_reading_lines(lines, "rescorer train: counting the vocabularies:")
     check_reading_lines(lines, "rescorer train: encoding:")
@@ -79,12 +84,7 @@ def test_train_rates_leave_out_validation(big_table: Path, tmp_path: Path) -> No
     """A validation between two progress lines does not inflate the next line's rate (the
     window restarted at the validation while its pairs went on counting: 20,617 pairs/s on a
     machine that trains 500)."""
-    args = [
-        "train", str(big_table), "-o", str(tmp_path / "m"), "--hidden-size", "8",
-        "--embed-size", "6", "--maxout-units", "5", "--src-vocab-size", "100",
-        "--tgt-vocab-size", "100", "--batch-size", "8", "--max-updates", "40",
-        "--log-every", "1000", "--valid-every", "5", "--progress-every", "1e-6",
-    ]  # fmt: skip
+    args = tiny_train(big_table, tmp_path, updates=40, valid_every=5)
     lines = run(args, tmp_path / "err.log")
     rates = {
         int(m[1]): float(m[2].replace(",", ""))
