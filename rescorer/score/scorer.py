@@ -101,7 +101,7 @@ class Scorer:
                 for rows in token_batches(src_lens, src_order, self.batch_tokens):
                     ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
                     with phase("h2d"):
-                        ids, lens = ids.to(dev, non_blocking=True), lens.to(dev)
+                        ids, lens = self._to_device(ids), self._to_device(lens)
                     with phase("encoder"):
                         c = model.encode(ids, lens, self.kernels)  # (B,H)
                         c_all[torch.from_numpy(rows).to(dev)] = c.float()
@@ -114,7 +114,7 @@ class Scorer:
                 uniq, inverse = np.unique(srcs, return_inverse=True)
                 ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
                 with phase("h2d"):
-                    ids, lens = ids.to(dev, non_blocking=True), lens.to(dev)
+                    ids, lens = self._to_device(ids), self._to_device(lens)
                 with phase("decoder"):
                     ctx = model.decoder_context(c_all[torch.from_numpy(uniq).to(dev)])  # (U_b,.)
                     if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
@@ -129,6 +129,14 @@ class Scorer:
             for rows, seq_logp in pending:
                 out[rows] = seq_logp.double().cpu().numpy()
         return out
+
+    def _to_device(self, t: Tensor) -> Tensor:
+        """A host tensor on the scorer's device. On a GPU it is pinned first, so the copy is
+        asynchronous and overlaps the work already queued (from pageable memory a copy
+        waits for the device)."""
+        if self.device.type != "cuda":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
 
     def _encode_prefix_tree(self, batch: GroupedPairs, c_all: Tensor) -> None:
         """c of every distinct source (into c_all (U,H)), one encoder step per distinct prefix:
