@@ -26,7 +26,7 @@ import zlib
 from typing import Any
 
 import numpy as np
-from benchlib import cpu_name
+from benchlib import cpu_name, git_commit
 
 from rescorer.io.chunks import iter_chunks
 from rescorer.io.files import open_binary
@@ -68,9 +68,7 @@ def main() -> None:
             gzip_times.append(time.perf_counter() - t)
         identical = crc_of_gzip(ours) == crc_of_gzip(args.table)
     best_r, best_g = min(rescorer_times), min(gzip_times)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     print(f"table: {args.table} ({lines:,} lines); {args.repeat} runs each, best shown")
     print(f"date {datetime.date.today()}, commit {commit}, {cpu_name()}, {os.cpu_count()} cores")
     print("| pipeline | seconds | lines/s | relative |")

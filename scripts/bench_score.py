@@ -26,7 +26,6 @@ import argparse
 import datetime
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from benchlib import cpu_name
-from isal import igzip
+from benchlib import cpu_name, git_commit, write_slice
 
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.io.chunks import iter_chunks
@@ -84,28 +82,6 @@ def model_macs(cfg: ModelConfig, encoder_steps: int, sources: int, target_tokens
     return float(enc_token * encoder_steps + per_source * sources + dec_token * target_tokens)
 
 
-def write_table(source: str, lines: int, path: str) -> int:
-    """The first ``lines`` lines of ``source`` (cycling through it again if needed), gzip."""
-    written = 0
-    with igzip.open(path, "wb", compresslevel=1) as out:
-        while written < lines:
-            with open_binary(source) as stream:
-                for raw in stream:
-                    if written == lines:
-                        break
-                    out.write(raw)
-                    written += 1
-    return written
-
-
-def commit() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    proc = subprocess.run(
-        ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    return proc.stdout.strip() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
@@ -126,7 +102,7 @@ def main() -> None:
     precision = resolve_precision(args.precision, device)
     tmp = tempfile.mkdtemp(prefix="bench_score.")
     table = os.path.join(tmp, "table.gz")
-    n_lines = write_table(args.table, args.lines, table)
+    n_lines = write_slice(args.table, args.lines, table, cycle=True)
     model_dir = args.model
     if model_dir is None:  # the paper's sizes, random N(0, 0.01)/orthogonal weights
         model_dir = os.path.join(tmp, "model")
@@ -156,7 +132,7 @@ def main() -> None:
 
     init_worker(loaded.src_vocab, loaded.tgt_vocab)
     base_table = os.path.join(tmp, "base.gz")
-    write_table(table, len(base_pairs), base_table)
+    write_slice(table, len(base_pairs), base_table)
     with open_binary(base_table) as stream:
         chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
     if args.batch_tokens is None:
@@ -222,7 +198,7 @@ def main() -> None:
     flops = 2 * macs / fast_s
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     print(
-        f"### {datetime.date.today()}, commit {commit()}, {dev_name} ({device}), "
+        f"### {datetime.date.today()}, commit {git_commit()}, {dev_name} ({device}), "
         f"{os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
     )
     print(

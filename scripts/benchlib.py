@@ -33,13 +33,19 @@ def git_commit() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def write_slice(source: str, lines: int, path: str) -> int:
-    """The first ``lines`` lines of ``source`` as gzip; fewer if the table is shorter."""
+def write_slice(source: str, lines: int, path: str, *, cycle: bool = False) -> int:
+    """The first ``lines`` lines of ``source`` as gzip: fewer if the table is shorter, or with
+    ``cycle`` the table again from its start until there are ``lines``."""
     written = 0
-    with open_binary(source) as stream, igzip.open(path, "wb", compresslevel=1) as out:
-        for raw in stream:
-            if written == lines:
+    with igzip.open(path, "wb", compresslevel=1) as out:
+        while written < lines:
+            before = written
+            with open_binary(source) as stream:
+                for raw in stream:
+                    if written == lines:
+                        break
+                    out.write(raw)
+                    written += 1
+            if not cycle or written == before:
                 break
-            out.write(raw)
-            written += 1
     return written

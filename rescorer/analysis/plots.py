@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 DPI = 100
+MISSING = "plot needs matplotlib and scikit-learn: pip install 'rescorer[analysis]'"
 LABEL_SIZE = 8  # points: readable at 100% zoom at DPI 100
 
 
@@ -46,9 +47,7 @@ def _pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise RescorerError(
-            "plot needs matplotlib and scikit-learn: pip install 'rescorer[analysis]'"
-        ) from exc
+        raise RescorerError(MISSING) from exc
     return plt
 
 
@@ -57,9 +56,7 @@ def tsne_2d(points: np.ndarray, seed: int, perplexity: float = 30.0) -> np.ndarr
     try:
         from sklearn.manifold import TSNE
     except ImportError as exc:
-        raise RescorerError(
-            "plot needs matplotlib and scikit-learn: pip install 'rescorer[analysis]'"
-        ) from exc
+        raise RescorerError(MISSING) from exc
     n = len(points)
     if n < 5:
         raise RescorerError(f"a 2-D map needs at least 5 points, got {n}")

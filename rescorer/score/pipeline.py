@@ -776,7 +776,8 @@ def _run(
 ) -> None:
     """Parse ahead in the pool, score in order, format in the pool, write in order."""
     gz_level = config.compresslevel if out.endswith(".gz") else None
-    workers = resolve_workers(config.workers, None)  # a count by now (score_table resolved it)
+    workers = config.workers
+    assert isinstance(workers, int)  # score_table resolved "auto" to a count
     ahead = max(2, 2 * workers)  # chunks being parsed at once (bounds memory)
     parsing: deque[Any] = deque()
     formatting: deque[tuple[Any, ParsedChunk]] = deque()
