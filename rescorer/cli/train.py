@@ -161,6 +161,13 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @device_option
 @precision_option
 @click.option(
+    "--compile",
+    type=click.Choice(["auto", "yes", "no"]),
+    default=TRAIN.compile,
+    show_default=True,
+    help="torch.compile the recurrence and softmax (auto: 100,000 training pairs or more).",
+)
+@click.option(
     "--log-every",
     default=TRAIN.log_every,
     type=click.IntRange(min=1),

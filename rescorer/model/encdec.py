@@ -290,11 +290,17 @@ class EncoderDecoder(nn.Module):
         return self.dec_rec.step(x, s_prev.float())  # (B,H)
 
     def forward(
-        self, src_ids: Tensor, src_lens: Tensor, tgt_ids: Tensor, tgt_lens: Tensor
+        self,
+        src_ids: Tensor,
+        src_lens: Tensor,
+        tgt_ids: Tensor,
+        tgt_lens: Tensor,
+        kernels: Kernels | None = None,
     ) -> Tensor:
-        """token_logp (B,T) fp32 of the pairs (src_ids (B,S), tgt_ids (B,T), both ending in EOS)."""
-        ctx = self.decoder_context(self.encode(src_ids, src_lens))
-        return self.token_logprobs(ctx, tgt_ids, tgt_lens)
+        """token_logp (B,T) fp32 of the pairs (src_ids (B,S), tgt_ids (B,T), both ending in EOS),
+        with ``kernels`` (compiled steps and readout, forward and backward) if given."""
+        ctx = self.decoder_context(self.encode(src_ids, src_lens, kernels))
+        return self.token_logprobs(ctx, tgt_ids, tgt_lens, kernels)
 
     def recurrent_matrices(self) -> list[Tensor]:
         """The H x H recurrent blocks U_r, U_u, U (encoder, then decoder), as views."""

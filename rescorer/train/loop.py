@@ -28,7 +28,14 @@ from rescorer.device import autocast, bound_kernel_caches, resolve_device, resol
 from rescorer.errors import RescorerError, check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
-from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
+from rescorer.model.encdec import (
+    EncoderDecoder,
+    Kernels,
+    ModelConfig,
+    compile_kernels,
+    init_weights_,
+    sequence_logprobs,
+)
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import (
     Source,
@@ -41,9 +48,12 @@ from rescorer.train.distributed import World
 from rescorer.train.state import RunState, load_state, save_state
 
 
-def batch_loss(model: torch.nn.Module, batch: PairBatch) -> torch.Tensor:
-    """The training loss: minus the summed log-probabilities of the batch's tokens (fp32)."""
-    token_logp = model(*batch)  # (B,T) fp32
+def batch_loss(
+    model: torch.nn.Module, batch: PairBatch, kernels: Kernels | None = None
+) -> torch.Tensor:
+    """The training loss: minus the summed log-probabilities of the batch's tokens (fp32),
+    through the compiled ``kernels`` if given."""
+    token_logp = model(*batch, kernels=kernels)  # (B,T) fp32
     return -sequence_logprobs(token_logp).sum()
 
 
@@ -54,6 +64,7 @@ def train_step(
     precision: str,
     clip_norm: float,
     loss_scale: float = 1.0,
+    kernels: Kernels | None = None,
 ) -> float:
     """One update: loss (bf16 autocast if asked), backward, global-norm clip, optimiser step.
 
@@ -63,7 +74,7 @@ def train_step(
     0.1 * the parameters; docs/model.md §2).
     """
     with autocast(batch.src_ids.device, precision):
-        loss = batch_loss(model, batch)
+        loss = batch_loss(model, batch, kernels)
     optim.zero_grad(set_to_none=True)
     (loss * loss_scale if loss_scale != 1.0 else loss).backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
@@ -180,6 +191,9 @@ class _Trainer:
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
         self.model.to(self.device).train()
+        # Compiled steps and readout (forward and backward), the scorer's kernels.
+        compiled = cfg.wants_compile(len(self.data.train))
+        self.kernels = compile_kernels(self.model) if compiled else None
         self.trained: torch.nn.Module = self.model  # what the updates run through
         if self.world.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -264,6 +278,7 @@ class _Trainer:
             f" {len(data.valid):,} scored); device {self.device}"
             + (f" x {self.world.size} ranks" if self.world.distributed else "")
             + f", precision {self.precision}"
+            + (", compiled steps" if cfg.wants_compile(len(data.train)) else "")
             + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
         )
 
@@ -318,6 +333,7 @@ class _Trainer:
             self.precision,
             self.cfg.clip_norm,
             loss_scale=float(self.world.size),
+            kernels=self.kernels,
         )
         pairs, tokens, loss = self.world.sum([batch.num_pairs, batch.num_tokens, loss], self.device)
         if not math.isfinite(loss):

@@ -218,6 +218,38 @@ def test_resume_gives_the_same_weights_as_one_run(tmp_path: Path, sample_table: 
     assert load_model_dir(split).config == TINY
 
 
+def test_compiled_training_follows_the_eager_run(tmp_path: Path, sample_table: Path) -> None:
+    """--compile yes runs the updates through the compiled steps and readout (forward and
+    backward); in fp32 its weights after 8 updates equal the eager run's to float rounding."""
+    from torch._dynamo.utils import counters
+
+    runs = {}
+    for choice in ("no", "yes"):
+        counters.clear()
+        cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 8, "compile": choice})
+        result = train(str(sample_table), tmp_path / choice, TINY, cfg)
+        assert result.updates == 8
+        runs[choice] = final_weights(tmp_path / choice)
+        compiled_graphs = counters["stats"]["unique_graphs"]
+        assert (compiled_graphs > 0) == (choice == "yes"), compiled_graphs
+    initial = EncoderDecoder(TINY)
+    init_weights_(initial, torch.Generator().manual_seed(FAST.seed))
+    moved = 0.0
+    for key, eager in runs["no"].items():
+        torch.testing.assert_close(runs["yes"][key], eager, rtol=1e-4, atol=1e-5, msg=key)
+        moved = max(moved, float((eager - initial.state_dict()[key]).abs().max()))
+    assert moved > 1e-3  # the updates did change the weights
+
+
+def test_compile_auto_follows_the_training_set_size() -> None:
+    assert not TrainConfig().wants_compile(99_999)
+    assert TrainConfig().wants_compile(100_000)
+    assert TrainConfig(compile="yes").wants_compile(10)
+    assert not TrainConfig(compile="no").wants_compile(10**6)
+    with pytest.raises(RescorerError, match="--compile"):
+        TrainConfig(compile="maybe")
+
+
 @pytest.mark.slow
 def test_interrupt_then_resume_matches_one_run(tmp_path: Path, sample_table: Path) -> None:
     """SIGINT in a real process stops after the current update and saves; --resume finishes."""
