@@ -9,6 +9,7 @@ Tokens are Moses-escaped strings (``&#124;``, ``&amp;``...) and are used exactly
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -67,6 +68,11 @@ class Vocab:
         """Ids of ``tokens``; out-of-shortlist tokens become UNK. No EOS is appended."""
         get = self._index.get
         return [get(tok, UNK_ID) for tok in tokens]
+
+    @functools.cached_property
+    def byte_index(self) -> dict[bytes, int]:
+        """UTF-8 word -> id of the shortlist's words, for bulk lookups of undecoded tokens."""
+        return {word.encode("utf-8"): i for word, i in self._index.items()}
 
     def encode_eos(self, tokens: Sequence[str]) -> list[int]:
         """Ids of ``tokens`` followed by EOS (what the encoder reads and the decoder predicts)."""

@@ -9,13 +9,17 @@ Opening and atomic writing are :mod:`rescorer.io.files`'.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import add, itemgetter
 from typing import BinaryIO
 
-from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, GZIP_MAGIC, LOGP_FLOOR
+from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, FIELD_SEP_B, GZIP_MAGIC, LOGP_FLOOR
 from rescorer.errors import InputError
 from rescorer.io.files import (
     InputMeter,
@@ -96,6 +100,29 @@ def format_logp(logp: float) -> str:
     return f"{logp:.8g}"
 
 
+def column_texts(logp: Sequence[float], column: str, unk: Sequence[int] | None) -> list[bytes]:
+    """The text each line gets: ``format_prob`` (column "prob") or ``format_logp`` of its
+    log-probability, then with ``unk`` the word penalty ``format_score(exp(unk))``. Made
+    with maps over the whole chunk, not a Python loop per line."""
+    if column == "prob":
+        texts = map("{:g}".format, map(math.exp, map(max, logp, repeat(LOGP_FLOOR))))
+    else:
+        texts = map("{:.8g}".format, logp)
+    if unk:  # a table of the counts that occur
+        penalty = [" " + format_score(math.exp(k)) for k in range(max(unk) + 1)]
+        texts = map(str.__add__, texts, map(penalty.__getitem__, unk))
+    joined = "\n".join(texts)
+    return joined.encode("ascii").split(b"\n") if joined else []
+
+
+def insert_columns(lines: Sequence[bytes], cuts: Sequence[int], texts: Sequence[bytes]) -> bytes:
+    """Each raw line with " " + its text inserted at its cut (the end of its score field), and
+    a newline: what ``PhraseEntry.line_with_columns`` gives, joined."""
+    heads = map(bytes.__getitem__, lines, map(slice, cuts))
+    tails = map(bytes.__getitem__, lines, map(slice, cuts, repeat(None)))
+    return b"".join(chain.from_iterable(zip(heads, repeat(b" "), texts, tails, repeat(b"\n"))))
+
+
 def parse_scores(text: str) -> tuple[float, ...] | str:
     """Parse a dense score field; return the scores, or a message saying what is wrong."""
     tokens = text.replace("\t", " ").split(" ")
@@ -154,6 +181,87 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
     if isinstance(entry, str) or num_scores is None or len(entry.scores) == num_scores:
         return entry
     return f"found {len(entry.scores)} scores, expected {num_scores} (the count of the first line)"
+
+
+# ------------------------------------------------------------------------ whole chunks
+@dataclass
+class ChunkColumns:
+    """Every line of a chunk of table text, split into columns by :func:`split_columns`."""
+
+    lines: list[bytes]  # the raw lines, without newline
+    cuts: list[int]  # byte offset of the end of each line's score field
+    src: list[bytes]  # each line's source phrase: tokens separated by single spaces
+    tgt: list[bytes]  # each line's target phrase, likewise
+
+
+# Bytes that the per-line parser treats specially: CR (refused), tab (a token separator), and
+# vertical tab and form feed (which ``bytes.split()`` would take as score separators).
+_CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
+
+
+def _plain_phrases(column: Sequence[bytes]) -> bool:
+    """Whether every phrase is non-empty, tokens separated by single spaces (so its tokens are
+    ``phrase.split(" ")``, as :func:`split_tokens` would give them)."""
+    joined = b"\n".join(column)
+    return not (
+        b"  " in joined
+        or b"\n " in joined
+        or b" \n" in joined
+        or b"\n\n" in joined
+        or joined[:1] in (b"", b" ", b"\n")
+        or joined[-1:] in (b" ", b"\n")
+    )
+
+
+# A number float() reads as a finite value: at most 30 integer digits and a 2-digit exponent.
+_NUMBER = rb"[-+]?(?:[0-9]{1,30}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,2})?"
+
+
+@functools.lru_cache(maxsize=8)
+def _score_fields(num_scores: int | None) -> re.Pattern[bytes]:
+    """Score fields joined by newlines (and one at the end), num_scores numbers each."""
+    more = b"*" if num_scores is None else b"{%d}" % (num_scores - 1)
+    return re.compile(rb"(?:%s(?: %s)%s\n)*" % (_NUMBER, _NUMBER, more))
+
+
+def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
+    """The lines of ``data`` (whole lines; the last may lack its newline) split into columns
+    with a few passes over the whole chunk instead of :func:`parse_raw_line` per line.
+
+    The result is what ``parse_raw_line`` gives line by line. None when that cannot be
+    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
+    phrases with runs of spaces, a bad or missing score, another score count than
+    ``num_scores``, lines with and without fields after the scores); the caller then parses
+    line by line, which also names the bad line.
+    """
+    if any(b in data for b in _CAREFUL_BYTES):
+        return None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        return ChunkColumns([], [], [], [])
+    fields = [line.split(FIELD_SEP_B, 3) for line in lines]
+    widths = set(map(len, fields))
+    if widths not in ({3}, {4}):
+        return None
+    src, tgt, scores = (list(map(itemgetter(k), fields)) for k in range(3))
+    if not (_plain_phrases(src) and _plain_phrases(tgt)):
+        return None
+    # Scores: one pass of a strict pattern over all score fields. It accepts a subset of what
+    # parse_scores takes (plain decimal numbers, single spaces, num_scores a line); the rest
+    # goes line by line.
+    if _score_fields(num_scores).fullmatch(b"\n".join(scores) + b"\n") is None:
+        return None
+    # line = src SEP tgt SEP scores [SEP rest]: the score field ends two separators after.
+    cuts = [len(FIELD_SEP_B) * 2] * len(lines)
+    for column in (src, tgt, scores):
+        cuts = list(map(add, cuts, map(len, column)))
+    return ChunkColumns(lines, cuts, src, tgt)
 
 
 @dataclass

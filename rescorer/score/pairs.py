@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import ne
 
 import numpy as np
 
+from rescorer.constants import UNK_ID
 from rescorer.io.table import split_tokens
 from rescorer.vocab import Vocab
 
@@ -74,6 +77,51 @@ def encode_pairs(
     for src, tgt in pairs:
         builder.add(src, split_tokens(tgt))
     return builder.build()
+
+
+def _encode_plain(
+    vocab: Vocab, phrases: Sequence[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids with EOS (flat, int32), offsets (P+1,) int64 and the out-of-shortlist tokens of
+    each phrase (P,) int32, for P plain phrases (tokens separated by single spaces, as
+    split_columns checked), all at once."""
+    if not phrases:
+        return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32)
+    joined = b"\n".join(phrases)
+    # (T,) tokens of all phrases; -1 marks a token outside the shortlist
+    tokens = joined.replace(b"\n", b" ").split(b" ")
+    words = np.fromiter(map(vocab.byte_index.get, tokens, repeat(-1)), np.int32, len(tokens))
+    # Tokens per phrase: the spaces between two newlines, plus one.
+    text = np.frombuffer(joined, dtype=np.uint8)
+    spaces = np.concatenate([[0], np.cumsum(text == 32)])  # spaces before each byte
+    ends = np.append(np.flatnonzero(text == 10), len(text))  # (P,) where each phrase ends
+    lens = np.diff(spaces[ends], prepend=0) + 1  # (P,)
+    off = np.zeros(len(phrases) + 1, dtype=np.int64)
+    np.cumsum(lens + 1, out=off[1:])  # each phrase and its EOS
+    ids = np.empty(off[-1], dtype=np.int32)
+    is_eos = np.zeros(off[-1], dtype=bool)
+    is_eos[off[1:] - 1] = True
+    ids[is_eos] = vocab.eos_id
+    unknown = words < 0  # (T,)
+    ids[~is_eos] = np.where(unknown, UNK_ID, words)
+    word_starts = off[:-1] - np.arange(len(phrases))  # (P,) first token of each phrase
+    unk = np.add.reduceat(unknown.astype(np.int32), word_starts).astype(np.int32)  # (P,)
+    return ids, off, unk
+
+
+def encode_columns(
+    src_vocab: Vocab, tgt_vocab: Vocab, src: Sequence[bytes], tgt: Sequence[bytes]
+) -> tuple[GroupedPairs, np.ndarray]:
+    """What GroupedPairsBuilder and Vocab.unk_count give pair by pair, for the columns of a
+    chunk (:func:`rescorer.io.table.split_columns`) at once: the pairs, and (N,) int32 the
+    target words of each pair outside the shortlist."""
+    # Consecutive pairs with the same source share it (the builder's rule).
+    new = np.ones(len(src), dtype=bool)  # (N,) the pair starts a run of its source
+    new[1:] = np.fromiter(map(ne, src[1:], src[:-1]), dtype=bool, count=len(src) - 1)
+    src_ids, src_off, _ = _encode_plain(src_vocab, list(compress(src, new)))
+    tgt_ids, tgt_off, unk = _encode_plain(tgt_vocab, tgt)
+    pair_src = np.cumsum(new, dtype=np.int64) - 1  # (N,)
+    return GroupedPairs(src_ids, src_off, pair_src, tgt_ids, tgt_off), unk
 
 
 def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> Iterator[np.ndarray]:

@@ -24,7 +24,6 @@ import glob
 import hashlib
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import signal
@@ -58,8 +57,13 @@ from rescorer.io.files import (
     write_json,
 )
 from rescorer.io.progress import DEFAULT_EVERY, Progress
-from rescorer.io.table import format_logp, format_prob, format_score, parse_raw_line
-from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder
+from rescorer.io.table import (
+    column_texts,
+    insert_columns,
+    parse_raw_line,
+    split_columns,
+)
+from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder, encode_columns
 from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
@@ -165,27 +169,33 @@ def parse_chunk(
     a shard's manifest)."""
     assert _vocabs is not None
     src_vocab, tgt_vocab = _vocabs
-    raw_lines = chunk.data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines: list[bytes] = []
-    cuts: list[int] = []
     bad: list[tuple[int, str, bytes]] = []
-    builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
-    unk: list[int] = []
-    for i, raw in enumerate(raw_lines):
-        lineno = chunk.first_line + i
-        entry = parse_raw_line(raw, lineno, num_scores)
-        if isinstance(entry, str):
-            bad.append((lineno, entry, raw))
-            continue
-        lines.append(raw)
-        rest = entry.rest.encode("utf-8")
-        cuts.append(len(raw) - len(rest))
-        tgt_tokens = entry.tgt_tokens
-        builder.add(entry.src, tgt_tokens)
-        unk.append(tgt_vocab.unk_count(tgt_tokens))
-    pairs = builder.build()
+    columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
+    if columns is not None:
+        raw_lines = lines = columns.lines
+        cuts = columns.cuts
+        pairs, unk = encode_columns(src_vocab, tgt_vocab, columns.src, columns.tgt)
+    else:  # some line is bad or unusual: line by line, naming the bad ones
+        raw_lines = chunk.data.split(b"\n")
+        if raw_lines and raw_lines[-1] == b"":
+            raw_lines.pop()
+        lines, cuts = [], []
+        builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
+        unk_counts: list[int] = []
+        for i, raw in enumerate(raw_lines):
+            lineno = chunk.first_line + i
+            entry = parse_raw_line(raw, lineno, num_scores)
+            if isinstance(entry, str):
+                bad.append((lineno, entry, raw))
+                continue
+            lines.append(raw)
+            rest = entry.rest.encode("utf-8")
+            cuts.append(len(raw) - len(rest))
+            tgt_tokens = entry.tgt_tokens
+            builder.add(entry.src, tgt_tokens)
+            unk_counts.append(tgt_vocab.unk_count(tgt_tokens))
+        pairs = builder.build()
+        unk = np.asarray(unk_counts, dtype=np.int32)
     unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
     return ParsedChunk(
@@ -196,7 +206,7 @@ def parse_chunk(
         lines,
         cuts,
         pairs,
-        np.asarray(unk, dtype=np.int32),
+        unk,
         bad,
         last_kept,
         hashlib.sha256(chunk.data).hexdigest() if digest else "",
@@ -215,15 +225,8 @@ def format_chunk(
 ) -> bytes:
     """The chunk's lines with the new column(s) in the score field; gzip member if asked. With
     ``last_unterminated`` the last line gets no newline, as the input's last line had none."""
-    fmt = format_prob if column == "prob" else format_logp
-    parts = []
-    for i, raw in enumerate(lines):
-        cut = cuts[i]
-        extra = fmt(float(logp[i]))
-        if word_penalty:
-            extra += " " + format_score(math.exp(int(unk[i])))
-        parts.append(b"%b %b%b\n" % (raw[:cut], extra.encode("ascii"), raw[cut:]))
-    data = b"".join(parts)
+    texts = column_texts(logp.tolist(), column, unk.tolist() if word_penalty else None)
+    data = insert_columns(lines, cuts, texts)
     if last_unterminated and data:
         data = data[:-1]
     if compresslevel is not None:

@@ -6,6 +6,7 @@ Any valid line round-trips byte for byte; any line made invalid is refused with 
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rescorer.errors import InputError
-from rescorer.io.table import copy_table, parse_line, read_table
+from rescorer.io.table import (
+    column_texts,
+    copy_table,
+    format_logp,
+    format_prob,
+    format_score,
+    insert_columns,
+    parse_line,
+    parse_raw_line,
+    read_table,
+    split_columns,
+)
 
 BUDGET = settings(
     max_examples=200,
@@ -111,3 +123,102 @@ def test_an_invalid_line_is_refused_with_its_number(
     with pytest.raises(InputError) as err:
         list(read_table(str(path)))
     assert err.value.lineno == k + 1, (damage, table[k], err.value)
+
+
+# --------------------------------------------------------------- whole chunks at once
+def chunk_of(table: list[str]) -> bytes:
+    return "".join(f"{line}\n" for line in table).encode("utf-8")
+
+
+def check_columns_against_the_line_parser(data: bytes, num_scores: int | None) -> bool:
+    """split_columns(data) is what parse_raw_line gives line by line, or None; True if not
+    None."""
+    columns = split_columns(data, num_scores)
+    raw_lines = data.split(b"\n")[:-1]
+    entries = [parse_raw_line(raw, i + 1, num_scores) for i, raw in enumerate(raw_lines)]
+    if columns is None:
+        return False
+    assert all(not isinstance(e, str) for e in entries), "split_columns took a bad line"
+    assert columns.lines == raw_lines
+    for raw, cut, src, tgt, entry in zip(
+        raw_lines, columns.cuts, columns.src, columns.tgt, entries, strict=True
+    ):
+        assert not isinstance(entry, str)
+        assert raw[cut:] == entry.rest.encode("utf-8")
+        assert src.decode("utf-8").split(" ") == entry.src_tokens
+        assert tgt.decode("utf-8").split(" ") == entry.tgt_tokens
+    return True
+
+
+@BUDGET
+@given(tables)
+def test_split_columns_agrees_with_the_line_parser(table: list[str]) -> None:
+    data = chunk_of(table)
+    num_scores = len(table[0].split(" ||| ")[2].split())
+    taken = check_columns_against_the_line_parser(data, num_scores)
+    # An ordinary table takes the bulk path: the same field count on every line and none of
+    # the bytes the line parser treats specially.
+    ordinary = len({line.count(" ||| ") > 2 for line in table}) == 1 and not any(
+        b in data for b in (b"\t", b"\r", b"\x0b", b"\x0c")
+    )
+    assert taken == ordinary
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@BUDGET
+@given(table=tables, data=st.data())
+def test_split_columns_leaves_a_bad_line_to_the_line_parser(
+    damage: str, table: list[str], data: st.DataObject
+) -> None:
+    k = data.draw(st.integers(0, len(table) - 1))
+    table[k] = DAMAGE[damage](table[k])
+    assert split_columns(chunk_of(table), None) is None
+
+
+UNUSUAL = {
+    "tab between tokens": ("a\tb ||| x ||| 1", True),
+    "two spaces between tokens": ("a  b ||| x ||| 1", True),
+    "space before the target": ("a |||  x ||| 1", True),
+    "another score count": ("a ||| x ||| 1 2", False),
+    "invalid UTF-8": (b"a\xff ||| x ||| 1", False),
+    "empty source": (" ||| x ||| 1", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNUSUAL))
+def test_split_columns_leaves_unusual_lines_to_the_line_parser(name: str) -> None:
+    """Lines that are valid (or not) in ways the bulk path does not check go line by line."""
+    line, valid = UNUSUAL[name]
+    raw = line if isinstance(line, bytes) else line.encode("utf-8")
+    assert split_columns(b"b ||| y ||| 3\n" + raw + b"\n", 1) is None
+    assert isinstance(parse_raw_line(raw, 2, 1), str) == (
+        not valid or name == "another score count"
+    )
+
+
+@BUDGET
+@given(
+    table=tables,
+    logp=st.lists(st.floats(-1e4, 0.0), min_size=8, max_size=8),
+    unk=st.lists(st.integers(0, 5), min_size=8, max_size=8),
+    column=st.sampled_from(["prob", "logp"]),
+    penalty=st.booleans(),
+)
+def test_column_texts_and_insert_columns_write_what_the_entry_writes(
+    table: list[str], logp: list[float], unk: list[int], column: str, penalty: bool
+) -> None:
+    data = chunk_of(table)
+    columns = split_columns(data, None)
+    if columns is None:
+        return
+    n = len(columns.lines)
+    texts = column_texts(logp[:n], column, unk[:n] if penalty else None)
+    expected = []
+    for i, raw in enumerate(columns.lines):
+        entry = parse_raw_line(raw, i + 1, None)
+        assert not isinstance(entry, str)
+        new = [format_prob(logp[i]) if column == "prob" else format_logp(logp[i])]
+        if penalty:
+            new.append(format_score(math.exp(unk[i])))
+        expected.append(entry.line_with_columns(new) + "\n")
+    assert insert_columns(columns.lines, columns.cuts, texts) == "".join(expected).encode()

@@ -1,0 +1,102 @@
+"""``score``'s per-chunk stages without the model: ``parse_chunk`` takes a whole chunk at once
+(split_columns, encode_columns) when it can and falls back to the line parser when it cannot;
+both must give the same ParsedChunk, and ``format_chunk`` the bytes the entries would write."""
+
+from __future__ import annotations
+
+import gzip
+import math
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from conftest import SLICE
+
+import rescorer.score.pipeline as pipeline
+from rescorer.io.chunks import Chunk
+from rescorer.io.table import format_prob, format_score, parse_raw_line, read_table
+from rescorer.score.pipeline import ParsedChunk, format_chunk, init_worker, parse_chunk
+from rescorer.vocab import build_vocabs
+
+
+def parse_both(chunk: Chunk, num_scores: int | None) -> tuple[ParsedChunk, ParsedChunk]:
+    """parse_chunk's result, and the line parser's (the bulk path switched off)."""
+    bulk = parse_chunk(chunk, num_scores, "t")
+    saved = pipeline.split_columns
+    pipeline.split_columns = lambda data, n: None  # type: ignore[assignment]
+    try:
+        by_line = parse_chunk(chunk, num_scores, "t")
+    finally:
+        pipeline.split_columns = saved
+    return bulk, by_line
+
+
+def assert_same(a: ParsedChunk, b: ParsedChunk) -> None:
+    for f in fields(ParsedChunk):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "pairs":
+            for g in fields(x):
+                np.testing.assert_array_equal(getattr(x, g.name), getattr(y, g.name), g.name)
+                assert getattr(x, g.name).dtype == getattr(y, g.name).dtype, g.name
+        elif f.name == "unk":
+            np.testing.assert_array_equal(x, y)
+            assert x.dtype == y.dtype
+        else:
+            assert list(x) == list(y) if f.name == "cuts" else x == y, f.name
+
+
+@pytest.fixture(scope="module")
+def slice_chunk() -> Chunk:
+    """The real slice as one chunk, with shortlists of 300 words so many words fall outside."""
+    entries = list(read_table(str(SLICE)))
+    init_worker(*build_vocabs([(e.src, e.tgt) for e in entries], 300, 300))
+    return Chunk(0, 1, gzip.decompress(SLICE.read_bytes()))
+
+
+def test_the_bulk_path_parses_a_real_chunk_as_the_line_parser_does(slice_chunk: Chunk) -> None:
+    assert pipeline.split_columns(slice_chunk.data, 4) is not None  # the bulk path is taken
+    bulk, by_line = parse_both(slice_chunk, 4)
+    assert_same(bulk, by_line)
+    assert bulk.lines_in == 2090 and int(bulk.unk.sum()) > 100
+    assert len(bulk.pairs.src_off) - 1 < bulk.pairs.num_pairs  # sources are shared
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"x ||| y ||| 1 2 3\n", b"x ||| y ||| 1 2 3 nan\n", b"x\tz ||| y ||| 1 2 3 4\n", b"\n"],
+)
+def test_a_chunk_with_a_bad_or_unusual_line_goes_line_by_line(
+    slice_chunk: Chunk, damage: bytes
+) -> None:
+    lines = slice_chunk.data.splitlines(keepends=True)
+    data = b"".join([*lines[:700], damage, *lines[700:]])
+    chunk = Chunk(0, 1, data)
+    bulk, by_line = parse_both(chunk, 4)
+    assert_same(bulk, by_line)
+    assert len(bulk.lines) + len(bulk.bad) == 2091
+    assert [lineno for lineno, _, _ in bulk.bad] == ([] if b"\t" in damage else [701])
+
+
+def test_an_unterminated_last_line_is_kept_as_it_was(slice_chunk: Chunk) -> None:
+    chunk = Chunk(0, 1, slice_chunk.data[:-1])
+    bulk, by_line = parse_both(chunk, 4)
+    assert_same(bulk, by_line)
+    assert bulk.last_unterminated and bulk.lines_in == 2090
+
+
+@pytest.mark.parametrize("column", ["prob", "logp"])
+def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: str) -> None:
+    parsed = parse_chunk(slice_chunk, 4, "t")
+    rng = np.random.default_rng(0)
+    logp = -rng.exponential(8.0, len(parsed.lines))
+    logp[:3] = [-1e9, 0.0, -100.0]  # the floor, a probability of 1, the floor exactly
+    data = format_chunk(parsed.lines, parsed.cuts, logp, parsed.unk, column, True, 1)
+    expected = []
+    for i, raw in enumerate(parsed.lines):
+        entry = parse_raw_line(raw, i + 1, 4)
+        assert not isinstance(entry, str)
+        value = format_prob(logp[i]) if column == "prob" else f"{logp[i]:.8g}"
+        texts = [value, format_score(math.exp(int(parsed.unk[i])))]
+        expected.append(entry.line_with_columns(texts) + "\n")
+    assert gzip.decompress(data) == "".join(expected).encode("utf-8")
+    assert format_chunk([], [], logp[:0], parsed.unk[:0], column, True, None) == b""
