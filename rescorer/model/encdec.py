@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rescorer.model.config import ModelConfig
@@ -63,11 +64,19 @@ class GatedEmbeddingInput(nn.Module):
         """ids (B,L) long -> e (B,L,E)."""
         return self.embed(ids) + self.embed_bias
 
-    def project(self, emb: Tensor) -> Tensor:
-        """emb (B,L,E) -> x (B,L,3H) in fp32: [W_r e ; W_u e ; W e + b]."""
-        x = self.input_proj(emb).float()  # (B,L,3H)
-        bias = torch.cat([x.new_zeros(2 * self.hidden_size), self.cand_bias.float()])  # (3H,)
-        return x + bias
+    def project(self, emb: Tensor, extra: Tensor | None = None) -> Tensor:
+        """emb (B,L,E) or (B,E) -> x (B,L,3H) or (B,3H) fp32: [W_r e ; W_u e ; W e + b], plus
+        ``extra`` (B,3H) at every position if given (the decoder's context terms).
+
+        The product's output is converted and the biases added in one pass (bf16 + fp32
+        gives fp32), not a copy to fp32 and then one addition each."""
+        terms = torch.cat([self.cand_bias.new_zeros(2 * self.hidden_size), self.cand_bias])
+        terms = terms.float()  # (3H,)
+        if extra is not None:
+            terms = extra.float() + terms  # (B,3H)
+            if emb.dim() == 3:
+                terms = terms.unsqueeze(1)  # (B,1,3H)
+        return torch.add(self.input_proj(emb), terms)  # fp32
 
 
 class GatedRecurrence(nn.Module):
@@ -99,6 +108,7 @@ class Kernels(NamedTuple):
     enc_step: Callable[[Tensor, Tensor], Tensor]
     dec_step: Callable[[Tensor, Tensor], Tensor]
     readout: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+    readout_picks: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 class DecoderContext(NamedTuple):
@@ -212,8 +222,7 @@ class EncoderDecoder(nn.Module):
         T = tgt_ids.shape[1]
         f = self.dec_input.embed_ids(tgt_ids)  # (B,T,E) f(y_t)
         # Input side of the decoder unit, with C_r c, C_u c and C c added at every step.
-        x = self.dec_input.project(f)  # (B,T,3H)
-        x = x + torch.cat([ctx.c_gates, ctx.c_cand], dim=1).float().unsqueeze(1)  # (B,T,3H)
+        x = self.dec_input.project(f, torch.cat([ctx.c_gates, ctx.c_cand], dim=1))  # (B,T,3H)
         # s_t (after consuming y_t) predicts y_{t+1}: only s_0 .. s_{T-1} are needed.
         s = ctx.s0.float()  # (B,H)
         states = [s]
@@ -259,18 +268,37 @@ class EncoderDecoder(nn.Module):
         """Unnormalised scores (N,V) fp32 at N positions: deep output, maxout, softmax layer
         (§1.6). s_prev: (N,H) the decoder state before each position; f_prev: (N,E) the previous
         word's embedding (zeros at t = 1); c_out: (N,PM) O_c c of each position's source."""
+        return self._unbiased_logits(s_prev, f_prev, c_out).float() + self.out_vocab.bias.float()
+
+    def _unbiased_logits(self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor) -> Tensor:
+        """readout_logits without b_out, in the products' precision (N,V)."""
         o = self.out_hidden(s_prev) + self.out_prev_word(f_prev) + c_out.to(s_prev.dtype)
         M, P = self.config.maxout_units, self.config.maxout_pool
         m = o.view(-1, M, P).amax(dim=-1)  # (N,M): m[i] = max(o[P i], ..., o[P i + P - 1])
-        return self.out_vocab(self.out_rank(m)).float()  # (N,V)
+        return F.linear(self.out_rank(m), self.out_vocab.weight)  # (N,V) (m W_1) W_2
 
     def readout_logprobs(
         self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
     ) -> Tensor:
-        """ln p(y_t | ...) (N,) fp32 of targets (N,) at N packed positions (see readout_logits)."""
-        logits = self.readout_logits(s_prev, f_prev, c_out)  # (N,V)
+        """ln p(y_t | ...) (N,) fp32 of targets (N,) at N packed positions (see readout_logits).
+
+        The bias b_out is added in fp32 on the way into the log-sum-exp, not in the (N,E) x (E,V)
+        product: compiled, the (N,V) logits are then written once and read once (a bias in the
+        product is first copied into its whole output, then read back)."""
+        logits = self.readout_logits(s_prev, f_prev, c_out)  # (N,V) fp32
         picked = logits.gather(1, targets.unsqueeze(1)).squeeze(1)  # (N,)
         return picked - torch.logsumexp(logits, dim=1)  # (N,) fp32
+
+    def readout_picks(
+        self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, rows: Tensor, targets: Tensor
+    ) -> Tensor:
+        """ln p (K,) fp32 of K picks at N positions: pick k is word targets[k] at position
+        rows[k]. One log-sum-exp per position serves all its picks (targets that share a
+        prefix under one source share their positions: rescorer/score). s_prev, f_prev,
+        c_out as in readout_logits (N rows)."""
+        logits = self.readout_logits(s_prev, f_prev, c_out)  # (N,V) fp32
+        lse = torch.logsumexp(logits, dim=1)  # (N,)
+        return logits[rows, targets] - lse[rows]  # (K,)
 
     # ----------------------------------------------------------- one target word at a time
     def next_word_logits(self, ctx: DecoderContext, s_prev: Tensor, prev: Tensor | None) -> Tensor:
@@ -285,8 +313,8 @@ class EncoderDecoder(nn.Module):
 
     def next_state(self, ctx: DecoderContext, s_prev: Tensor, words: Tensor) -> Tensor:
         """The decoder states (B,H) fp32 after consuming words (B,) long from s_prev (B,H)."""
-        x = self.dec_input.project(self.dec_input.embed_ids(words))  # (B,3H)
-        x = x + torch.cat([ctx.c_gates, ctx.c_cand], dim=1).float()  # (B,3H)
+        f = self.dec_input.embed_ids(words)  # (B,E)
+        x = self.dec_input.project(f, torch.cat([ctx.c_gates, ctx.c_cand], dim=1))  # (B,3H)
         return self.dec_rec.step(x, s_prev.float())  # (B,H)
 
     def forward(
@@ -325,6 +353,7 @@ def compile_kernels(model: EncoderDecoder) -> Kernels:
         compile_(model.enc_rec.step),
         compile_(model.dec_rec.step),
         compile_(model.readout_logprobs),
+        compile_(model.readout_picks),
     )
 
 

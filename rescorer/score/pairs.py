@@ -150,6 +150,8 @@ class PrefixLevel:
     parents: np.ndarray  # (n_t,) int64, index into the previous level
     ending: np.ndarray  # (e_t,) int64, sources whose last token (EOS) is at this depth
     ending_node: np.ndarray  # (e_t,) int64, their prefix at this level
+    members: np.ndarray  # (a_t,) int64, the sequences with a token at this depth
+    member_node: np.ndarray  # (a_t,) int64, their prefix at this level
 
 
 def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
@@ -176,6 +178,8 @@ def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
                 parents=(uniq // base - 1).astype(np.int64),
                 ending=ends,
                 ending_node=node[ends],
+                members=alive,
+                member_node=inverse.astype(np.int64),
             )
         )
     return levels

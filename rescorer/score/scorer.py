@@ -28,8 +28,20 @@ from torch import Tensor
 from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
-from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
-from rescorer.score.pairs import GroupedPairs, encode_pairs, prefix_tree, token_batches
+from rescorer.model.encdec import (
+    ROW_BUCKET,
+    DecoderContext,
+    EncoderDecoder,
+    compile_kernels,
+    sequence_logprobs,
+)
+from rescorer.score.pairs import (
+    GroupedPairs,
+    PrefixLevel,
+    encode_pairs,
+    prefix_tree,
+    token_batches,
+)
 from rescorer.score.profile import nothing
 from rescorer.vocab import Vocab
 
@@ -41,6 +53,7 @@ def gather_padded(flat: np.ndarray, off: np.ndarray, rows: np.ndarray) -> tuple[
 
 
 ROW_MULTIPLE = 8  # rows of a prefix-tree level are padded to a multiple of this
+READOUT_ROWS_CPU = 512  # positions per readout product on a CPU (the logits fit the cache)
 
 
 @dataclass
@@ -62,6 +75,7 @@ class Scorer:
         batch_tokens: int = 4096,
         compile: bool = False,
         share_prefixes: bool = True,
+        share_targets: bool = True,
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
         scorer keeps compiled kernels of its own and leaves the model unchanged."""
@@ -72,6 +86,9 @@ class Scorer:
         self.precision = precision
         self.batch_tokens = batch_tokens
         self.share_prefixes = share_prefixes
+        self.share_targets = share_targets
+        # Readout rows per product: a block's (rows,V) logits stay in the CPU's cache.
+        self.readout_rows = READOUT_ROWS_CPU if self.device.type == "cpu" else batch_tokens
         self.work = Work()
         self.phase: Callable[[str], AbstractContextManager[None]] = nothing  # Phases to profile
 
@@ -105,8 +122,15 @@ class Scorer:
                     with phase("encoder"):
                         c = model.encode(ids, lens, self.kernels)  # (B,H)
                         c_all[torch.from_numpy(rows).to(dev)] = c.float()
-            # 2-3. Pairs sorted by target length, then by source.
             tgt_lens = np.diff(batch.tgt_off)  # (N,)
+            if self.share_targets:  # 2-3. Target prefixes under one source shared.
+                with phase("decoder"):
+                    ctx_all = model.decoder_context(c_all)  # (U,.)
+                logp = self._decode_prefix_tree(batch, ctx_all)  # (N,)
+                with phase("d2h"):
+                    out[:] = logp.double().cpu().numpy()
+                return out
+            # 2-3. Pairs sorted by target length, then by source.
             order = np.lexsort((batch.pair_src, tgt_lens))
             pending: list[tuple[np.ndarray, Tensor]] = []
             for rows in token_batches(tgt_lens, order, self.batch_tokens):
@@ -158,6 +182,93 @@ class Scorer:
             if len(level.ending):
                 rows = torch.from_numpy(level.ending_node).to(dev)
                 c_all[torch.from_numpy(level.ending).to(dev)] = h.index_select(0, rows).float()
+
+    def _decode_prefix_tree(self, batch: GroupedPairs, ctx: DecoderContext) -> Tensor:
+        """log p(y|x) (N,) fp32 of every pair, one decoder step and one readout per distinct
+        (source, target prefix): targets under one source that begin alike ("of the", "of
+        the house") share the states and the softmax of their common positions.
+
+        Position t of pair j needs the state after y_1..y_{t-1}, so the sequences put into
+        the prefix tree are [source j, y_1, ..., y_{T-1}] (the source as a pseudo-token
+        after the vocabulary ids): depth 0 holds the sources (state s_0, no previous word),
+        depth d the distinct (source, y_1..y_d). Every level is one batched step from the
+        parents' states, then a readout whose picks are the next words of the pairs there.
+        """
+        dev, model, phase = self.device, self.model, self.phase
+        V = model.config.tgt_rows
+        seq = np.empty(len(batch.tgt_ids), dtype=np.int64)  # (sum T_j,)
+        seq[1:] = batch.tgt_ids[:-1]
+        seq[batch.tgt_off[:-1]] = V + batch.pair_src  # each sequence starts with its source
+        ctx_terms = torch.cat([ctx.c_gates, ctx.c_cand], dim=1)  # (U,3H)
+        logp = torch.zeros(batch.num_pairs, dtype=torch.float32, device=dev)  # (N,)
+        s: Tensor | None = None  # (n_d,H) states of the previous level's nodes
+        node_src = torch.empty(0, dtype=torch.int64, device=dev)  # (n_d,) each node's source
+        for depth, level in enumerate(prefix_tree(seq, batch.tgt_off)):
+            n = len(level.tokens)
+            pad = -n % ROW_MULTIPLE  # as in _encode_prefix_tree (pad rows are dropped)
+            with phase("h2d"):
+                padded = np.pad(level.tokens, (0, pad), mode="edge")  # a valid source at depth 0
+                tokens = self._to_device(torch.from_numpy(padded))
+                parents = self._to_device(torch.from_numpy(np.pad(level.parents, (0, pad))))
+            with phase("decoder"):
+                if depth == 0:  # the roots: s_0 of each source, no previous word
+                    node_src = tokens.long() - V  # (n,)
+                    s = ctx.s0.index_select(0, node_src)  # (n,H)
+                    f = None
+                else:
+                    assert s is not None
+                    node_src = node_src.index_select(0, parents)  # (n,)
+                    f = model.dec_input.embed_ids(tokens.long())  # (n,E) f(y_d)
+                    x = model.dec_input.project(f, ctx_terms.index_select(0, node_src))
+                    step = self.kernels.dec_step if self.kernels else model.dec_rec.step
+                    s = step(x, s.index_select(0, parents))  # (n,H)
+            # Picks: pair j, at its node of this level, scores its word y_{depth+1}.
+            words = batch.tgt_ids[batch.tgt_off[level.members] + depth]  # (a,)
+            with phase("readout"):
+                self._readout_level(s, f, ctx.c_out, node_src, level, words, logp)
+            self.work.decoder_positions += n
+            s = s[:n]
+            node_src = node_src[:n]
+        return logp
+
+    def _readout_level(
+        self,
+        s: Tensor,
+        f: Tensor | None,
+        c_out: Tensor,
+        node_src: Tensor,
+        level: PrefixLevel,
+        words: np.ndarray,
+        logp: Tensor,
+    ) -> None:
+        """Adds ln p(word) of every pick of one tree level into logp (N,): the readout runs
+        on the level's nodes in blocks of readout_rows (rows padded to a multiple of
+        ROW_BUCKET with copies of node 0: few distinct shapes), each pick gathered from its
+        node's row."""
+        model, host = self.model, torch.from_numpy
+        n = len(level.tokens)
+        order = np.argsort(level.member_node, kind="stable")  # picks grouped by node
+        pick_node, pick_pair = level.member_node[order], level.members[order]
+        pick_word = words[order].astype(np.int64)
+        readout = self.kernels.readout_picks if self.kernels else model.readout_picks
+        R = self.readout_rows
+        for start in range(0, n, R):
+            stop = min(start + R, n)
+            lo, hi = np.searchsorted(pick_node, [start, stop])
+            rows = np.arange(start, stop)
+            rows = np.pad(rows, (0, -len(rows) % ROW_BUCKET), constant_values=start)
+            rows_t = self._to_device(host(rows))
+            s_b = s.index_select(0, rows_t)  # (R',H)
+            if f is None:  # depth 0: no previous word
+                f_b = s_b.new_zeros(len(rows), model.config.embed_size)  # (R',E)
+            else:
+                f_b = f.index_select(0, rows_t)  # (R',E)
+            c_b = c_out.index_select(0, node_src.index_select(0, rows_t))  # (R',PM)
+            local = self._to_device(torch.from_numpy(pick_node[lo:hi] - start))  # (K,)
+            picked = readout(
+                s_b, f_b, c_b, local, self._to_device(torch.from_numpy(pick_word[lo:hi]))
+            )
+            logp.index_add_(0, self._to_device(torch.from_numpy(pick_pair[lo:hi])), picked)
 
 
 def score_pairs(

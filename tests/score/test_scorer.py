@@ -103,10 +103,53 @@ def test_prefix_shared_scores_equal_the_per_source_encoder() -> None:
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
     batch = encode_pairs(src_vocab, tgt_vocab, pairs)
-    shared, plain = Scorer(model, "fp32"), Scorer(model, "fp32", share_prefixes=False)
+    shared = Scorer(model, "fp32", share_targets=False)
+    plain = Scorer(model, "fp32", share_prefixes=False, share_targets=False)
     a, b = shared.score(batch), plain.score(batch)
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     assert plain.work.encoder_steps == plain.work.source_tokens == len(batch.src_ids)
     assert shared.work.source_tokens == len(batch.src_ids)
     assert 0 < shared.work.encoder_steps < 0.8 * shared.work.source_tokens
     assert shared.work.decoder_positions == plain.work.decoder_positions == len(batch.tgt_ids)
+
+
+def perturbed_model(vocab_size: int) -> EncoderDecoder:
+    """A small model whose weights are far from the initial ones (so scores differ a lot)."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(
+        ModelConfig(vocab_size, vocab_size, hidden_size=32, embed_size=8, maxout_units=16)
+    )
+    init_weights_(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model.eval()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_shared_target_prefixes_give_the_padded_decoder_scores(compiled: bool) -> None:
+    """Issue 13: one decoder step and one softmax per distinct (source, target prefix); the
+    scores equal the padded per-pair decoder's (fp32, 1e-5) on real pairs, with readout
+    blocks smaller than a tree level, and the scorer counts the positions it ran."""
+    pairs = slice_pairs()
+    src_vocab, tgt_vocab = build_vocabs(pairs, 300, 300)
+    model = perturbed_model(300)
+    batch = encode_pairs(src_vocab, tgt_vocab, pairs)
+    tree = Scorer(model, "fp32", compile=compiled)
+    tree.readout_rows = 128  # several blocks per level
+    padded = Scorer(model, "fp32", share_targets=False)
+    a, b = tree.score(batch), padded.score(batch)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    assert np.ptp(a) > 10  # scores that differ, so the comparison means something
+    # Positions run: each distinct (source, y_1..y_{t-1}) for t = 1..T once.
+    nodes = {
+        (int(batch.pair_src[j]), tuple(batch.tgt_ids[batch.tgt_off[j] : batch.tgt_off[j] + t]))
+        for j in range(batch.num_pairs)
+        for t in range(int(batch.tgt_off[j + 1] - batch.tgt_off[j]))
+    }
+    assert tree.work.decoder_positions == len(nodes) < 0.95 * len(batch.tgt_ids)
+    assert padded.work.decoder_positions == len(batch.tgt_ids)
+    # Any count of pairs (tree levels of any size; their rows are padded).
+    for k in range(1, 40, 3):
+        few = encode_pairs(src_vocab, tgt_vocab, pairs[100 : 100 + k])
+        np.testing.assert_allclose(tree.score(few), padded.score(few), rtol=0, atol=1e-5)
