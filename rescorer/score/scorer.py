@@ -1,15 +1,22 @@
 """log p(y|x) of phrase pairs: the model side of ``rescorer score``.
 
 Pairs arrive as flat id arrays (:class:`GroupedPairs`): the distinct source phrases of a chunk
-once each, every pair pointing at its source. The fast path:
+once each, every pair pointing at its source. The fast path does each piece of work once:
 
-1. encodes each distinct source once (sources sorted by length, token-bounded batches),
-2. sorts the pairs by target length (then by source), cuts token-bounded batches, computes the
-   per-source decoder terms (s0, C c, O_c c) once per distinct source in the batch and expands
-   them to that source's targets,
-3. runs the model's own ``token_logprobs`` (input projections and the readout/softmax as large
-   products outside the recurrence; log-softmax in fp32), sums in fp32,
-4. puts every result back at its pair's input position.
+1. the encoder runs over the prefix tree of the chunk's sources, one step per distinct prefix
+   (Moses tables list sources in byte order: "the file", "the file is", "the file was"),
+2. the per-source decoder terms (s0, C c, O_c c) are computed once per source,
+3. the decoder runs over the prefix tree of (source, target prefix): one step and one
+   softmax per distinct prefix of the targets under a source, each level batched, the
+   readout in blocks of positions (the logits stay in the cache), one log-sum-exp per
+   position for every word picked there; matrix products in bf16 under autocast, the state,
+   log-softmax and sums in fp32,
+4. every result lands at its pair's input position.
+
+``share_prefixes=False`` encodes every source token by token, and ``share_targets=False``
+runs the earlier decoder instead of step 3: pairs sorted by target length in token-bounded
+padded batches, the model's own ``decoder_states`` and ``packed_readout``. Both are kept for
+the benchmarks and tests that compare against them.
 
 ``score_pairs_straightforward`` is the reference the benchmark compares against: batches of 64
 pairs in file order, fp32, every pair encoding its own source.
