@@ -13,6 +13,7 @@ same run. Prints one Markdown block for BENCHMARKS.md (and with --json a JSON re
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -26,7 +27,13 @@ from benchlib import cpu_name, git_commit
 from rescorer.batching import PairArraysBuilder, epoch_batches
 from rescorer.device import resolve_device
 from rescorer.io.table import read_table, split_tokens
-from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters, init_weights_
+from rescorer.model.encdec import (
+    EncoderDecoder,
+    ModelConfig,
+    compile_kernels,
+    count_parameters,
+    init_weights_,
+)
 from rescorer.train.loop import train_step
 from rescorer.vocab import build_vocabs
 
@@ -42,6 +49,10 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--precision", nargs="+", default=["bf16", "fp32"])
+    parser.add_argument(
+        "--compile", nargs="+", choices=["no", "yes"], default=["no", "yes"],
+        help="eager updates, and updates through the compiled steps and readout",
+    )  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--gemm-size", type=int, default=2048)
@@ -68,12 +79,13 @@ def main() -> None:
     rows = []
     for batch_size in args.batch_size:
         batches = epoch_batches(lengths, batch_size, seed=1, epoch=0)
-        for precision in args.precision:
+        for precision, compiled in itertools.product(args.precision, args.compile):
             torch.manual_seed(0)
             model = EncoderDecoder(config)
             init_weights_(model, torch.Generator().manual_seed(0))
             model.to(device).train()
             optim = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-6)
+            kernels = compile_kernels(model) if compiled == "yes" else None
             n_pairs = n_tokens = n_src = 0
             for i in range(args.warmup + args.updates):
                 if i == args.warmup:
@@ -82,7 +94,7 @@ def main() -> None:
                     start = time.perf_counter()
                     n_pairs = n_tokens = n_src = 0
                 batch = pairs.batch(batches[i % len(batches)], device)
-                train_step(model, optim, batch, precision, clip_norm=1.0)
+                train_step(model, optim, batch, precision, clip_norm=1.0, kernels=kernels)
                 n_pairs += batch.num_pairs
                 n_tokens += int(batch.tgt_lens.sum())
                 n_src += int(batch.src_lens.sum())
@@ -100,6 +112,7 @@ def main() -> None:
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                 "threads": torch.get_num_threads(),
                 "precision": precision,
+                "compiled": compiled,
                 "hidden_size": args.hidden_size,
                 "parameters": count_parameters(model),
                 "batch_size": batch_size,
@@ -123,19 +136,22 @@ def main() -> None:
         f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s. {args.updates} timed updates after "
         f"{args.warmup}.\n"
     )
-    base = {
-        r["precision"]: r["pairs_per_s"] for r in rows if r["batch_size"] == rows[0]["batch_size"]
-    }
+    # Each row against the first row of its precision (first batch size, first --compile).
+    base: dict[str, float] = {}
+    for r in rows:
+        base.setdefault(r["precision"], r["pairs_per_s"])
+    ref = f"batch {rows[0]['batch_size']}, compiled {rows[0]['compiled']}"
     print(
-        "| batch | precision | pairs/s | ms/update | vs first batch | model GFLOP/s | % of peak |"
+        "| batch | precision | compiled | pairs/s | ms/update | vs " + ref + " | "
+        "model GFLOP/s | % of peak |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         p = r["precision"]
         print(
-            f"| {r['batch_size']} | {p} | {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.0f} | "
-            f"{r['pairs_per_s'] / base[p]:.2f} | {r['flops'] / 1e9:,.1f} | "
-            f"{r['flops'] / peaks[p]:.0%} |"
+            f"| {r['batch_size']} | {p} | {r['compiled']} | {r['pairs_per_s']:,.0f} | "
+            f"{r['ms_per_update']:.0f} | {r['pairs_per_s'] / base[p]:.2f} | "
+            f"{r['flops'] / 1e9:,.1f} | {r['flops'] / peaks[p]:.0%} |"
         )
 
 
