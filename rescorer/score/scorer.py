@@ -271,11 +271,11 @@ class Scorer:
             else:
                 f_b = f.index_select(0, rows_t)  # (R',E)
             c_b = c_out.index_select(0, node_src.index_select(0, rows_t))  # (R',PM)
-            local = self._to_device(torch.from_numpy(pick_node[lo:hi] - start))  # (K,)
-            picked = readout(
-                s_b, f_b, c_b, local, self._to_device(torch.from_numpy(pick_word[lo:hi]))
-            )
-            logp.index_add_(0, self._to_device(torch.from_numpy(pick_pair[lo:hi])), picked)
+            local = self._to_device(host(pick_node[lo:hi] - start))  # (K,) each pick's row
+            word = self._to_device(host(pick_word[lo:hi]))  # (K,)
+            picked = readout(s_b, f_b, c_b, local, word)  # (K,) fp32
+            # A pair has one pick per level: no index repeats, so the sum is deterministic.
+            logp.index_add_(0, self._to_device(host(pick_pair[lo:hi])), picked)
 
 
 def score_pairs(
