@@ -69,7 +69,8 @@ class Work:
 
     source_tokens: int = 0  # tokens of the distinct sources, EOS included
     encoder_steps: int = 0  # encoder steps run: source_tokens, or distinct prefixes if shared
-    decoder_positions: int = 0  # target tokens scored, EOS included
+    decoder_positions: int = 0  # positions run: target tokens (EOS included), or distinct
+    # (source, target prefix) nodes when target prefixes are shared
 
 
 class Scorer:
