@@ -100,13 +100,19 @@ class Scorer:
         self.work = Work()
         self.phase: Callable[[str], AbstractContextManager[None]] = nothing  # Phases to profile
 
-    @torch.inference_mode()
     def score(self, batch: GroupedPairs) -> np.ndarray:
-        """log p(y|x) (N,) float64 for every pair, in input order."""
-        n = batch.num_pairs
-        out = np.empty(n, dtype=np.float64)
-        if n == 0:
-            return out
+        """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""
+        if batch.num_pairs == 0:
+            return np.empty(0, dtype=np.float64)
+        logp = self.logprobs(batch)  # (N,)
+        with self.phase("d2h"):
+            return logp.double().cpu().numpy()
+
+    @torch.inference_mode()
+    def logprobs(self, batch: GroupedPairs) -> Tensor:
+        """log p(y|x) (N,) fp32 on the scorer's device, in input order. With shared target
+        prefixes (the default) on a GPU this only queues work: no step waits for the device
+        (tests/score/test_gpu.py checks it)."""
         dev = self.device
         model = self.model
         with autocast(dev, self.precision):
@@ -129,18 +135,15 @@ class Scorer:
                         ids, lens = self._to_device(ids), self._to_device(lens)
                     with phase("encoder"):
                         c = model.encode(ids, lens, self.kernels)  # (B,H)
-                        c_all[torch.from_numpy(rows).to(dev)] = c.float()
-            tgt_lens = np.diff(batch.tgt_off)  # (N,)
+                        c_all[self._to_device(torch.from_numpy(rows))] = c.float()
             if self.share_targets:  # 2-3. Target prefixes under one source shared.
                 with phase("decoder"):
                     ctx_all = model.decoder_context(c_all)  # (U,.)
-                logp = self._decode_prefix_tree(batch, ctx_all)  # (N,)
-                with phase("d2h"):
-                    out[:] = logp.double().cpu().numpy()
-                return out
-            # 2-3. Pairs sorted by target length, then by source.
+                return self._decode_prefix_tree(batch, ctx_all)  # (N,)
+            # 2-3. Pairs sorted by target length, then by source, in padded batches.
+            tgt_lens = np.diff(batch.tgt_off)  # (N,)
             order = np.lexsort((batch.pair_src, tgt_lens))
-            pending: list[tuple[np.ndarray, Tensor]] = []
+            logp = torch.empty(batch.num_pairs, dtype=torch.float32, device=dev)  # (N,)
             for rows in token_batches(tgt_lens, order, self.batch_tokens):
                 srcs = batch.pair_src[rows]  # (B,)
                 uniq, inverse = np.unique(srcs, return_inverse=True)
@@ -148,19 +151,17 @@ class Scorer:
                 with phase("h2d"):
                     ids, lens = self._to_device(ids), self._to_device(lens)
                 with phase("decoder"):
-                    ctx = model.decoder_context(c_all[torch.from_numpy(uniq).to(dev)])  # (U_b,.)
+                    ctx = model.decoder_context(c_all[self._to_device(torch.from_numpy(uniq))])
                     if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
-                        ctx = ctx.index_select(torch.from_numpy(inverse.astype(np.int64)).to(dev))
+                        expand = torch.from_numpy(inverse.astype(np.int64))
+                        ctx = ctx.index_select(self._to_device(expand))
                     states = model.decoder_states(ctx, ids, self.kernels)
                 with phase("readout"):
                     token_logp = model.packed_readout(ctx, ids, lens, states, self.kernels)
-                    pending.append((rows, sequence_logprobs(token_logp)))  # (B,)
-        self.work.decoder_positions += int(tgt_lens.sum())
-        # 4. Back to input order (one device-to-host copy per batch, after all are queued).
-        with self.phase("d2h"):
-            for rows, seq_logp in pending:
-                out[rows] = seq_logp.double().cpu().numpy()
-        return out
+                    # 4. Back to input order.
+                    logp[self._to_device(torch.from_numpy(rows))] = sequence_logprobs(token_logp)
+            self.work.decoder_positions += int(tgt_lens.sum())
+            return logp
 
     def _to_device(self, t: Tensor) -> Tensor:
         """A host tensor on the scorer's device. On a GPU it is pinned first, so the copy is
@@ -173,7 +174,7 @@ class Scorer:
     def _encode_prefix_tree(self, batch: GroupedPairs, c_all: Tensor) -> None:
         """c of every distinct source (into c_all (U,H)), one encoder step per distinct prefix:
         each level of the tree is one batched step from the parents' states."""
-        dev = self.device
+        host = torch.from_numpy
         h: Tensor | None = None  # (n_{t-1},H) states of the previous level's prefixes
         for level in prefix_tree(batch.src_ids, batch.src_off):
             n = len(level.tokens)
@@ -181,15 +182,15 @@ class Scorer:
             # fp32 products of 5-7 and 9-11 rows give other last bits with 1 and 2 threads, and
             # a deep level can have any row count; the bytes must not depend on the threads.
             pad = -n % ROW_MULTIPLE
-            tokens = torch.from_numpy(np.pad(level.tokens, (0, pad)).astype(np.int64)).to(dev)
+            tokens = self._to_device(host(np.pad(level.tokens, (0, pad)).astype(np.int64)))
             if h is not None:  # each prefix continues from its parent's state
-                parents = torch.from_numpy(np.pad(level.parents, (0, pad))).to(dev)
+                parents = self._to_device(host(np.pad(level.parents, (0, pad))))
                 h = h.index_select(0, parents)  # (n_t+pad,H)
             h = self.model.encode_step(tokens, h, self.kernels)[:n]  # (n_t,H)
             self.work.encoder_steps += n
             if len(level.ending):
-                rows = torch.from_numpy(level.ending_node).to(dev)
-                c_all[torch.from_numpy(level.ending).to(dev)] = h.index_select(0, rows).float()
+                rows = self._to_device(host(level.ending_node))
+                c_all[self._to_device(host(level.ending))] = h.index_select(0, rows).float()
 
     def _decode_prefix_tree(self, batch: GroupedPairs, ctx: DecoderContext) -> Tensor:
         """log p(y|x) (N,) fp32 of every pair, one decoder step and one readout per distinct

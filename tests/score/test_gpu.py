@@ -9,7 +9,8 @@ from conftest import SLICE
 
 from rescorer.io.table import read_table
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.scorer import score_pairs, score_pairs_straightforward
+from rescorer.score.pairs import encode_pairs
+from rescorer.score.scorer import Scorer, score_pairs, score_pairs_straightforward
 from rescorer.vocab import Vocab, build_vocabs
 
 pytestmark = [
@@ -86,3 +87,21 @@ def test_gpu_profile_and_auto_workers(tmp_path: pytest.TempPathFactory) -> None:
     assert plain.read_bytes() == profiled.read_bytes()
     assert stats.phases is not None
     assert all(stats.phases.seconds[p] > 0 for p in ("encoder", "decoder", "readout", "d2h"))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_gpu_scorer_queues_a_chunk_without_waiting_for_the_device(compiled: bool) -> None:
+    """Issue 13, item 3: the default path (shared prefixes) copies its ids from pinned memory
+    and never synchronises inside a chunk; only the final copy of the scores waits."""
+    model, pairs, src_vocab, tgt_vocab = tiny_model()
+    cuda = torch.device("cuda")
+    scorer = Scorer(model.to(cuda), "fp32", compile=compiled)
+    batch = encode_pairs(src_vocab, tgt_vocab, pairs)
+    expected = scorer.score(batch)  # warm-up: compilation and allocations may wait
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        logp = scorer.logprobs(batch)  # raises on any synchronising operation
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    np.testing.assert_allclose(logp.double().cpu().numpy(), expected, rtol=0, atol=1e-6)
