@@ -138,12 +138,19 @@ def main() -> None:
     if args.batch_tokens is None:
         args.batch_tokens = 4096 if device.type == "cpu" else 65536
 
+    scorers: dict[tuple[bool, bool], Scorer] = {}
+
     def model_alone(
         share: bool, parsed: list[Any], targets: bool = True
     ) -> tuple[np.ndarray, float, Work]:
-        compiled = args.compile == "yes"
-        scorer = Scorer(loaded.model, precision, args.batch_tokens, compiled, share, targets)
-        scorer.score(parsed[0].pairs)  # warm-up (compilation, allocator, autocast caches)
+        """One timed pass of the model alone over ``parsed``; each variant's scorer is made
+        (and warmed up: compilation, allocator, autocast caches) once."""
+        scorer = scorers.get((share, targets))
+        if scorer is None:
+            compiled = args.compile == "yes"
+            scorer = Scorer(loaded.model, precision, args.batch_tokens, compiled, share, targets)
+            scorer.score(parsed[0].pairs)
+            scorers[share, targets] = scorer
         scorer.work = Work()
         sync(device)
         t = time.perf_counter()
@@ -151,9 +158,17 @@ def main() -> None:
         sync(device)
         return logp, time.perf_counter() - t, scorer.work
 
-    unshared_logp, unshared_s, unshared = model_alone(False, chunks, targets=False)
-    sources_logp, sources_s, sources = model_alone(True, chunks, targets=False)
-    fast_logp, fast_s, work = model_alone(True, chunks)
+    # The three variants in turn, --repeats times (the machine's speed drifts): medians.
+    variants = {"unshared": (False, False), "sources": (True, False), "both": (True, True)}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    results: dict[str, tuple[np.ndarray, Work]] = {}
+    for _ in range(args.repeats):
+        for name, (share, targets) in variants.items():
+            logp_v, secs, work_v = model_alone(share, chunks, targets)
+            times[name].append(secs)
+            results[name] = (logp_v, work_v)
+    unshared_s, sources_s, fast_s = (float(np.median(times[k])) for k in variants)
+    (unshared_logp, unshared), (sources_logp, sources), (fast_logp, work) = results.values()
     # The model alone on the very lines the end-to-end run scores, for the end-to-end ratio.
     with open_binary(table) as stream:
         all_chunks = [parse_chunk(c, None, "bench") for c in iter_chunks(stream, args.chunk_bytes)]
@@ -193,6 +208,7 @@ def main() -> None:
         stats = score_table(table, model_dir, out, config)
         e2e_s = time.perf_counter() - t
         pairs_timed.append((all_s, e2e_s))
+    spread = {k: f"{min(v):.2f}-{max(v):.2f} s" for k, v in times.items()}
     del all_chunks
     all_s = float(np.median([a for a, _ in pairs_timed]))
     e2e_s = float(np.median([e for _, e in pairs_timed]))
@@ -246,6 +262,12 @@ def main() -> None:
     print(
         f"| end to end, gzip to gzip ({precision}), the same lines | {stats.pairs_scored:,} | "
         f"{e2e_s:.2f} | {e2e_rate:,.0f} | {e2e_rate / base_rate:.1f}x |"
+    )
+    print()
+    print(
+        f"model alone on the first {n_base:,} pairs: median of {args.repeats} runs in turn "
+        f"per variant (ranges: no sharing {spread['unshared']}, source prefixes "
+        f"{spread['sources']}, both {spread['both']})"
     )
     print()
     print(
