@@ -109,6 +109,7 @@ class Kernels(NamedTuple):
     dec_step: Callable[[Tensor, Tensor], Tensor]
     readout: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
     readout_picks: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+    dec_tree_step: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class DecoderContext(NamedTuple):
@@ -232,6 +233,20 @@ class EncoderDecoder(nn.Module):
             states.append(s)
         return torch.stack(states, dim=1), f  # (B,T,H), (B,T,E)
 
+    def decoder_tree_step(
+        self, tokens: Tensor, parents: Tensor, node_src: Tensor, s_prev: Tensor, terms: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One level of a prefix tree of (source, target prefix), rescorer/score: n nodes, each
+        its parent's prefix extended by one word. tokens (n,) long the words; parents (n,) long
+        rows of the previous level; node_src (m,) long and s_prev (m,H) fp32 that level's
+        sources and states; terms (U,3H) [C_r c ; C_u c ; C c] of every source. Returns the
+        new states (n,H) fp32, the words' embeddings f (n,E) and the nodes' sources (n,).
+        Compiled, the gathers and additions fuse into the step's elementwise work."""
+        src = node_src.index_select(0, parents)  # (n,)
+        f = self.dec_input.embed_ids(tokens)  # (n,E)
+        x = self.dec_input.project(f, terms.index_select(0, src))  # (n,3H)
+        return self.dec_rec.step(x, s_prev.index_select(0, parents)), f, src
+
     def packed_readout(
         self,
         ctx: DecoderContext,
@@ -354,6 +369,7 @@ def compile_kernels(model: EncoderDecoder) -> Kernels:
         compile_(model.dec_rec.step),
         compile_(model.readout_logprobs),
         compile_(model.readout_picks),
+        compile_(model.decoder_tree_step),
     )
 
 

@@ -224,13 +224,10 @@ class Scorer:
                     node_src = tokens.long() - V  # (n,)
                     s = ctx.s0.index_select(0, node_src)  # (n,H)
                     f = None
-                else:
+                else:  # (n,H), (n,E) f(y_d), (n,)
                     assert s is not None
-                    node_src = node_src.index_select(0, parents)  # (n,)
-                    f = model.dec_input.embed_ids(tokens.long())  # (n,E) f(y_d)
-                    x = model.dec_input.project(f, ctx_terms.index_select(0, node_src))
-                    step = self.kernels.dec_step if self.kernels else model.dec_rec.step
-                    s = step(x, s.index_select(0, parents))  # (n,H)
+                    step = self.kernels.dec_tree_step if self.kernels else model.decoder_tree_step
+                    s, f, node_src = step(tokens.long(), parents, node_src, s, ctx_terms)
             # Picks: pair j, at its node of this level, scores its word y_{depth+1}.
             words = batch.tgt_ids[batch.tgt_off[level.members] + depth]  # (a,)
             with phase("readout"):
