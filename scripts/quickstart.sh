@@ -8,6 +8,7 @@ out="${1:-quickstart}"
 python3 -m pip install -q -c "$here/constraints.txt" -e "$here"
 sample="$here/rescorer/sample/en-fr.sample.gz"
 mkdir -p "$out"
+rm -rf "$out/model"  # a rerun starts over (train refuses a folder that holds a model)
 echo "== rescorer train: 60 s on $(gzip -dc "$sample" | wc -l) real phrase pairs (small model)"
 rescorer train "$sample" -o "$out/model" --max-time 60s --hidden-size 128 --embed-size 64 \
   --maxout-units 128 --src-vocab-size 4000 --tgt-vocab-size 4000 --valid-fraction 0.05 \
