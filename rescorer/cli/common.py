@@ -97,6 +97,19 @@ precision_option = click.option(
     help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
 )
 
+
+def compile_option(auto: str) -> Callable[[F], F]:
+    """``--compile auto|yes|no`` (default auto): torch.compile the recurrence and softmax;
+    ``auto`` says when auto compiles."""
+    return click.option(
+        "--compile",
+        type=click.Choice(["auto", "yes", "no"]),
+        default="auto",
+        show_default=True,
+        help=f"torch.compile the recurrence and softmax (auto: {auto}).",
+    )
+
+
 score_precision_option = click.option(
     "--precision",
     type=click.Choice(["auto", "bf16", "fp32"]),

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
+    compile_option,
     device_option,
     parse_shard,
     progress_option,
@@ -61,13 +62,7 @@ def parse_workers(value: str) -> int | str:
     metavar="N|auto",
     help="Parse/format worker processes (auto: on a GPU, one per core but one, at most 16).",
 )
-@click.option(
-    "--compile",
-    type=click.Choice(["auto", "yes", "no"]),
-    default=SCORE.compile,
-    show_default=True,
-    help="torch.compile the recurrence and softmax (auto: for inputs of 4 MiB or more).",
-)
+@compile_option("for inputs of 4 MiB or more")
 @click.option(
     "--chunk-bytes",
     default=SCORE.chunk_bytes,

@@ -9,6 +9,7 @@ import click
 
 from rescorer.cli.common import (
     check_duration,
+    compile_option,
     device_option,
     precision_option,
     progress_option,
@@ -160,13 +161,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.option("--seed", default=TRAIN.seed, show_default=True, help="Data split, order and init.")
 @device_option
 @precision_option
-@click.option(
-    "--compile",
-    type=click.Choice(["auto", "yes", "no"]),
-    default=TRAIN.compile,
-    show_default=True,
-    help="torch.compile the recurrence and softmax (auto: 100,000 training pairs or more).",
-)
+@compile_option("100,000 training pairs or more")
 @click.option(
     "--log-every",
     default=TRAIN.log_every,
