@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Train one model across sessions and keep a copy of its folder at given amounts of training.
+
+The learning curve of Table 1's second edition (EXPERIMENTS.md) needs the same model at about
+1 h, 3 h and 6 h of training. ``rescorer train --max-time`` budgets one invocation, data loading
+included, and a run may be interrupted (Ctrl-C, SIGTERM, the end of a session) and resumed any
+number of times. This script reads the training time already spent from the model folder's
+resume state, runs ``rescorer train`` (with ``--resume`` once a state exists) up to the next
+milestone, and copies the folder to ``MODEL_DIR@<milestone>`` when it is reached. Run the same
+command again to continue; it does nothing once the last milestone is reached.
+
+    python scripts/train_snapshots.py runs/curve/fwd --table ../shared/data/en-fr/phrase-table.gz \\
+        --snapshot 1h --snapshot 3h --snapshot 6h -- --hidden-size 256 --seed 1
+
+Everything after ``--`` goes to ``rescorer train`` as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from rescorer.constants import TRAIN_STATE_FILE, WEIGHTS_FILE
+from rescorer.train.config import parse_duration
+
+OVERHEAD_S = 180.0  # vocabularies, encoding and compilation before the first update
+TOLERANCE_S = 120.0  # a milestone counts as reached this close to it
+
+
+def train_seconds(model_dir: Path) -> float:
+    """Seconds of training recorded in MODEL_DIR's resume state (0 before the first save)."""
+    state_path = model_dir / TRAIN_STATE_FILE
+    if not state_path.exists():
+        return 0.0
+    state = torch.load(state_path, map_location="cpu", weights_only=True)
+    return float(state["run"]["train_seconds"])
+
+
+def snapshot_dir(model_dir: Path, label: str) -> Path:
+    return model_dir.with_name(f"{model_dir.name}@{label}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="-- ARGS: rescorer train's options"
+    )
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--table", required=True, help="the phrase table to train on")
+    parser.add_argument("--snapshot", action="append", required=True, help="e.g. 1h (repeatable)")
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    train_args = argv[cut + 1 :]
+    marks = sorted((parse_duration(s), s) for s in args.snapshot)
+    model_dir: Path = args.model_dir
+    while True:
+        done = train_seconds(model_dir)
+        for seconds, label in marks:
+            target = snapshot_dir(model_dir, label)
+            if done >= seconds - TOLERANCE_S and not target.exists():
+                tmp = target.with_name(target.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(model_dir, tmp, ignore=shutil.ignore_patterns(TRAIN_STATE_FILE))
+                tmp.rename(target)
+                print(f"train_snapshots: {target} at {done / 3600:.2f} h of training", flush=True)
+        pending = [(s, lab) for s, lab in marks if done < s - TOLERANCE_S]
+        if not pending:
+            print(f"train_snapshots: {model_dir}: every milestone reached ({done / 3600:.2f} h)")
+            return 0
+        budget = pending[0][0] - done + OVERHEAD_S
+        cmd = ["rescorer", "train", args.table, "-o", str(model_dir)]
+        if (model_dir / TRAIN_STATE_FILE).exists() or (model_dir / WEIGHTS_FILE).exists():
+            cmd.append("--resume")
+        cmd += ["--max-time", f"{int(budget)}s", "--patience", "0", *train_args]
+        print("train_snapshots: " + " ".join(cmd), flush=True)
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            print(f"train_snapshots: rescorer train exited {rc}; run this again to continue")
+            return rc
+        if train_seconds(model_dir) <= done:
+            print("train_snapshots: no training time was added; stopping")
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
