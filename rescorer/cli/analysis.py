@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rescorer.cli.common import device_option, user_errors
+from rescorer.cli.common import Group, device_option, user_errors
 from rescorer.errors import RescorerError
 
 if TYPE_CHECKING:
@@ -283,7 +283,7 @@ def compare(
 
 
 # ------------------------------------------------------------------------------------ plot
-@click.group()
+@click.group(cls=Group)
 def plot() -> None:
     """PNG figures of the paper: scatter, words, phrases (Figs. 3-5)."""
 

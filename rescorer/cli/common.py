@@ -1,10 +1,12 @@
-"""What the commands share: the error wrapper, the device/precision and weight options."""
+"""What the commands share: the click group, the error wrapper, signals, message prefixes and
+the options that several commands declare."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +20,66 @@ from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def command_name(ctx: click.Context | None = None) -> str:
+    """``rescorer CMD`` of the running command (``rescorer plot words``): every message a
+    command writes on stderr starts with it and a colon."""
+    ctx = ctx if ctx is not None else click.get_current_context(silent=True)
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:  # the root's own name is not used
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["rescorer", *reversed(names)])
+
+
+def say(message: str) -> None:
+    """``rescorer CMD: message`` on stderr."""
+    click.echo(f"{command_name()}: {message}", err=True)
+
+
+# ------------------------------------------------------------------------------- signals
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C raises KeyboardInterrupt: the same clean-up runs (temporary
+    files removed, ``score``'s OUT.partial kept for --resume) and the command ends the same way,
+    with one line and exit 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+    raise Terminated
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM raise Terminated in the main thread, unless it was set to be ignored (a
+    parent's choice). SIGINT needs nothing: Python raises KeyboardInterrupt (and leaves an
+    ignored SIGINT, as nohup sets it, ignored)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def interrupt_status(exc: BaseException) -> int:
+    """The exit status of a command stopped by ``exc``, as a shell reports a signal: 130 for
+    SIGINT (Ctrl-C), 143 for SIGTERM."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+class Group(click.Group):
+    """The click group of the commands: a command interrupted by SIGINT or SIGTERM ends with
+    ``rescorer CMD: interrupted by SIGINT`` and exit 130 (143 for SIGTERM), where click says
+    ``Aborted!`` and exits 1. Commands that save state on a signal (train, score) print their
+    own line and exit with the same status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            name = command_name(ctx)
+            if ctx.invoked_subcommand:
+                name += f" {ctx.invoked_subcommand}"
+            which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            click.echo(f"{name}: interrupted by {which}", err=True)
+            sys.exit(interrupt_status(exc))
 
 
 def user_errors(func: F) -> F:

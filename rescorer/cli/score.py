@@ -10,6 +10,7 @@ import click
 from rescorer.cli.common import (
     compile_option,
     device_option,
+    interrupt_status,
     parse_shard,
     progress_option,
     score_precision_option,
@@ -123,7 +124,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
         stats = score_table(table, model_dir, out, config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (common.Terminated)
         if out == "-":
             click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)
         else:
@@ -132,7 +133,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
                 "--resume to continue",
                 err=True,
             )
-        sys.exit(130)
+        sys.exit(interrupt_status(exc))
     if stats.already_done:
         if not config.quiet:
             click.echo(
