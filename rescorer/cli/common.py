@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
+from rescorer.model.config import ModelConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -195,6 +196,24 @@ def parse_shard(
     if not 1 <= k <= n:
         raise click.BadParameter(f"{value!r}: expected 1 <= K <= N")
     return k, n
+
+
+MODEL = ModelConfig()  # the defaults, written once there (a torch-free module)
+
+
+def vocab_size_options(func: F) -> F:
+    """``--src-vocab-size`` and ``--tgt-vocab-size``: the shortlists of ``vocab`` and ``train``
+    (ids 0 and 1 are reserved, so at least 2)."""
+    for side, default in (("tgt", MODEL.tgt_vocab_size), ("src", MODEL.src_vocab_size)):
+        func = click.option(
+            f"--{side}-vocab-size",
+            default=default,
+            type=click.IntRange(min=2),
+            show_default=True,
+            help=f"{'Source' if side == 'src' else 'Target'} shortlist size, ids 0 (padding) "
+            "and 1 (UNK) included.",
+        )(func)
+    return func
 
 
 def weight_options(func: F) -> F:

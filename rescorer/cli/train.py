@@ -14,6 +14,7 @@ from rescorer.cli.common import (
     precision_option,
     progress_option,
     user_errors,
+    vocab_size_options,
 )
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import TrainConfig
@@ -26,20 +27,7 @@ TRAIN = TrainConfig()
 @click.command()
 @click.argument("table")
 @click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @user_errors
 def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
     """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
@@ -65,20 +53,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.argument("table", required=False)
 @click.option("-o", "--output", "out_dir", required=True, help="The model folder to write.")
 @click.option("--pairs", nargs=2, metavar="SRC TGT", help="Parallel phrase files, not TABLE.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @click.option(
     "--hidden-size",
     default=MODEL.hidden_size,
