@@ -152,6 +152,16 @@ progress_option = click.option(
 )
 
 
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True, help="No progress lines and no summary (errors still show)."
+)
+
+
+model_option = click.option(
+    "-m", "--model", "model_dir", required=True, help="Model folder from rescorer train."
+)
+
+
 precision_option = click.option(
     "--precision",
     type=click.Choice(["auto", "bf16", "fp32"]),
