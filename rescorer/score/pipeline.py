@@ -78,8 +78,6 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
 
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
-    import torch
-
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.score.scorer import Scorer
@@ -101,8 +99,6 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     workers = resolve_workers(config.workers, device)
     if workers != config.workers:
         config = replace(config, workers=workers)
-    if device.type == "cpu" and workers > 0:
-        torch.set_num_threads(max(1, torch.get_num_threads()))
     phases = Phases(device) if config.profile else None
     if phases is not None:
         scorer.phase = phases
