@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REAL_INI, SLICE
+from conftest import REAL_INI, SAMPLE_TABLE, SLICE
 
 ROWS = 20  # copies of the real 2,090-line slice: 41,800 lines, five progress checks
 
@@ -149,3 +149,19 @@ def test_the_analyses_print_progress_and_quiet_silences_them(
                 line,
             ), line
     assert run([*args, "-q"], tmp_path / "quiet.log") == []
+
+
+@pytest.mark.slow
+def test_resume_names_the_epoch_as_the_progress_lines_do(tmp_path: Path) -> None:
+    """`train --resume` said "epoch 2" where the run had printed "epoch 1.20" (issue 27,
+    item 9): 30 updates of 8 pairs on the 198 training pairs of the 200-line sample."""
+    lines = run(
+        tiny_train(SAMPLE_TABLE, tmp_path, updates=30, valid_every=1000), tmp_path / "a.log"
+    )
+    last = [ln for ln in lines if ln.startswith("rescorer train: update 30 epoch ")]
+    assert len(last) == 1, lines
+    epoch = last[0].split(" epoch ")[1].split(" ")[0]
+    assert 1 < float(epoch) < 2, epoch  # the second epoch has begun
+    args = [*tiny_train(SAMPLE_TABLE, tmp_path, updates=32, valid_every=1000), "--resume"]
+    lines = run(args, tmp_path / "b.log")
+    assert f"rescorer train: resuming at update 30 (epoch {epoch})" in lines, (epoch, lines)
