@@ -159,6 +159,8 @@ CASES: dict[str, Case] = {
         str(t / "no.nbest"),
         "--weights",
         str(REAL_INI),
+        "-o",
+        "-",
     ],
     "moses-ini: ini missing": lambda t: [
         "moses-ini",
