@@ -132,7 +132,7 @@ def _score_in_parts(
     show_default=True,
     help="moses: 'src ||| tgt ||| p' lines of every distinct finished result without <unk>.",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option(
     "--batch",
     default=64,
@@ -169,8 +169,10 @@ def sample(
     distinct results with their counts and log p, best first. --beam K: GroundHog's beam search.
     Seeded: a phrase's samples do not depend on the other phrases or on --batch.
 
+    \b
     Example:
-      rescorer sample rnn-model/ "for the first time" "the past few days ."
+      rescorer sample rnn-model/ "for the first time" "the past few days ." -o -
+      rescorer sample rnn-model/ --input sources.txt --beam 5 -o beam.txt
     """
     from rescorer.analysis.generate import beam_search, sample_phrases
     from rescorer.io.table import format_prob
@@ -239,8 +241,20 @@ def sample(
 @click.argument("table")
 @click.argument("phrases", nargs=-1)
 @model_option
-@click.option("--frequent", default=5, show_default=True, type=click.IntRange(min=0))
-@click.option("--rare", default=5, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--frequent",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random frequent long sources compared (without PHRASES).",
+)
+@click.option(
+    "--rare",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random rare long sources compared (without PHRASES).",
+)
 @click.option(
     "--band",
     default=0.1,
@@ -248,8 +262,20 @@ def sample(
     type=click.FloatRange(0, 1, min_open=True),
     help="Frequent/rare: the top/bottom share of long sources by the table's source count.",
 )
-@click.option("--min-words", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--min-targets", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--min-words",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A long source phrase has at least this many words.",
+)
+@click.option(
+    "--min-targets",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Random sources have at least this many targets in TABLE.",
+)
 @click.option(
     "--summary-sources",
     default=1000,
@@ -265,9 +291,14 @@ def sample(
     help="The score column holding p(e|f), from 0 (Moses: 2).",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown"]),
+    default="text",
+    show_default=True,
+    help="markdown: one table row per source, as in docs/analyses.md.",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @seed_option
 @device_option
 @progress_option
@@ -296,8 +327,9 @@ def compare(
     PHRASES, or a seeded random choice of long frequent and rare source phrases; then the mean
     target length of each side's top choice over --summary-sources random long sources.
 
+    \b
     Example:
-      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown
+      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown -o table2.md
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
 

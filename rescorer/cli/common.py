@@ -84,14 +84,14 @@ class Group(click.Group):
 
 
 def user_errors(func: F) -> F:
-    """Turn a RescorerError into ``rescorer: error: ...`` on stderr and exit code 1."""
+    """Turn a RescorerError into ``rescorer CMD: error: ...`` on stderr and exit code 1."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except RescorerError as exc:
-            click.echo(f"rescorer: error: {exc}", err=True)
+            click.echo(f"{command_name()}: error: {exc}", err=True)
             sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so
@@ -102,8 +102,8 @@ def user_errors(func: F) -> F:
             os.dup2(devnull, sys.stdout.fileno())
             try:
                 click.echo(
-                    "rescorer: error: the reader of the output closed it (a pipe such as "
-                    "'| head'); the output is incomplete",
+                    f"{command_name()}: error: the reader of the output closed it (a pipe such "
+                    "as '| head'); the output is incomplete",
                     err=True,
                 )
             except BrokenPipeError:

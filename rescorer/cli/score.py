@@ -96,11 +96,12 @@ def parse_workers(value: str) -> int | str:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
 def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:
-    """Append log p(target|source) to the scores of every line of TABLE.
+    """Append p(target|source), the RNN's score, to the scores of every line of TABLE.
 
-    TABLE is a Moses phrase table, plain or gzip (detected by content), - for stdin. Every byte
-    outside the score field, the line count and the order stay as they are. Then raise
-    num-features in moses.ini (rescorer moses-ini) and re-tune.
+    The column holds p = exp(log p), as Moses takes ln of every score (--column logp: log p
+    itself, for other tools). TABLE is a Moses phrase table, plain or gzip (detected by
+    content), - for stdin. Every byte outside the score field, the line count and the order stay
+    as they are. Then raise num-features in moses.ini (rescorer moses-ini) and re-tune.
 
     \b
     Example:
@@ -126,10 +127,10 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         stats = score_table(table, model_dir, out, config)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (common.Terminated)
         if out == "-":
-            click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)
+            click.echo("rescorer score: interrupted; output to stdout cannot be resumed", err=True)
         else:
             click.echo(
-                f"rescorer: interrupted; {out}.partial is kept: run the same command with "
+                f"rescorer score: interrupted; {out}.partial is kept: run the same command with "
                 "--resume to continue",
                 err=True,
             )
@@ -137,7 +138,8 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     if stats.already_done:
         if not config.quiet:
             click.echo(
-                f"{out}: shard {shard[0] if shard else '?'}/{shard[1] if shard else '?'} is "
+                f"rescorer score: {out}: shard {shard[0] if shard else '?'}/"
+                f"{shard[1] if shard else '?'} is "
                 f"already complete ({stats.lines_out:,} lines, as its manifest says); nothing to "
                 "redo",
                 err=True,
@@ -146,16 +148,19 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     if not config.quiet:
         rate = stats.pairs_scored / max(stats.seconds, 1e-9)
         click.echo(
-            f"scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s ({rate:,.0f} pairs/s, "
+            f"rescorer score: scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s "
+            f"({rate:,.0f} pairs/s, "
             f"{stats.device}, {stats.precision}); {stats.lines_out:,} of {stats.lines_in:,} "
             f"lines written to {out}",
             err=True,
         )
     if stats.phases is not None:
-        click.echo("\n".join(stats.phases.report(stats.seconds)), err=True)
+        for line in stats.phases.report(stats.seconds):
+            click.echo(f"rescorer score: {line}", err=True)
     if stats.bad:
         click.echo(
-            f"skipped {stats.bad} malformed line(s), written to {config.skip_bad_lines}; first: "
+            f"rescorer score: skipped {stats.bad:,} malformed line(s), written to "
+            f"{config.skip_bad_lines}; first: "
             f"{stats.bad_examples[0]}",
             err=True,
         )
@@ -195,7 +200,8 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
     if not quiet:
         rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
         click.echo(
-            f"merged {stats.shards} shards into {out}: {stats.lines_out:,} of {stats.lines_in:,} "
+            f"rescorer merge: merged {stats.shards:,} shards into {out}: {stats.lines_out:,} of "
+            f"{stats.lines_in:,} "
             f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
             f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
@@ -250,7 +256,7 @@ def check(table: str, model_dir: str | None) -> None:
     metavar="FILE",
     help="The source sentences that were decoded, one per line (as Moses read them).",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
 @click.option(
     "--features-only",

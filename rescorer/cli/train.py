@@ -43,8 +43,8 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
         src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
     paths = save_vocabs(out_dir, src, tgt)
     click.echo(
-        f"{reader.stats.lines} pairs: {len(src.words)} source and {len(tgt.words)} target words "
-        f"in the shortlists; wrote {paths[0]} and {paths[1]}",
+        f"rescorer vocab: {reader.stats.lines:,} pairs: {len(src.words):,} source and "
+        f"{len(tgt.words):,} target words in the shortlists; wrote {paths[0]} and {paths[1]}",
         err=True,
     )
 
