@@ -97,7 +97,8 @@ def test_sigterm_stops_score_as_ctrl_c_does_and_resume_finishes(
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
-    lines = err.strip().splitlines()
+    # The tiny model has not learned: score warns first (model/verdict.py); then one line.
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("rescorer score: warning")]
     assert len(lines) == 1 and "--resume" in lines[0] and f"{out}.partial" in lines[0], err
     assert Path(f"{out}.partial").exists() and not out.exists()
     subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
