@@ -22,7 +22,7 @@ from conftest import MOSES, ROOT, TINY_SYSTEM
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
-from rescorer.experiments.table1 import Table1Config, check_config
+from rescorer.experiments.config import Table1Config, check_config
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "table1.py"

@@ -1,0 +1,222 @@
+"""The steps of a Table 1 run: prepare, train, filter, score, tune, decode, prune.
+
+Each action runs in its step's folder (:mod:`rescorer.experiments.steps`) and returns what
+``done.json`` records; the files the steps pass to each other are named by
+:class:`~rescorer.experiments.layout.Layout`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rescorer.experiments.layout import Context, count_lines, read_lines
+from rescorer.experiments.models import model_summary
+from rescorer.experiments.steps import Step, StepError
+from rescorer.experiments.tools import rescorer_argv
+from rescorer.io.files import write_text
+from rescorer.moses.ini import (
+    MosesIni,
+    absolute_paths,
+    pick_table_feature,
+    read_ini,
+    with_feature_paths,
+)
+
+REORDERING = "LexicalReordering"
+
+
+def prepare(ctx: Context, step: Step) -> dict[str, Any]:
+    """base.ini with absolute paths; the dev, tuning and test sets; dev+test for filtering."""
+    cfg, out = ctx.cfg, step.folder
+    ini = read_ini(str(cfg.system / "moses.ini"))
+    write_text(out / "base.ini", absolute_paths(ini))
+    sets: dict[str, int] = {}
+    for part in ("dev", "test"):
+        src = read_lines(cfg.system / f"{part}.{cfg.src}")
+        ref = read_lines(cfg.system / f"{part}.{cfg.tgt}")
+        if len(src) != len(ref):
+            raise StepError(
+                f"step prepare: {part}.{cfg.src} has {len(src)} lines, "
+                f"{part}.{cfg.tgt} has {len(ref)}: expected parallel files"
+            )
+        shutil.copyfile(cfg.system / f"{part}.{cfg.src}", out / f"{part}.src")
+        shutil.copyfile(cfg.system / f"{part}.{cfg.tgt}", out / f"{part}.ref")
+        sets[part] = len(src)
+    dev_src, dev_ref = read_lines(out / "dev.src"), read_lines(out / "dev.ref")
+    n = len(dev_src) if cfg.dev_lines is None else min(cfg.dev_lines, len(dev_src))
+    write_text(out / "tune.src", "".join(f"{line}\n" for line in dev_src[:n]))
+    write_text(out / "tune.ref", "".join(f"{line}\n" for line in dev_ref[:n]))
+    with open(out / "devtest.src", "wb") as f:
+        for part in ("dev", "test"):
+            f.write((out / f"{part}.src").read_bytes())
+    sets["tune"] = n
+    return {"sentences": sets}
+
+
+def train(ctx: Context, step: Step) -> dict[str, Any]:
+    """`rescorer train` on the system's phrase table; a killed training run is resumed."""
+    cfg = ctx.cfg
+    model = step.folder / "model"
+    table = _phrase_table(ctx)
+    argv = rescorer_argv(
+        "train", table, "-o", model, "--max-time", str(cfg.train_budget), *cfg.train_args
+    )
+    if (model / "train-state.pt").is_file():
+        argv.append("--resume")
+    step.run(argv)
+    return {"model": str(model), **model_summary(model)}
+
+
+def _phrase_table(ctx: Context) -> Path:
+    ini = read_ini(str(ctx.paths.prepare / "base.ini"))
+    return Path(phrase_table_feature(ini, ctx.cfg.feature_name)[1])
+
+
+def phrase_table_feature(ini: MosesIni, feature_name: str | None) -> tuple[str, str]:
+    """The name and the table path of the phrase table the experiment scores."""
+    feature = pick_table_feature(ini, feature_name)
+    path = feature.get("path")
+    if path is None or feature.kind != "PhraseDictionaryMemory":
+        raise StepError(
+            f"{ini.path}:{feature.lineno}: {feature.name} is a {feature.kind}; the experiment "
+            "needs a text phrase table (PhraseDictionaryMemory with path=)"
+        )
+    return feature.name, ini.resolve(path)
+
+
+def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
+    """Phrase and reordering tables filtered to dev+test by `rescorer filter --input`."""
+    cfg, out, prep = ctx.cfg, step.folder, ctx.paths.prepare
+    base = read_ini(str(prep / "base.ini"))
+    name, table = phrase_table_feature(base, cfg.feature_name)
+    step.need(Path(table))
+    step.run(
+        rescorer_argv(
+            "filter", table, "--input", prep / "devtest.src", "--moses-ini", prep / "base.ini",
+            "--feature-name", name, "--ini-out", out / "a.ini", "-o", out / "phrase-table.gz",
+        )
+    )  # fmt: skip
+    reordering: dict[str, str] = {}
+    for i, feature in enumerate(base.features_of_kind(REORDERING)):
+        path = feature.get("path")
+        if path is None:
+            continue
+        source = Path(base.resolve(path))
+        if not source.is_file() and Path(f"{source}.gz").is_file():
+            source = Path(f"{source}.gz")  # Moses also tries the name with .gz
+        if not source.is_file():
+            if Path(f"{source}.minlexr").is_file():
+                continue  # a compact (binarised) table: used as it is
+            raise StepError(f"step filter: missing {source}, the table of {feature.name}")
+        target = out / f"reordering-{i}.gz"
+        step.run(rescorer_argv("filter", source, "--input", prep / "devtest.src", "-o", target))
+        reordering[feature.name] = str(target)
+    if reordering:
+        write_text(out / "a.ini", with_feature_paths(read_ini(str(out / "a.ini")), reordering))
+    return {
+        "phrase_table": table,
+        "full_lines": count_lines(Path(table)),
+        "filtered_lines": count_lines(out / "phrase-table.gz"),
+        "reordering_tables": reordering,
+    }
+
+
+def score(ctx: Context, step: Step, *, word_penalty: bool) -> dict[str, Any]:
+    """`rescorer score` on the filtered table, then `rescorer moses-ini` for (b) or (c)."""
+    assert ctx.model is not None
+    out, filtered = step.folder, ctx.paths.filter
+    suffix = "rnn-wp" if word_penalty else "rnn"
+    table = out / f"phrase-table.{suffix}.gz"
+    flags = ["--word-penalty"] if word_penalty else []
+    step.run(
+        rescorer_argv(
+            "score", filtered / "phrase-table.gz", "-m", ctx.model, "-o", table, "-q",
+            *flags, *ctx.cfg.score_args,
+        )
+    )  # fmt: skip
+    ini = out / ("c.ini" if word_penalty else "b.ini")
+    weights = [str(ctx.cfg.new_weight)] * (2 if word_penalty else 1)
+    step.run(
+        rescorer_argv(
+            "moses-ini", filtered / "a.ini", "--phrase-table", table, "-o", ini,
+            *(arg for w in weights for arg in ("--new-weight", w)),
+        )
+    )  # fmt: skip
+    return {"table": str(table), "ini": str(ini), "model": str(ctx.model)}
+
+
+def _system_ini(ctx: Context, system: str) -> Path:
+    return {
+        "a": ctx.paths.filter / "a.ini",
+        "b": ctx.paths.root / "score-rnn" / "b.ini",
+        "c": ctx.paths.root / "score-rnn-wp" / "c.ini",
+    }[system]
+
+
+def tune(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
+    """mert-moses.pl in a fresh working directory, with this replica's seed."""
+    cfg, tools, prep = ctx.cfg, ctx.tools, ctx.paths.prepare
+    ini = _system_ini(ctx, system)
+    step.need(ini, prep / "tune.src", prep / "tune.ref")
+    seed = cfg.tuner_seed(run)
+    argv: list[str | os.PathLike[str]] = [
+        "perl", tools.mert_moses, prep / "tune.src", prep / "tune.ref", tools.moses, ini,
+        "--mertdir", tools.mertdir, "--decoder-flags", f"-threads {cfg.threads}",
+        "--working-dir", step.folder / "mert", "--maximum-iterations", str(cfg.max_iterations),
+        "--no-filter-phrase-table",
+    ]  # fmt: skip
+    if cfg.tuner == "mira":
+        argv += ["--batch-mira", "--batch-mira-args", f"--random-seed {seed}"]
+    else:
+        argv += ["--mertmertargs", f"-r {seed} "]  # mert-moses.pl appends "--sctype" unspaced
+    step.run(argv, cwd=step.folder)
+    tuned = step.folder / "mert" / "moses.ini"
+    step.need(tuned)
+    shutil.copyfile(tuned, step.folder / "tuned.ini")
+    iterations = len(list((step.folder / "mert").glob("run*.moses.ini")))
+    return {"seed": seed, "iterations": iterations, "weights": _weights(step.folder / "tuned.ini")}
+
+
+def _weights(ini_path: Path) -> dict[str, list[float]]:
+    return {k: list(v) for k, v in read_ini(str(ini_path)).weights().items()}
+
+
+def decode(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
+    """The real decoder on dev and test with the tuned ini."""
+    cfg, prep = ctx.cfg, ctx.paths.prepare
+    ini = ctx.paths.decode_ini(system, run)
+    step.need(ini)
+    lines = {}
+    for part in ("dev", "test"):
+        hyp = step.folder / f"{part}.hyp"
+        step.run(
+            [ctx.tools.moses, "-f", ini, "-threads", str(cfg.threads)],
+            stdin=prep / f"{part}.src",
+            stdout=hyp,
+        )
+        lines[part] = count_lines(hyp)
+        expected = count_lines(prep / f"{part}.src")
+        if lines[part] != expected:
+            raise StepError(
+                f"step {step.name}: the decoder wrote {lines[part]} lines for {expected} "
+                f"{part} sentences; see {step.log}"
+            )
+    return {"ini": str(ini), "lines": lines}
+
+
+def prune(ctx: Context, step: Step, *, run: int) -> dict[str, Any]:
+    """(d): the +RNN table cut to the top K per source by (b)'s tuned score (`filter --top-k`)."""
+    tuned = ctx.paths.tuned_ini("b", run)
+    table = ctx.paths.root / "score-rnn" / "phrase-table.rnn.gz"
+    step.need(tuned, table)
+    pruned = step.folder / "phrase-table.gz"
+    step.run(
+        rescorer_argv(
+            "filter", table, "--top-k", str(ctx.cfg.top_k), "--weights", tuned,
+            "--ini-out", step.folder / "d.ini", "-o", pruned,
+        )
+    )  # fmt: skip
+    return {"table_lines": count_lines(pruned), "ini": str(step.folder / "d.ini")}

@@ -1,0 +1,76 @@
+"""results.md: the summary, the dev split and the per-run tables of a run's results.json."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else format(value, spec)
+    )
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    """The summary table and the per-run table of results.json, in Markdown."""
+    cfg, sents = results["config"], results["sentences"]
+    lines = [
+        f"Tuner: {results['tuner']}, {cfg['runs']} run(s) per system, tuned on "
+        f"{sents['tune']} of {sents['dev']} dev sentences, test {sents['test']} sentences; "
+        f"BLEU = sacreBLEU ({results['sacrebleu_signature']}); ± = sample standard deviation "
+        f"over runs; p = {results['significance']}.",
+        "",
+        "| system | table lines | dev BLEU | test BLEU | Δ test vs (a) | p (test) | Δ dev vs (a) "
+        "| p (dev) | RNN weight | WP weight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in results["systems"]:
+        test_sig, dev_sig = s.get("test_vs_a"), s.get("dev_vs_a")
+        lines.append(
+            f"| ({s['system']}) {s['name']} | {s['table_lines']:,} "
+            f"| {_fmt(s['dev_mean'])} ± {_fmt(s['dev_sd'])} "
+            f"| {_fmt(s['test_mean'])} ± {_fmt(s['test_sd'])} "
+            f"| {_fmt(test_sig['delta'], '+.2f') if test_sig else '–'} "
+            f"| {_fmt(test_sig['p'], '.3f') if test_sig else '–'} "
+            f"| {_fmt(dev_sig['delta'], '+.2f') if dev_sig else '–'} "
+            f"| {_fmt(dev_sig['p'], '.3f') if dev_sig else '–'} "
+            f"| {_fmt(s['rnn_weight_mean'], '.4f')} | {_fmt(s['wp_weight_mean'], '.4f')} |"
+        )
+    if "dev_rest_mean" in results["systems"][0]:
+        n = sents["tune"]
+        lines += [
+            "",
+            f"Dev split: the {n} sentences tuned on, and the other {sents['dev'] - n} (which "
+            "the baseline's starting weights may have been tuned on):",
+            "",
+            f"| system | dev 1-{n} | Δ vs (a) | p | dev {n + 1}-{sents['dev']} | Δ vs (a) | p |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in results["systems"]:
+            cells = [f"({s['system']}) {s['name']}"]
+            for part in ("dev_tuned", "dev_rest"):
+                sig = s.get(f"{part}_vs_a")
+                cells += [
+                    f"{_fmt(s[f'{part}_mean'])} ± {_fmt(s[f'{part}_sd'])}",
+                    _fmt(sig["delta"], "+.2f") if sig else "–",
+                    _fmt(sig["p"], ".3f") if sig else "–",
+                ]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| system | run | seed | iterations | dev BLEU | test BLEU | dev multi-bleu | test "
+        "multi-bleu | RNN weight | WP weight | table lines | tune s | decode s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["runs"]:
+        lines.append(
+            f"| ({r['system']}) | {r['run']} | {r['seed']} | {r['iterations']} "
+            f"| {r['dev_bleu']:.2f} | {r['test_bleu']:.2f} | {r['dev_multi_bleu']:.2f} "
+            f"| {r['test_multi_bleu']:.2f} | {_fmt(r['rnn_weight'], '.4f')} "
+            f"| {_fmt(r['wp_weight'], '.4f')} | {r['table_lines']:,} "
+            f"| {_fmt(r['tune_seconds'], '.0f')} | {_fmt(r['decode_seconds'], '.0f')} |"
+        )
+    return "\n".join(lines) + "\n"
