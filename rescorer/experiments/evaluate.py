@@ -15,7 +15,7 @@ from rescorer.experiments.bleu import (
     corpus_stats,
     sacrebleu_score,
 )
-from rescorer.experiments.config import SYSTEMS
+from rescorer.experiments.config import SYSTEMS, Table1Config
 from rescorer.experiments.layout import Context, read_lines
 from rescorer.experiments.models import model_summary
 from rescorer.experiments.tools import multi_bleu
@@ -29,6 +29,12 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
 
 def _new_weights(weights: dict[str, list[float]], feature: str, base_columns: int) -> list[float]:
     return weights.get(feature, [])[base_columns:]
+
+
+def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict[str, Any]:
+    """A system against the baseline: ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
+    sig = approximate_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    return {"delta": sig.delta, "p": sig.p_value, "trials": sig.trials}
 
 
 def evaluate(ctx: Context) -> dict[str, Any]:
@@ -72,13 +78,9 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             entry[f"{part}_mean"], entry[f"{part}_sd"] = _mean_sd([r[f"{part}_bleu"] for r in rows])
             entry[f"{part}_multi_bleu_mean"], _ = _mean_sd([r[f"{part}_multi_bleu"] for r in rows])
             if system != "a":
-                sig = approximate_randomization(
-                    np.stack(stats[("a", part)]),
-                    np.stack(stats[(system, part)]),
-                    trials=cfg.trials,
-                    seed=cfg.seed,
+                entry[f"{part}_vs_a"] = _versus(
+                    np.stack(stats[("a", part)]), np.stack(stats[(system, part)]), cfg
                 )
-                entry[f"{part}_vs_a"] = {"delta": sig.delta, "p": sig.p_value, "trials": sig.trials}
         # With --dev-lines, dev BLEU mixes sentences the weights were tuned on with unseen ones:
         # both halves separately (the baseline's starting weights may have seen all of dev).
         n_tune, n_dev = records["prepare"]["sentences"]["tune"], len(refs["dev"])
@@ -91,11 +93,9 @@ def evaluate(ctx: Context) -> dict[str, Any]:
                 bleus = [float(bleu_from_totals(x.sum(axis=0))) for x in ours]
                 entry[f"{part}_mean"], entry[f"{part}_sd"] = _mean_sd(bleus)
                 if system != "a":
-                    sig = approximate_randomization(
-                        np.stack(stats[("a", "dev")])[:, rows_of], ours, trials=cfg.trials,
-                        seed=cfg.seed,
-                    )  # fmt: skip
-                    entry[f"{part}_vs_a"] = {"delta": sig.delta, "p": sig.p_value}
+                    entry[f"{part}_vs_a"] = _versus(
+                        np.stack(stats[("a", "dev")])[:, rows_of], ours, cfg
+                    )
         for key in ("rnn_weight", "wp_weight"):
             values = [r[key] for r in rows if r[key] is not None]
             entry[f"{key}_mean"] = statistics.fmean(values) if values else None
