@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from rescorer.experiments.config import Table1Config
 from rescorer.experiments.steps import WorkDir
 from rescorer.experiments.tools import MosesTools
+from rescorer.io.files import iter_raw_lines, open_binary, open_text
 
 
 @dataclass
@@ -49,12 +49,12 @@ class Context:
 
 
 def count_lines(path: Path) -> int:
-    """Lines of a plain or gzip file."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        return sum(1 for _ in f)
+    """Lines of a plain or gzip file (gzip known by its content, as every rescorer reader does)."""
+    with open_binary(str(path)) as stream:
+        return sum(1 for _ in iter_raw_lines(stream, str(path)))
 
 
 def read_lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    """The lines of a UTF-8 text file, without their newlines."""
+    with open_text(str(path)) as lines:
+        return list(lines)
