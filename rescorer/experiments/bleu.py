@@ -3,8 +3,8 @@
 BLEU here is sacreBLEU's with ``--tokenize none`` (the files are already tokenised by Moses'
 tokenizer): whitespace tokens, n-grams up to 4, clipped matches against one reference, the
 brevity penalty from the corpus lengths and sacreBLEU's default ``exp`` smoothing for an order
-with no match. Keeping the sufficient statistics per sentence makes the significance test cheap:
-a resampled corpus is a sum of rows.
+with no match, and 0 for a corpus with no match at any order. Keeping the sufficient statistics
+per sentence makes the significance test cheap: a resampled corpus is a sum of rows.
 
 The test is approximate randomisation over optimiser replicas (Clark et al., 2011, "Better
 hypothesis testing for statistical machine translation: controlling for optimizer
@@ -70,6 +70,9 @@ def bleu_from_totals(totals: np.ndarray) -> np.ndarray:
             )
             log_sum += np.log(np.where(valid, precision, 1.0))
         bp = np.where(hyp_len < ref_len, np.exp(1.0 - ref_len / np.maximum(hyp_len, 1.0)), 1.0)
+    # sacreBLEU stops early when no n-gram of any order matches (its issue #141): score 0, where
+    # exp smoothing would give every order a made-up precision
+    valid &= matches.sum(axis=-1) > 0
     return np.where(valid & (hyp_len > 0), 100.0 * bp * np.exp(log_sum / ORDER), 0.0)
 
 

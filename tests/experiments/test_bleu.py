@@ -49,6 +49,20 @@ def test_corpus_bleu_equals_sacrebleu_on_damaged_subsets(seed: int) -> None:
     assert ours == pytest.approx(sacrebleu_score(hyps, refs)[0], abs=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("hyps", "refs"),
+    [
+        (["x y z w", "v u"], ["a b c d", "e f"]),  # no n-gram matches at any order
+        (["x"], ["a b c"]),  # one word, no match, short: brevity penalty too
+        (["a b c d"], ["a b c d"]),  # a perfect match
+        (["a x b y"], ["a b c d"]),  # unigram matches only
+    ],
+)
+def test_corpus_bleu_equals_sacrebleu_on_edge_cases(hyps: list[str], refs: list[str]) -> None:
+    ours = float(bleu_from_totals(corpus_stats(hyps, refs).sum(axis=0)))
+    assert ours == pytest.approx(sacrebleu_score(hyps, refs)[0], abs=1e-9)
+
+
 def test_randomization_of_identical_systems_finds_nothing() -> None:
     stats = np.stack([corpus_stats(HYPS, REFS)] * 2)  # [K=2, S, W]
     sig = approximate_randomization(stats, stats, trials=300)
