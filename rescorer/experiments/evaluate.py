@@ -9,15 +9,16 @@ from typing import Any
 import numpy as np
 
 from rescorer.experiments.actions import phrase_table_feature
-from rescorer.experiments.bleu import (
-    approximate_randomization,
-    bleu_from_totals,
-    corpus_stats,
-    sacrebleu_score,
-)
+from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.config import SYSTEMS, Table1Config
 from rescorer.experiments.layout import Context, read_lines
 from rescorer.experiments.models import model_summary
+from rescorer.experiments.significance import (
+    gain_interval,
+    mean_gain,
+    pooled_randomization,
+    shared_coin_randomization,
+)
 from rescorer.experiments.tools import multi_bleu
 from rescorer.moses.ini import read_ini
 
@@ -33,8 +34,20 @@ def _new_weights(weights: dict[str, list[float]], feature: str, base_columns: in
 
 def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict[str, Any]:
     """A system against the baseline: ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
-    sig = approximate_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
-    return {"delta": sig.delta, "p": sig.p_value, "trials": sig.trials}
+    pooled = pooled_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    shared = shared_coin_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    low, high = gain_interval(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    return {
+        "delta": mean_gain(baseline, system),  # every replica of each system
+        "interval": [low, high],
+        "p": pooled.p_value,  # MultEval's test
+        "reached": pooled.reached,
+        "pooled_delta": pooled.delta,
+        "p_shared_coin": shared.p_value,  # our first edition's test
+        "reached_shared_coin": shared.reached,
+        "trials": cfg.trials,
+        "pairs": pooled.replicas,
+    }
 
 
 def evaluate(ctx: Context) -> dict[str, Any]:
@@ -119,7 +132,10 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         "runs": runs,
         "step_seconds": steps,
         "significance": (
-            "approximate randomisation over the K replica pairs (Clark et al. 2011), "
-            f"{cfg.trials} trials, p = (c+1)/(R+1)"
+            "p: MultEval's approximate randomisation (Clark et al. 2011), each system's "
+            "replicas pooled, one coin per (sentence, replica), pooled BLEU; p shared coin (ours): "
+            "one coin per sentence for every replica pair, mean BLEU; both over the first "
+            f"min(K) replica pairs, {cfg.trials} trials, p = (c+1)/(R+1); interval: bootstrap "
+            f"95% of the mean gain over sentences and replicas, {cfg.trials} trials"
         ),
     }

@@ -5,6 +5,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rescorer.experiments.significance import format_p
+
+
+def _p(sig: dict[str, Any] | None, which: str = "") -> str:
+    """A p cell: MultEval's (``which`` empty) or the shared-coin test's (``_shared_coin``)."""
+    if sig is None:
+        return "–"
+    return format_p(sig[f"p{which}"], sig["trials"], sig[f"reached{which}"])
+
+
+def _interval(sig: dict[str, Any] | None) -> str:
+    return "–" if sig is None else f"[{sig['interval'][0]:+.2f}, {sig['interval'][1]:+.2f}]"
+
 
 def _fmt(value: float | None, spec: str = ".2f") -> str:
     return (
@@ -21,11 +34,11 @@ def results_markdown(results: dict[str, Any]) -> str:
         f"Tuner: {results['tuner']}, {cfg['runs']} run(s) per system, tuned on "
         f"{sents['tune']} of {sents['dev']} dev sentences, test {sents['test']} sentences; "
         f"BLEU = sacreBLEU ({results['sacrebleu_signature']}); ± = sample standard deviation "
-        f"over runs; p = {results['significance']}.",
+        f"over runs; {results['significance']}.",
         "",
-        "| system | table lines | dev BLEU | test BLEU | Δ test vs (a) | p (test) | Δ dev vs (a) "
-        "| p (dev) | RNN weight | WP weight |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | table lines | dev BLEU | test BLEU | Δ test vs (a) | 95% interval | p (test) "
+        "| p (test, shared coin) | Δ dev vs (a) | p (dev) | RNN weight | WP weight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in results["systems"]:
         test_sig, dev_sig = s.get("test_vs_a"), s.get("dev_vs_a")
@@ -34,9 +47,8 @@ def results_markdown(results: dict[str, Any]) -> str:
             f"| {_fmt(s['dev_mean'])} ± {_fmt(s['dev_sd'])} "
             f"| {_fmt(s['test_mean'])} ± {_fmt(s['test_sd'])} "
             f"| {_fmt(test_sig['delta'], '+.2f') if test_sig else '–'} "
-            f"| {_fmt(test_sig['p'], '.3f') if test_sig else '–'} "
-            f"| {_fmt(dev_sig['delta'], '+.2f') if dev_sig else '–'} "
-            f"| {_fmt(dev_sig['p'], '.3f') if dev_sig else '–'} "
+            f"| {_interval(test_sig)} | {_p(test_sig)} | {_p(test_sig, '_shared_coin')} "
+            f"| {_fmt(dev_sig['delta'], '+.2f') if dev_sig else '–'} | {_p(dev_sig)} "
             f"| {_fmt(s['rnn_weight_mean'], '.4f')} | {_fmt(s['wp_weight_mean'], '.4f')} |"
         )
     if "dev_rest_mean" in results["systems"][0]:
@@ -56,7 +68,7 @@ def results_markdown(results: dict[str, Any]) -> str:
                 cells += [
                     f"{_fmt(s[f'{part}_mean'])} ± {_fmt(s[f'{part}_sd'])}",
                     _fmt(sig["delta"], "+.2f") if sig else "–",
-                    _fmt(sig["p"], ".3f") if sig else "–",
+                    _p(sig),
                 ]
             lines.append("| " + " | ".join(cells) + " |")
     lines += [
