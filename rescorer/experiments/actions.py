@@ -12,8 +12,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rescorer.constants import TRAIN_STATE_FILE
 from rescorer.experiments.layout import Context, count_lines, read_lines
-from rescorer.experiments.models import model_summary
+from rescorer.experiments.models import sha256_file
 from rescorer.experiments.steps import Step, StepError
 from rescorer.experiments.tools import rescorer_argv
 from rescorer.io.files import write_text
@@ -64,10 +65,10 @@ def train(ctx: Context, step: Step) -> dict[str, Any]:
     argv = rescorer_argv(
         "train", table, "-o", model, "--max-time", str(cfg.train_budget), *cfg.train_args
     )
-    if (model / "train-state.pt").is_file():
+    if (model / TRAIN_STATE_FILE).is_file():
         argv.append("--resume")
     step.run(argv)
-    return {"model": str(model), **model_summary(model)}
+    return {"model": str(model)}
 
 
 def _phrase_table(ctx: Context) -> Path:
@@ -118,6 +119,7 @@ def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
         write_text(out / "a.ini", with_feature_paths(read_ini(str(out / "a.ini")), reordering))
     return {
         "phrase_table": table,
+        "phrase_table_sha256": sha256_file(Path(table)),
         "full_lines": count_lines(Path(table)),
         "filtered_lines": count_lines(out / "phrase-table.gz"),
         "reordering_tables": reordering,

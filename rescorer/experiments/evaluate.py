@@ -12,7 +12,7 @@ from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.config import SYSTEMS, Table1Config
 from rescorer.experiments.layout import Context, read_lines
-from rescorer.experiments.models import model_summary
+from rescorer.experiments.models import read_model
 from rescorer.experiments.significance import (
     gain_interval,
     mean_gain,
@@ -115,9 +115,8 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
         systems.append(entry)
     steps = {name: rec["seconds"] for name, rec in records.items()}
-    model = records["train"] if "train" in records else {"model": str(ctx.model)}
-    if ctx.model is not None:
-        model = {**model, **model_summary(ctx.model)}
+    assert ctx.model is not None
+    model = {"model": str(ctx.model), **read_model(ctx.model).to_json()}
     return {
         "config": {**cfg.recorded(), "runs": cfg.runs, "threads": cfg.threads},
         "tuner": "MERT (mert-moses.pl, mert)" if cfg.tuner == "mert" else "batch MIRA (kbmira)",
@@ -127,6 +126,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             "filtered_lines": records["filter"]["filtered_lines"],
         },
         "model": model,
+        "warnings": ctx.warnings,
         "sacrebleu_signature": signature,
         "systems": systems,
         "runs": runs,

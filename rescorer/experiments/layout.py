@@ -46,6 +46,7 @@ class Context:
     work: WorkDir
     model: Path | None = None
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # for stderr and results.md
 
 
 def count_lines(path: Path) -> int:

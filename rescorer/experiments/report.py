@@ -19,7 +19,18 @@ def _interval(sig: dict[str, Any] | None) -> str:
     return "–" if sig is None else f"[{sig['interval'][0]:+.2f}, {sig['interval'][1]:+.2f}]"
 
 
-def _fmt(value: float | None, spec: str = ".2f") -> str:
+def _model_line(model: dict[str, Any]) -> str:
+    hours = model.get("train_hours")
+    return (
+        f"Model: {model['model']} (weights sha256 {model['weights_sha256']}), direction "
+        f"{model['direction']}, {_fmt(model['updates'], ',')} updates, "
+        f"{_fmt(model['epochs'], '.2f')} epochs, best validation perplexity "
+        f"{_fmt(model['valid_ppl'])} (unigram {_fmt(model['unigram_ppl'])}), "
+        f"{_fmt(hours, '.2f')} h of training to these weights."
+    )
+
+
+def _fmt(value: float | int | None, spec: str = ".2f") -> str:
     return (
         "–"
         if value is None or (isinstance(value, float) and math.isnan(value))
@@ -30,11 +41,15 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 def results_markdown(results: dict[str, Any]) -> str:
     """The summary table and the per-run table of results.json, in Markdown."""
     cfg, sents = results["config"], results["sentences"]
-    lines = [
+    lines = [f"**Warning:** {w}" for w in results.get("warnings", [])]
+    lines += [""] if lines else []
+    lines += [
         f"Tuner: {results['tuner']}, {cfg['runs']} run(s) per system, tuned on "
         f"{sents['tune']} of {sents['dev']} dev sentences, test {sents['test']} sentences; "
         f"BLEU = sacreBLEU ({results['sacrebleu_signature']}); ± = sample standard deviation "
         f"over runs; {results['significance']}.",
+        "",
+        _model_line(results["model"]),
         "",
         "| system | table lines | dev BLEU | test BLEU | Δ test vs (a) | 95% interval | p (test) "
         "| p (test, shared coin) | Δ dev vs (a) | p (dev) | RNN weight | WP weight |",

@@ -25,12 +25,14 @@ results.md (``report``).
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from rescorer.experiments import actions
 from rescorer.experiments.config import TUNED, Table1Config, absolute, check_config, check_work_dir
 from rescorer.experiments.evaluate import evaluate
 from rescorer.experiments.layout import Context, Layout
+from rescorer.experiments.models import model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import WorkDir
 from rescorer.experiments.tools import MosesTools
@@ -55,6 +57,7 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     else:
         ctx.model = cfg.model
     ctx.records["filter"] = step("filter", partial(actions.filter_tables, ctx))
+    _check_model(ctx)
     for name, wp in (("score-rnn", False), ("score-rnn-wp", True)):
         ctx.records[name] = step(name, partial(actions.score, ctx, word_penalty=wp))
     for run in range(1, cfg.runs + 1):  # replica by replica: a cut-short run has whole rows
@@ -72,3 +75,15 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     write_text(cfg.work / "results.md", results_markdown(results))
     ctx.work.say(f"table1: wrote {cfg.work / 'results.json'} and {cfg.work / 'results.md'}")
     return results
+
+
+def _check_model(ctx: Context) -> None:
+    """Warn, before the long steps, when the model may not help this system."""
+    assert ctx.model is not None
+    table = ctx.records["filter"]
+    sha = table.get("phrase_table_sha256")
+    if sha is None:  # a filter step done by an older driver
+        sha = sha256_file(Path(table["phrase_table"]))
+    for warning in model_warnings(read_model(ctx.model), Path(table["phrase_table"]), sha):
+        ctx.warnings.append(warning)
+        ctx.work.say(f"table1: warning: {warning}")

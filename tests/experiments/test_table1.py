@@ -23,6 +23,7 @@ from conftest import MOSES, ROOT, TINY_SYSTEM
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.config import Table1Config, check_config
+from rescorer.experiments.models import read_model, sha256_file
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "table1.py"
@@ -59,6 +60,15 @@ def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model_dir: 
     assert all(s["runs"] == 2 for s in results["systems"])
     assert results["sentences"] == {"dev": 10, "test": 10, "tune": 10}
     assert "| (d) +RNN, top-K table |" in proc.stdout  # results.md printed
+
+    # the tiny model has not learned (validation perplexity above its unigram's): said on
+    # stderr before the tuning, and in results.md and results.json; the model is its weights
+    info = read_model(tiny_model_dir)
+    warning = f"best validation perplexity {info.valid_ppl:.2f} is not clearly below"
+    assert warning in proc.stderr.split("tune-a-1")[0]
+    assert warning in (work / "results.md").read_text()
+    assert len(results["warnings"]) == 1 and warning in results["warnings"][0]
+    assert results["model"]["weights_sha256"] == sha256_file(tiny_model_dir / "model.safetensors")
 
     # the tables: filtered to dev+test, scored with 1 and 2 more columns, pruned for (d)
     assert results["tables"]["full_lines"] == 1414
