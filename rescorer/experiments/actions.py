@@ -12,12 +12,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rescorer.constants import TRAIN_STATE_FILE
+from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
 from rescorer.experiments.layout import Context, count_lines, read_lines
 from rescorer.experiments.models import sha256_file
 from rescorer.experiments.steps import Step, StepError
+from rescorer.experiments.systems import System
 from rescorer.experiments.tools import rescorer_argv
-from rescorer.io.files import write_text
+from rescorer.io.files import open_text, write_text
 from rescorer.moses.ini import (
     MosesIni,
     absolute_paths,
@@ -126,42 +127,52 @@ def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
     }
 
 
-def score(ctx: Context, step: Step, *, word_penalty: bool) -> dict[str, Any]:
-    """`rescorer score` on the filtered table, then `rescorer moses-ini` for (b) or (c)."""
-    assert ctx.model is not None
-    out, filtered = step.folder, ctx.paths.filter
-    suffix = "rnn-wp" if word_penalty else "rnn"
-    table = out / f"phrase-table.{suffix}.gz"
-    flags = ["--word-penalty"] if word_penalty else []
+def _scores_per_line(table: Path) -> int:
+    """The number of scores on a phrase table's first line (0 for an empty table)."""
+    with open_text(str(table)) as lines:
+        for line in lines:
+            fields = line.split(FIELD_SEP)
+            return len(fields[2].split()) if len(fields) > 2 else 0
+    return 0
+
+
+def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
+    """`rescorer score` of the filtered table with the system's models (one ``-m`` each, in
+    order, ``--word-penalty`` last), then `rescorer moses-ini`: the shipped weights and
+    ``--new-weight`` for every new column."""
+    out, filtered = step.folder, ctx.paths.filter / "phrase-table.gz"
+    table, ini = ctx.paths.scored_table(system), ctx.paths.start_ini(system)
+    models = [ctx.models[label].path for label in system.models]
+    step.need(filtered, *models)
+    wp = ["--word-penalty"] if system.word_penalty else []
+    models_argv = [arg for m in models for arg in ("-m", m)]
     step.run(
-        rescorer_argv(
-            "score", filtered / "phrase-table.gz", "-m", ctx.model, "-o", table, "-q",
-            *flags, *ctx.cfg.score_args,
+        rescorer_argv("score", filtered, *models_argv, "-o", table, "-q", *wp, *ctx.cfg.score_args)
+    )
+    added = _scores_per_line(table) - _scores_per_line(filtered)
+    columns = len(models) + len(wp)
+    if added != columns:
+        raise StepError(
+            f"step {step.name}: rescorer score added {added} column(s) for {len(models)} "
+            f"model(s){' and --word-penalty' if wp else ''}, expected {columns}: this rescorer "
+            f"does not score with several -m (rescorer score TABLE -m FWD -m INV); see {step.log}"
         )
-    )  # fmt: skip
-    ini = out / ("c.ini" if word_penalty else "b.ini")
-    weights = [str(ctx.cfg.new_weight)] * (2 if word_penalty else 1)
+    weights = [str(ctx.cfg.new_weight)] * columns
     step.run(
         rescorer_argv(
-            "moses-ini", filtered / "a.ini", "--phrase-table", table, "-o", ini,
+            "moses-ini", ctx.paths.filter / "a.ini", "--phrase-table", table, "-o", ini,
             *(arg for w in weights for arg in ("--new-weight", w)),
         )
     )  # fmt: skip
-    return {"table": str(table), "ini": str(ini), "model": str(ctx.model)}
+    return {"table": str(table), "ini": str(out / ini.name), "models": list(system.models)}
 
 
-def _system_ini(ctx: Context, system: str) -> Path:
-    return {
-        "a": ctx.paths.filter / "a.ini",
-        "b": ctx.paths.root / "score-rnn" / "b.ini",
-        "c": ctx.paths.root / "score-rnn-wp" / "c.ini",
-    }[system]
-
-
-def tune(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
-    """mert-moses.pl in a fresh working directory, with this replica's seed."""
+def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
+    """mert-moses.pl in a fresh working directory, with this replica's seed: MERT (``mert -r``)
+    or batch MIRA (``kbmira --random-seed``, with ``--return-best-dev`` as the Moses manual
+    advises for MIRA, whose last iteration need not be its best)."""
     cfg, tools, prep = ctx.cfg, ctx.tools, ctx.paths.prepare
-    ini = _system_ini(ctx, system)
+    ini = ctx.paths.start_ini(system)
     step.need(ini, prep / "tune.src", prep / "tune.ref")
     seed = cfg.tuner_seed(run)
     argv: list[str | os.PathLike[str]] = [
@@ -170,8 +181,8 @@ def tune(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
         "--working-dir", step.folder / "mert", "--maximum-iterations", str(cfg.max_iterations),
         "--no-filter-phrase-table",
     ]  # fmt: skip
-    if cfg.tuner == "mira":
-        argv += ["--batch-mira", "--batch-mira-args", f"--random-seed {seed}"]
+    if system.tuner == "mira":
+        argv += ["--batch-mira", "--return-best-dev", "--batch-mira-args", f"--random-seed {seed}"]
     else:
         argv += ["--mertmertargs", f"-r {seed} "]  # mert-moses.pl appends "--sctype" unspaced
     step.run(argv, cwd=step.folder)
@@ -186,8 +197,8 @@ def _weights(ini_path: Path) -> dict[str, list[float]]:
     return {k: list(v) for k, v in read_ini(str(ini_path)).weights().items()}
 
 
-def decode(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]:
-    """The real decoder on dev and test with the tuned ini."""
+def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
+    """The real decoder on dev and test with the tuned (or pruned) ini."""
     cfg, prep = ctx.cfg, ctx.paths.prepare
     ini = ctx.paths.decode_ini(system, run)
     step.need(ini)
@@ -209,16 +220,18 @@ def decode(ctx: Context, step: Step, *, system: str, run: int) -> dict[str, Any]
     return {"ini": str(ini), "lines": lines}
 
 
-def prune(ctx: Context, step: Step, *, run: int) -> dict[str, Any]:
+def prune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
     """(d): the +RNN table cut to the top K per source by (b)'s tuned score (`filter --top-k`)."""
-    tuned = ctx.paths.tuned_ini("b", run)
-    table = ctx.paths.root / "score-rnn" / "phrase-table.rnn.gz"
+    assert system.pruned_from is not None
+    tuned = ctx.paths.tuned_ini(system.pruned_from, run)
+    table = ctx.paths.scored_table(ctx.system(system.pruned_from))
     step.need(tuned, table)
     pruned = step.folder / "phrase-table.gz"
+    ini = ctx.paths.pruned_ini(system.key, run)
     step.run(
         rescorer_argv(
             "filter", table, "--top-k", str(ctx.cfg.top_k), "--weights", tuned,
-            "--ini-out", step.folder / "d.ini", "-o", pruned,
+            "--ini-out", ini, "-o", pruned,
         )
     )  # fmt: skip
-    return {"table_lines": count_lines(pruned), "ini": str(step.folder / "d.ini")}
+    return {"table_lines": count_lines(pruned), "ini": str(ini)}

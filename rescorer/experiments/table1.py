@@ -1,40 +1,57 @@
-"""The paper's Table 1 on a real Moses system: does the RNN column raise BLEU after tuning?
+"""The paper's Table 1 on a real Moses system: does the RNN column raise BLEU after tuning, and
+does the gain grow as the model learns?
 
 Cho et al. (2014), Table 1: a tuned phrase-based baseline against the same system with the RNN
 Encoder-Decoder's log p(target|source) as one more phrase-table feature (+RNN), and with the
-paper's word penalty for out-of-shortlist words (+RNN+WP). We add (d): the +RNN table pruned to
-the top K targets per source by (b)'s tuned log-linear score, decoded with those weights.
+paper's word penalty for out-of-shortlist words (+RNN+WP). The second edition runs, in one work
+folder, the systems of :mod:`rescorer.experiments.systems`: (b) once per model snapshot (the
+learning curve, ``curve.png``), (c) and (d) with the best snapshot, (e) with an inverse-direction
+model's column too, and (a) and the best (b) again with batch MIRA.
 
-Every system is tuned K times (mert-moses.pl, fresh working directory, a recorded seed each) and
-then decodes dev and test; BLEU is sacreBLEU's (``--tokenize none``) and multi-bleu.perl's, and
-each system is tested against the baseline by approximate randomisation over the replicas
-(:mod:`rescorer.experiments.bleu`). Each step runs in its own folder of the work directory and
+Every tuned system is tuned K times (mert-moses.pl, fresh working directory, a recorded seed
+each) from the same start on the same dev sentences, then decodes dev and test; BLEU is
+sacreBLEU's (``--tokenize none``) and multi-bleu.perl's, and each system is tested against its
+baseline over the replicas (:mod:`rescorer.experiments.significance`). Before the long steps the
+driver warns when a model has not clearly learned or was trained on another table
+(:mod:`rescorer.experiments.models`). Each step runs in its own folder of the work directory and
 is skipped once complete (:mod:`rescorer.experiments.steps`), so a killed run goes on where it
-stopped. The rescorer parts run as ``python -m rescorer`` subprocesses, exactly the commands a
-user types; Moses' decoder, tuner and BLEU script are the real ones.
+stopped, and a later snapshot or more runs extend the same folder. The rescorer parts run as
+``python -m rescorer`` subprocesses, exactly the commands a user types; Moses' decoder, tuners
+and BLEU script are the real ones.
 
 System folder (like ``../shared/data/en-fr``): ``moses.ini`` (relative paths resolved against
 its folder), the tables and LM it names, ``dev.SRC dev.TGT test.SRC test.TGT``.
 
 This module runs the steps in order; the rest lives beside it: the settings (``config``), the
-commands of Moses and rescorer (``tools``), the work folder (``layout``), the steps (``actions``),
-what a model directory says (``models``), the evaluation (``evaluate``, ``bleu``) and
-results.md (``report``).
+systems (``systems``), the commands of Moses and rescorer (``tools``), the work folder
+(``layout``), the steps (``actions``), what a model directory says (``models``), the evaluation
+(``evaluate``, ``bleu``, ``significance``), results.md (``report``) and the curve (``curve``).
 """
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from rescorer.errors import RescorerError
 from rescorer.experiments import actions
-from rescorer.experiments.config import TUNED, Table1Config, absolute, check_config, check_work_dir
+from rescorer.experiments.config import (
+    TRAINED_LABEL,
+    Table1Config,
+    absolute,
+    check_config,
+    check_work_dir,
+    model_label,
+)
+from rescorer.experiments.curve import write_curve
 from rescorer.experiments.evaluate import evaluate
 from rescorer.experiments.layout import Context, Layout
 from rescorer.experiments.models import model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import WorkDir
+from rescorer.experiments.systems import Model, plan
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.files import write_json, write_text
 
@@ -47,43 +64,88 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     tools = MosesTools(cfg.moses.resolve())
     tools.check()
     cfg = absolute(cfg)
-    check_work_dir(cfg)
     ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
+    for path in cfg.models:
+        _add_model(ctx, path, "forward", "--model")
+    if cfg.inverse_model is not None:
+        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
+    check_work_dir(cfg, {label: info.weights_sha256 for label, info in ctx.infos.items()})
     step = ctx.work.step
     ctx.records["prepare"] = step("prepare", partial(actions.prepare, ctx))
     if cfg.train_budget is not None:
         ctx.records["train"] = step("train", partial(actions.train, ctx), keep_partial=True)
-        ctx.model = cfg.work / "train" / "model"
-    else:
-        ctx.model = cfg.model
+        _add_model(ctx, Path(ctx.records["train"]["model"]), "forward", "--train", TRAINED_LABEL)
+        check_work_dir(cfg, {TRAINED_LABEL: ctx.infos[TRAINED_LABEL].weights_sha256})
     ctx.records["filter"] = step("filter", partial(actions.filter_tables, ctx))
-    _check_model(ctx)
-    for name, wp in (("score-rnn", False), ("score-rnn-wp", True)):
-        ctx.records[name] = step(name, partial(actions.score, ctx, word_penalty=wp))
-    for run in range(1, cfg.runs + 1):  # replica by replica: a cut-short run has whole rows
-        for system in TUNED:
-            name = f"tune-{system}-{run}"
-            ctx.records[name] = step(name, partial(actions.tune, ctx, system=system, run=run))
-            name = f"decode-{system}-{run}"
+    _warn_about_models(ctx)
+    ctx.best = cfg.best or _best_model(ctx)
+    why = "--best" if cfg.best else "the lowest validation perplexity; --best LABEL to choose"
+    ctx.work.say(f"table1: the best model, for (c), (d), (e) and MIRA: {ctx.best} ({why})")
+    ctx.systems = plan(cfg, list(ctx.models.values()), ctx.best)
+    for system in ctx.systems:
+        name = system.score_step
+        if name is not None and name not in ctx.records:
+            ctx.records[name] = step(name, partial(actions.score, ctx, system=system))
+    for run in range(1, max(s.runs for s in ctx.systems) + 1):
+        # replica by replica: a cut-short run has whole rows
+        for system in ctx.systems:
+            if run > system.runs:
+                continue
+            name = f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
+            action = actions.tune if system.tuned else actions.prune
+            ctx.records[name] = step(name, partial(action, ctx, system=system, run=run))
+            name = f"decode-{system.key}-{run}"
             ctx.records[name] = step(name, partial(actions.decode, ctx, system=system, run=run))
-        name = f"prune-d-{run}"
-        ctx.records[name] = step(name, partial(actions.prune, ctx, run=run))
-        name = f"decode-d-{run}"
-        ctx.records[name] = step(name, partial(actions.decode, ctx, system="d", run=run))
     results = evaluate(ctx)
+    png = cfg.work / "curve.png"
+    png.unlink(missing_ok=True)
+    problem = write_curve(results, png)
+    if problem is not None:
+        ctx.work.say(f"table1: warning: {problem}")
+        results["warnings"].append(problem)
+    results["curve"] = png.name if png.is_file() else None
     write_json(cfg.work / "results.json", results)
     write_text(cfg.work / "results.md", results_markdown(results))
     ctx.work.say(f"table1: wrote {cfg.work / 'results.json'} and {cfg.work / 'results.md'}")
     return results
 
 
-def _check_model(ctx: Context) -> None:
-    """Warn, before the long steps, when the model may not help this system."""
-    assert ctx.model is not None
+def _add_model(
+    ctx: Context, path: Path, direction: str, option: str, label: str | None = None
+) -> None:
+    """Read a model directory (refused when it is none, or of the other direction)."""
+    try:
+        info = read_model(path)
+    except RescorerError as exc:
+        raise RescorerError(f"{option} {path}: {exc}") from None
+    if info.direction != direction:
+        article = {"forward": "a forward", "inverse": "an inverse"}
+        how = "--direction inverse" if direction == "inverse" else "without --direction"
+        raise RescorerError(
+            f"{option} {path}: {article[info.direction]}-direction model; expected "
+            f"{article[direction]} one (rescorer train {how})"
+        )
+    label = label or model_label(path)
+    ctx.models[label] = Model(label, path, direction)
+    ctx.infos[label] = info
+
+
+def _warn_about_models(ctx: Context) -> None:
+    """Warn, before the long steps, when a model may not help this system."""
     table = ctx.records["filter"]
-    sha = table.get("phrase_table_sha256")
-    if sha is None:  # a filter step done by an older driver
-        sha = sha256_file(Path(table["phrase_table"]))
-    for warning in model_warnings(read_model(ctx.model), Path(table["phrase_table"]), sha):
-        ctx.warnings.append(warning)
-        ctx.work.say(f"table1: warning: {warning}")
+    sha = table.get("phrase_table_sha256") or sha256_file(Path(table["phrase_table"]))
+    for info in ctx.infos.values():
+        for warning in model_warnings(info, Path(table["phrase_table"]), sha):
+            ctx.warnings.append(warning)
+            ctx.work.say(f"table1: warning: {warning}")
+
+
+def _best_model(ctx: Context) -> str:
+    """The forward model of the lowest validation perplexity (the last one given on a tie)."""
+    forward = [label for label, m in ctx.models.items() if m.direction == "forward"]
+
+    def ppl(label: str) -> float:
+        value = ctx.infos[label].valid_ppl
+        return math.inf if value is None else value
+
+    return min(reversed(forward), key=ppl)
