@@ -63,9 +63,10 @@ def train_seconds(records: list[dict[str, Any]], update: int | None) -> tuple[fl
     """Training time in a log: (to the checkpoint of ``update``, of every session).
 
     ``time`` restarts in each session (``--resume``): a record whose time or update goes back
-    starts a new one. Every session counts up to its last checkpoint (a record with ``best``;
-    the next session resumes from there, what came after it was done again); the total counts
-    every session to its last record. Both include each session's start (reading the data)
+    starts a new one (a progress record and a checkpoint share their update and time). Every
+    session counts up to its last checkpoint (a record with ``best``; the next session resumes
+    from there, what came after it was done again); the total counts every session to its last
+    record. Both include each session's start (reading the data)
     and its validations, as the log's times do.
     """
     sessions: list[list[dict[str, Any]]] = []
@@ -74,7 +75,7 @@ def train_seconds(records: list[dict[str, Any]], update: int | None) -> tuple[fl
         t, u = record.get("time"), record.get("update")
         if not isinstance(t, (int, float)) or not isinstance(u, int):
             continue
-        if last_time is None or t < last_time or (last_update is not None and u <= last_update):
+        if last_time is None or t < last_time or (last_update is not None and u < last_update):
             sessions.append([])
         sessions[-1].append(record)
         last_time, last_update = t, u

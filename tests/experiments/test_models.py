@@ -46,7 +46,9 @@ def test_training_time_over_resumed_sessions() -> None:
     """Three sessions: the second was killed after its checkpoint at update 300 and resumed
     there; the best weights are from update 400, in the third."""
     log = [
+        {"update": 100, "time": 50.0, "train_loss": 5.0},  # each checkpoint after its record
         {"update": 100, "time": 50.0, "best": True, "valid_ppl": 90.0},
+        {"update": 200, "time": 100.0, "train_loss": 4.0},
         {"update": 200, "time": 100.0, "best": True, "valid_ppl": 80.0},
         {"update": 250, "time": 130.0},  # killed here: the next session resumes at 200
         {"update": 300, "time": 40.0, "best": True, "valid_ppl": 70.0},
