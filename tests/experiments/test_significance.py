@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import DEV13_NBEST, TINY_SYSTEM
 
+from rescorer.experiments import significance
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sentence_stats
 from rescorer.experiments.significance import (
     format_p,
@@ -151,3 +152,20 @@ def test_a_difference_no_trial_reaches_is_printed_as_below_one_over_r_plus_one()
     assert sig.p_value == 1 / 1000
     assert format_p(sig.p_value, sig.trials, sig.reached) == "< 1/1000"
     assert format_p(0.25, 999, 249) == "0.250"
+
+
+def test_float32_sums_give_the_float64_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trials' sums are integers: float32 (used while every sum is exact) changes nothing."""
+    rng = np.random.default_rng(6)
+    base, ours = draw(rng, 3, 40), draw(rng, 2, 40, best=20)
+    fast = [
+        pooled_randomization(base, ours, trials=700, seed=4),
+        shared_coin_randomization(base, ours, trials=700, seed=4),
+        gain_interval(base, ours, trials=700, seed=4),
+    ]
+    monkeypatch.setattr(significance, "EXACT_FLOAT32", 0)  # every sum in float64
+    assert fast == [
+        pooled_randomization(base, ours, trials=700, seed=4),
+        shared_coin_randomization(base, ours, trials=700, seed=4),
+        gain_interval(base, ours, trials=700, seed=4),
+    ]
