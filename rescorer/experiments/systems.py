@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rescorer.experiments.config import TRAINED_LABEL, Table1Config, model_label
+from rescorer.experiments.config import Table1Config
 
 TUNERS = {"mert": "MERT (mert-moses.pl, mert)", "mira": "batch MIRA (mert-moses.pl, kbmira)"}
 
@@ -99,7 +99,3 @@ def plan(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
             ),
         ]  # fmt: skip
     return systems
-
-
-def forward_labels(cfg: Table1Config) -> list[str]:
-    return [model_label(p) for p in cfg.models] or [TRAINED_LABEL]
