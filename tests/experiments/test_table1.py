@@ -348,7 +348,7 @@ def test_a_work_dir_made_with_other_settings_or_weights_is_refused(
 def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     work = tmp_path / "work"
     argv = [
-        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "20s", "--work", str(work),
+        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "5m", "--work", str(work),
         "--moses", str(MOSES), "--runs", "1", "--runs-c", "0", "--max-iterations", "1",
         "--trials", "100", "--score-args", "--compile no", "--dev-lines", "6",
         "--train-args", "--hidden-size 8 --embed-size 6 --maxout-units 5 --src-vocab-size 200 "
