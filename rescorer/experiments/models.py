@@ -21,11 +21,12 @@ from typing import Any
 from rescorer.constants import CONFIG_FILE, PROVENANCE_FILE, TRAIN_LOG_FILE, WEIGHTS_FILE
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.files import open_text, read_json_object
+from rescorer.verdict import LEARNED_RATIO
 
 # A model has "clearly" learned when its best validation perplexity is at most half its unigram
 # model's: at least ln 2 = 0.69 nats per predicted word better than word frequencies alone. The
 # first edition's 1-hour model was at 6.6 against 323; a model at 425 against 303 cost 0.87 BLEU.
-CLEARLY_BELOW = 0.5
+CLEARLY_BELOW = LEARNED_RATIO  # the verdict of train and info (rescorer/verdict.py)
 DIRECTIONS = ("forward", "inverse")
 
 

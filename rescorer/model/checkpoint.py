@@ -31,7 +31,7 @@ from rescorer.errors import RescorerError
 from rescorer.io import files
 from rescorer.io.files import write_json
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
-from rescorer.model.verdict import training_verdict
+from rescorer.verdict import training_verdict
 from rescorer.vocab import Vocab
 
 __all__ = [

@@ -41,7 +41,6 @@ from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import InputMeter, display_name, gzip_member, gzip_text_size, open_binary
 from rescorer.io.progress import Progress
-from rescorer.model.verdict import coverage_warning, unlearned_warning
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
     ScoreConfig,
@@ -73,6 +72,7 @@ from rescorer.score.stages import (
     num_scores_of,
     parse_chunk,
 )
+from rescorer.verdict import coverage_warning, unlearned_warning
 
 
 def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
