@@ -30,6 +30,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -56,6 +57,7 @@ from rescorer.score.output import (
     model_fingerprint,
     same_file,
 )
+from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
@@ -73,6 +75,7 @@ from rescorer.score.stages import (
     num_scores_of,
     parse_chunk,
 )
+from rescorer.verdict import coverage_warning, unlearned_warning
 
 
 def score_table(
@@ -102,6 +105,20 @@ def score_table(
     if not model_dirs:
         raise RescorerError("score: no model given (-m)")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+    for folder, m in zip(model_dirs, loaded, strict=True):
+        unlearned = unlearned_warning(m.provenance, folder)
+        if unlearned:
+            print(f"rescorer score: {unlearned}", file=sys.stderr)
+
+    def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+        def coverage(inside: int, pairs: int) -> bool:
+            message = coverage_warning(provenance, folder, inside, pairs)
+            if message:
+                print(f"rescorer score: {message}", file=sys.stderr)
+            return message is not None
+
+        return coverage
+
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
@@ -220,6 +237,7 @@ def score_table(
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
+                [coverage_of(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -257,8 +275,12 @@ def _run(
     progress: Callable[[], None],
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
+    coverage: Sequence[Callable[[int, int], bool]] = (),
 ) -> None:
-    """Parse ahead in the pool, score in order, format in the pool, write in order."""
+    """Parse ahead in the pool, score in order, format in the pool, write in order.
+    ``coverage[k]`` hears of model k's pairs inside its shortlists until it has warned."""
+    warn: list[Callable[[int, int], bool] | None] = list(coverage)
+    inside = [0] * len(scorers)  # pairs inside each model's shortlists
     gz_level = config.compresslevel if out.endswith(".gz") else None
     workers = config.workers
     assert isinstance(workers, int)  # score_table resolved "auto" to a count
@@ -309,6 +331,12 @@ def _run(
             raise InputError(name, lineno, message)
         logp = _score_models(scorers, parsed)  # (N,) or (N,M)
         stats.pairs_scored += len(logp)
+        for k, pairs in enumerate(parsed.pairs):
+            inside[k] += pairs_inside_shortlists(pairs)
+            callback = warn[k] if k < len(warn) else None
+            if callback is not None and callback(inside[k], stats.pairs_scored):
+                warn[k] = None  # warned once
+        stats.pairs_inside = inside[0]  # the first model's
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
