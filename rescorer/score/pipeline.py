@@ -208,7 +208,7 @@ def score_table(
                 pool = multiprocessing.get_context("spawn").Pool(
                     workers,
                     initializer=init_worker,
-                    initargs=(sides, True),
+                    initargs=(sides, None, True),
                 )
             finally:
                 signal.signal(signal.SIGINT, handler)
@@ -331,7 +331,7 @@ def _run(
             raise InputError(name, lineno, message)
         logp = _score_models(scorers, parsed)  # (N,) or (N,M)
         stats.pairs_scored += len(logp)
-        for k, pairs in enumerate(parsed.pairs):
+        for k, pairs in enumerate(parsed.by_model):
             inside[k] += pairs_inside_shortlists(pairs)
             callback = warn[k] if k < len(warn) else None
             if callback is not None and callback(inside[k], stats.pairs_scored):
@@ -340,7 +340,7 @@ def _run(
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
-        parsed.pairs, parsed.orders = [], []  # only what the writer needs stays in memory
+        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
         formatting.append((result, parsed))
         write_ready(limit=max(1, workers))
     write_ready(limit=0)
@@ -349,7 +349,7 @@ def _run(
 def _score_models(scorers: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
     """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order."""
     columns = []
-    for scorer, pairs, order in zip(scorers, parsed.pairs, parsed.orders, strict=True):
+    for scorer, pairs, order in zip(scorers, parsed.by_model, parsed.orders, strict=True):
         logp = scorer.score(pairs)  # (N,) in the model's pair order
         if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
             in_lines = np.empty_like(logp)

@@ -52,12 +52,19 @@ def word_penalty_model(models: Sequence[ModelSides]) -> int:
 _models: list[ModelSides] | None = None
 
 
-def init_worker(models: Sequence[ModelSides], in_pool: bool = False) -> None:
-    """The worker's models' shortlists. A pool worker ignores SIGINT: Ctrl-C reaches the whole
-    process group, and the parent alone handles it (keeps OUT.partial, terminates the pool);
-    a worker interrupted inside the pool's queue lock would leave the parent hanging."""
+def init_worker(
+    models: Sequence[ModelSides] | Vocab, tgt_vocab: Vocab | None = None, in_pool: bool = False
+) -> None:
+    """The worker's models' shortlists: a list of ModelSides, or one forward model's source and
+    target shortlists (as the benchmarks call it). A pool worker ignores SIGINT: Ctrl-C reaches
+    the whole process group, and the parent alone handles it (keeps OUT.partial, terminates the
+    pool); a worker interrupted inside the pool's queue lock would leave the parent hanging."""
     global _models
-    _models = list(models)
+    if isinstance(models, Vocab):
+        assert tgt_vocab is not None
+        _models = [ModelSides(models, tgt_vocab)]
+    else:
+        _models = list(models)
     if in_pool:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -70,12 +77,17 @@ class ParsedChunk:
     lines_in: int
     lines: list[bytes]  # good lines without newline
     cuts: list[int]  # byte offset of the end of each good line's score field
-    pairs: list[GroupedPairs]  # one per model, in its direction
+    by_model: list[GroupedPairs]  # one per model, in its direction
     orders: list[np.ndarray | None]  # per model: None (line order) or (N,) the line of each pair
     unk: np.ndarray  # (N,) int32 target words outside the shortlist (word_penalty_model's)
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
     chunk_sha256: str = ""  # of the chunk's input bytes
+
+    @property
+    def pairs(self) -> GroupedPairs:
+        """The first model's pairs (what a one-model caller reads)."""
+        return self.by_model[0]
 
 
 def parse_chunk(

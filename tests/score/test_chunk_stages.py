@@ -35,7 +35,7 @@ def parse_both(chunk: Chunk, num_scores: int | None) -> tuple[ParsedChunk, Parse
 def assert_same(a: ParsedChunk, b: ParsedChunk) -> None:
     for f in fields(ParsedChunk):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "pairs":
+        if f.name == "by_model":
             assert len(x) == len(y)
             for p, q in zip(x, y, strict=True):
                 for g in fields(p):
@@ -69,7 +69,7 @@ def test_the_bulk_path_parses_a_real_chunk_as_the_line_parser_does(slice_chunk: 
     bulk, by_line = parse_both(slice_chunk, 4)
     assert_same(bulk, by_line)
     assert bulk.lines_in == 2090 and int(bulk.unk.sum()) > 100
-    forward, inverse = bulk.pairs
+    forward, inverse = bulk.by_model
     assert len(forward.src_off) - 1 < forward.num_pairs  # sources are shared
     # The inverse model's pairs are grouped by target: each distinct target phrase once.
     targets = [e.tgt for e in read_table(str(SLICE))]
