@@ -105,13 +105,17 @@ def score_table(
     if not model_dirs:
         raise RescorerError("score: no model given (-m)")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
-    for folder, m in zip(model_dirs, loaded, strict=True):
-        unlearned = unlearned_warning(m.provenance, folder)
-        if unlearned:
-            print(f"rescorer score: {unlearned}", file=sys.stderr)
 
     def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+        """The model's warnings, given once the first chunk has been scored (an input that is
+        refused outright gets its one error line and nothing else)."""
+        unlearned = unlearned_warning(provenance, folder)
+
         def coverage(inside: int, pairs: int) -> bool:
+            nonlocal unlearned
+            if unlearned:
+                print(f"rescorer score: {unlearned}", file=sys.stderr)
+                unlearned = None
             message = coverage_warning(provenance, folder, inside, pairs)
             if message:
                 print(f"rescorer score: {message}", file=sys.stderr)
