@@ -36,7 +36,13 @@ def _load(model_dir: str, device: str) -> LoadedModel:
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
-    return load_model_dir(model_dir, resolve_device(device))
+    loaded = load_model_dir(model_dir, resolve_device(device))
+    if loaded.direction != "forward":  # the analyses read table pairs as (source, target)
+        raise RescorerError(
+            f"{model_dir}: an {loaded.direction}-direction model; sample, compare and plot show"
+            " p(target | source) and take forward models only (for now)"
+        )
+    return loaded
 
 
 def _phrases(phrases: Sequence[str], input_path: str | None) -> list[str]:
