@@ -73,6 +73,11 @@ def parse_workers(value: str) -> int | str:
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --resume: replace a complete OUT whose manifest names another model.",
+)
+@click.option(
     "--compress-level",
     default=SCORE.compresslevel,
     type=click.IntRange(0, 9),

@@ -52,7 +52,8 @@ from rescorer.score.output import (
     Resume,
     input_fingerprint,
     model_fingerprint,
-    same_file,
+    refuse_clobber,
+    score_files,
 )
 from rescorer.score.pairs import GroupedPairs
 from rescorer.score.profile import Phases, nothing
@@ -85,9 +86,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
     regular = table != "-" and os.path.isfile(table)  # stdin, a FIFO, <(...) can be read once
-    for flag, path in (("-o", out), ("--skip-bad-lines", config.skip_bad_lines)):
-        if regular and path not in (None, "-") and same_file(table, str(path)):
-            raise RescorerError(f"{flag} {path} is the input table itself: write elsewhere")
+    refuse_clobber([("input table", table)], score_files(out, config.skip_bad_lines))
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)
@@ -136,7 +135,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         if config.resume and manifest is not None and finished_shard(output, manifest, stats):
             output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
             return stats
-        resume = output.load_resume(fresh) if config.resume else fresh
+        resume = output.load_resume(fresh, table, config.force) if config.resume else fresh
     except BaseException:
         output.unlock()
         raise
@@ -208,6 +207,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
+                model_dir,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -245,6 +245,7 @@ def _run(
     progress: Callable[[], None],
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
+    model_dir: str = "the model",
 ) -> None:
     """Parse ahead in the pool, score in order, format in the pool, write in order."""
     gz_level = config.compresslevel if out.endswith(".gz") else None
@@ -296,6 +297,8 @@ def _run(
             lineno, message, _ = parsed.bad[0]
             raise InputError(name, lineno, message)
         logp = scorer.score(parsed.pairs)
+        if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
+            raise _non_finite(logp, parsed, name, model_dir, stats.precision)
         stats.pairs_scored += len(logp)
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
@@ -304,6 +307,22 @@ def _run(
         formatting.append((result, parsed))
         write_ready(limit=max(1, workers))
     write_ready(limit=0)
+
+
+def _non_finite(
+    logp: np.ndarray, parsed: ParsedChunk, name: str, model_dir: str, precision: str
+) -> RescorerError:
+    """The error for the first pair whose score is nan or inf: the model, the line, the pair."""
+    i = int(np.flatnonzero(~np.isfinite(logp))[0])
+    lineno = parsed.first_line + i
+    for bad_line in sorted(b[0] for b in parsed.bad):  # good line i sits after these
+        if bad_line <= lineno:
+            lineno += 1
+    line = parsed.lines[i][:200].decode("utf-8", "replace")
+    return RescorerError(
+        f"{model_dir}: the model scores {name}:{lineno} as {logp[i]} in {precision}, not a "
+        f"finite log probability (weights that overflow?); the line: {line}"
+    )
 
 
 _EMPTY_PAIRS = GroupedPairs(
