@@ -20,6 +20,7 @@ from typing import IO, Any
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
 from rescorer.io.files import read_json, write_json
+from rescorer.io.schema import schema_problem
 from rescorer.score.config import ScoreStats
 from rescorer.score.shards import manifest_path, write_manifest
 
@@ -394,31 +395,9 @@ RECORD_SCHEMA: dict[str, Any] = {
 }
 
 
-_JSON_TYPES = {
-    dict: "an object",
-    list: "an array",
-    str: "a string",
-    int: "an integer",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
-
-
 def _record_problem(state: Any) -> str | None:
-    """What is wrong with a progress record (RECORD_SCHEMA), in a few words, or None."""
-    import jsonschema  # type: ignore[import-untyped,unused-ignore]
-
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft202012Validator(RECORD_SCHEMA).iter_errors(state)
-    )
-    if error is None:
-        return None
-    where = "/".join(str(p) for p in error.absolute_path) or "the record"
-    if error.validator == "type":  # the message would quote the whole value
-        found = _JSON_TYPES.get(type(error.instance), type(error.instance).__name__)
-        return f"{where}: expected {error.validator_value}, found {found}"
-    return f"{where}: {error.message[:120]}"
+    problem = schema_problem(state, RECORD_SCHEMA)
+    return problem.replace("the file", "the record", 1) if problem else None
 
 
 def _options_differ(old: Any, new: Any) -> str:
