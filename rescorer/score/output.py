@@ -70,7 +70,9 @@ def file_id(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def refuse_clobber(inputs: Sequence[tuple[str, str]], outputs: Sequence[tuple[str, str]]) -> None:
+def refuse_clobber(
+    inputs: Sequence[tuple[str, str | None]], outputs: Sequence[tuple[str, str | None]]
+) -> None:
     """Refuse, before anything is touched, a run that would write, truncate, replace or remove
     one of its own inputs: ``inputs`` and ``outputs`` are (what, path) pairs, compared by
     device and inode after resolving links (a symlink, a hard link, ``./x`` all count), and
@@ -80,10 +82,12 @@ def refuse_clobber(inputs: Sequence[tuple[str, str]], outputs: Sequence[tuple[st
     score-nbest, moses-ini)."""
     seen: dict[tuple[int, int], tuple[str, str]] = {}
     for what, path in inputs:
-        ident = file_id(path)
+        ident = file_id(path) if path is not None else None
         if ident is not None and path is not None:
             seen.setdefault(ident, (what, path))
     for what, path in outputs:
+        if path is None or path == "-":  # stdout
+            continue
         ident = file_id(path)
         if ident is None:
             continue
