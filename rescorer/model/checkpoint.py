@@ -33,6 +33,7 @@ from rescorer.io import files
 from rescorer.io.files import write_json
 from rescorer.io.schema import schema_problem
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
+from rescorer.verdict import training_verdict
 from rescorer.vocab import Vocab
 
 __all__ = [
@@ -272,6 +273,8 @@ def describe_model_dir(folder: str | Path) -> str:
         lines += [f"  {k}: {v}" for k, v in data["train"].items()]
     lines.append("provenance:")
     lines += _flatten(provenance, indent=1)
+    verdict = training_verdict(provenance)
+    lines.append(f"verdict: {verdict.text if verdict else 'unknown (trained without validation)'}")
     weights = folder / WEIGHTS_FILE
     lines.append(f"weights: {weights.name} ({'present' if weights.is_file() else 'MISSING'})")
     return "\n".join(lines)
