@@ -126,6 +126,12 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
+    if table == "-" and sys.stdin.isatty():  # not waiting without a word
+        click.echo(
+            "rescorer score: reading the phrase table from standard input (type it, or end "
+            "it with Ctrl-D; give a file name instead of - to score a file)",
+            err=True,
+        )
     try:
         stats = score_table(table, model_dir, out, config)
     except KeyboardInterrupt:
@@ -138,6 +144,8 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
                 err=True,
             )
         sys.exit(130)
+    if stats.lines_in == 0 and not stats.already_done:
+        click.echo(f"rescorer: warning: {table}: empty input; {out} has no lines", err=True)
     if stats.already_done:
         if not config.quiet:
             click.echo(

@@ -320,3 +320,44 @@ def test_score_cli_force_option(tmp_path: Path, model_dir: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "nothing to resume" in result.output
+
+
+# --- issue 27 item 6: say what is happening -------------------------------------------------
+
+
+def test_an_empty_input_warns(tmp_path: Path, model_dir: Path) -> None:
+    table = tmp_path / "empty.txt"
+    table.write_bytes(b"")
+    out = tmp_path / "o.txt"
+    result = CliRunner().invoke(
+        cli, ["score", str(table), "-m", str(model_dir), "-o", str(out), "--device", "cpu"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"warning: {table}: empty input; {out} has no lines" in result.output
+    assert out.read_bytes() == b""
+
+
+def test_stdin_at_a_terminal_says_it_is_read(tmp_path: Path, model_dir: Path) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", "score", "-", "-m", str(model_dir),
+         "-o", str(tmp_path / "o.txt"), "--device", "cpu", "-q"],
+        stdin=slave, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    os.close(slave)
+    for _ in range(600):  # Ctrl-D ends one read at a terminal; the reader may read again
+        os.write(master, b"\x04")
+        try:
+            proc.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    _, err = proc.communicate(timeout=10)
+    os.close(master)
+    assert proc.returncode == 0, err
+    assert "reading the phrase table from standard input" in err.decode()
