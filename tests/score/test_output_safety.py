@@ -248,7 +248,7 @@ def edit_record(out: Path, change: object) -> None:
         ),
         (lambda s: {k: v for k, v in s.items() if k != "out_bytes"}, "'out_bytes' is a required"),
         (lambda s: {**s, "stats": []}, "stats: expected object, found an array"),
-        (lambda s: {**s, "out_bytes": -3}, "out_bytes: -3 is less than the minimum"),
+        (lambda s: {**s, "out_bytes": -3}, "out_bytes: -3 is below the smallest allowed, 0"),
         (lambda s: [s], "record: the record: expected object, found an array"),
         (lambda s: {**s, "run": None}, "run: expected object, found null"),
         (lambda s: {**s, "tail_sha256": 7}, "tail_sha256: expected string, found an integer"),
