@@ -47,7 +47,9 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
           -o model/moses.rnn.ini
     """
     from rescorer.moses.ini import write_scored_ini
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
     update = write_scored_ini(ini, table, out, weights=weights, feature_name=opts["feature_name"])
     f = update.feature
     say(
@@ -82,7 +84,12 @@ def combine(
       rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
     """
     from rescorer.moses.combine import combine_table
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber(
+        [("input table", table), ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
+        [("-o", out)],
+    )
     weights = weight_spec(**opts).require()
     stats = combine_table(
         table, out, weights, column_only=column_only, progress_every=0 if quiet else progress_every
@@ -138,6 +145,13 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out = opts.pop("ini_in"), opts.pop("ini_out")
+    from rescorer.score.output import refuse_clobber
+
+    refuse_clobber(
+        [("input table", table), ("--input", config.input_path), ("--moses-ini", ini_in),
+         ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
+        [("-o", out), ("--ini-out", ini_out)],
+    )  # fmt: skip
     weights = weight_spec(**opts)
     if config.top_k is not None:
         weights.require()
@@ -167,7 +181,13 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
           -o -
     """
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber(
+        [("n-best list", nbest), ("--weights", ini), ("--decoded-with", opts["decoded_with"])]
+        + [("--feature-file", f) for f in opts["feature_file"]],
+        [("-o", out)],
+    )
     weights = weight_spec(ini, overrides).require().weights()
     decoded_with = weight_spec(opts["decoded_with"], ()).weights() if opts["decoded_with"] else None
     config = RerankConfig(weights, decoded_with, opts["feature_file"], opts["nbest_out"])

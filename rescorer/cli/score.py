@@ -84,6 +84,11 @@ def parse_workers(value: str) -> int | str:
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --resume: replace a complete OUT whose manifest names another model.",
+)
+@click.option(
     "--compress-level",
     default=SCORE.compresslevel,
     type=click.IntRange(0, 9),
@@ -141,6 +146,12 @@ def score(
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
+    if table == "-" and sys.stdin.isatty():  # not waiting without a word
+        click.echo(
+            "rescorer score: reading the phrase table from standard input (type it, or end "
+            "it with Ctrl-D; give a file name instead of - to score a file)",
+            err=True,
+        )
     try:
         stats = score_table(table, list(model_dirs), out, config)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (common.Terminated)
@@ -153,6 +164,8 @@ def score(
                 err=True,
             )
         sys.exit(interrupt_status(exc))
+    if stats.lines_in == 0 and not stats.already_done:
+        click.echo(f"rescorer score: warning: {table}: empty input; {out} has no lines", err=True)
     if stats.already_done:
         if not config.quiet:
             click.echo(
@@ -214,6 +227,11 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
     paths = list(parts) if parts else parts_from_glob(str(manifest_glob))
+    from rescorer.score.output import refuse_clobber
+    from rescorer.score.shards import SUFFIX
+
+    inputs = [(what, p + end) for p in paths for what, end in (("part", ""), ("manifest", SUFFIX))]
+    refuse_clobber(inputs, [("OUT", out)])
     stats = merge_parts(out, paths)
     if not quiet:
         rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
@@ -315,6 +333,9 @@ def score_nbest(
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest import add_pair_feature
+    from rescorer.score.output import refuse_clobber
+
+    refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.score.scorer import score_pairs
 
     dev = resolve_device(device)

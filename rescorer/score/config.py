@@ -16,7 +16,7 @@ from rescorer.score.profile import Phases
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 # Options that do not change the output's bytes: a --resume run may change them.
-NOT_IN_RUN_KEY = ("resume", "quiet", "workers", "progress_every", "profile")
+NOT_IN_RUN_KEY = ("resume", "quiet", "workers", "progress_every", "profile", "force")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class ScoreConfig:
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
     profile: bool = False  # print where the time went (rescorer/score/profile.py)
+    force: bool = False  # --resume may replace a complete OUT made with another model
 
     def __post_init__(self) -> None:
         """Out-of-range values are errors here too, not only on the command line."""
