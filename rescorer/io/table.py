@@ -27,6 +27,7 @@ from rescorer.io.files import (
     gzip_text_size,
     iter_raw_lines,
     open_binary,
+    open_input,
     open_output,
 )
 from rescorer.io.progress import Progress
@@ -377,7 +378,7 @@ class TableReader:
 
 
 def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # an unreadable input: one line naming it
         return f.read(2) == GZIP_MAGIC
 
 

@@ -18,7 +18,14 @@ from typing import IO, Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.io.files import fsync, open_writable, read_json, write_error, write_json
+from rescorer.io.files import (
+    fsync,
+    open_input,
+    open_writable,
+    read_json,
+    write_error,
+    write_json,
+)
 from rescorer.score.config import ScoreStats
 from rescorer.score.shards import manifest_path, write_manifest
 
@@ -37,8 +44,8 @@ def _tail_sha256(path: str, end: int) -> str:
 def input_fingerprint(path: str) -> dict[str, Any]:
     """Size and sha256 of the first and last HEAD_BYTES: cheap on 10^9-line tables, and a
     table that was rewritten, appended to or truncated since the record changes it."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # an unreadable input: one line naming it
+        size = os.fstat(f.fileno()).st_size
         head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
         f.seek(max(0, size - HEAD_BYTES))
         tail = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
