@@ -71,11 +71,12 @@ def run(
     args: list[str], disk: SmallDisk | None = None, timeout: float = 120, **kwargs: object
 ) -> subprocess.CompletedProcess[str]:
     """``python -m rescorer ARGS`` (on ``disk`` if given), its output captured as text."""
+    if disk is not None:
+        kwargs["preexec_fn"] = disk.preexec()
     return subprocess.run(  # type: ignore[call-overload, no-any-return]
         [sys.executable, "-m", "rescorer", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        preexec_fn=disk.preexec() if disk is not None else None,
         **kwargs,
     )
