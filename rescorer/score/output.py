@@ -208,6 +208,8 @@ class Output:
         assert self.sink is not None
         try:
             self.sink.write(data)
+        except BrokenPipeError:  # the reader went away: the command line says so
+            raise
         except OSError as exc:  # stdout redirected to a full disk (files raise a WriteError)
             raise write_error("<stdout>", exc, None) from exc
         self.tail += data
