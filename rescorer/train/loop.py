@@ -28,6 +28,7 @@ from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
 from rescorer.train.setup import RunSetup
 from rescorer.train.state import save_state
+from rescorer.verdict import LEARNED_RATIO, Verdict
 
 
 def batch_loss(
@@ -214,6 +215,7 @@ class _Trainer(RunSetup):
                 "epochs": round(self.epochs, 4),
                 "valid_ppl": run.best_valid_ppl,
                 "unigram_ppl": self.unigram_ppl,
+                "shortlist_coverage": self.shortlist_coverage,
             }
             self.model_dir.update_provenance(self.provenance)
         else:
@@ -337,6 +339,13 @@ class _Trainer(RunSetup):
             )
             + ("; continue with --resume" if stopped_by == "interrupted" else "")
         )
+        if run.best_valid_ppl is not None and self.unigram_ppl:
+            verdict = Verdict(
+                run.best_valid_ppl < LEARNED_RATIO * self.unigram_ppl,
+                run.best_valid_ppl,
+                self.unigram_ppl,
+            )
+            self.say(f"rescorer train: verdict: the model {verdict.text}")
         return TrainResult(
             out_dir=str(self.out),
             updates=run.update,

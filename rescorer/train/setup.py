@@ -14,9 +14,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rescorer import __version__
+from rescorer.batching import PairArrays
+from rescorer.constants import UNK_ID
 from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision
 from rescorer.errors import check
 from rescorer.io.progress import Progress
@@ -104,7 +107,7 @@ class RunSetup:
                 self.model_dir.update_train_config(cfg.to_dict())
             self.say(
                 f"rescorer train: resuming at update {self.run_state.update:,}"
-                f" (epoch {self.run_state.epoch + 1})"
+                f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
             )
         else:
             self.provenance = {
@@ -153,6 +156,7 @@ class RunSetup:
             source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
         )
         self.fingerprint["lines"] = data.lines
+        self.shortlist_coverage = shortlist_coverage(data.train)
         self.unigram_ppl = None
         if len(data.valid):
             logp = unigram_logprob_sum(data.train, data.valid, self.tgt_vocab)
@@ -175,3 +179,13 @@ class RunSetup:
             every=self.cfg.progress_every,
             enabled=not self.cfg.quiet and self.world.is_main,
         )
+
+
+def shortlist_coverage(pairs: PairArrays) -> float | None:
+    """The share of ``pairs`` with every word of both phrases inside the shortlists."""
+    if len(pairs) == 0:
+        return None
+    # every sequence ends with EOS, so no segment is empty
+    src_unk = np.add.reduceat(pairs.src == UNK_ID, pairs.src_offsets[:-1])  # (n,)
+    tgt_unk = np.add.reduceat(pairs.tgt == UNK_ID, pairs.tgt_offsets[:-1])  # (n,)
+    return float(np.mean((src_unk == 0) & (tgt_unk == 0)))
