@@ -13,9 +13,13 @@ configurations:
 The script itself loads no torch and keeps no table in memory: a child's peak as the kernel
 counts it includes the parent's pages at the fork, so the random model is made in a child too.
 Memory that does not grow with N is the claim; seconds are printed too, but they are one run
-each and the runs are not interleaved, so read them as rough.
+each and the runs are not interleaved, so read them as rough. The last row is ``score`` meeting
+a line with no newline (a 64 MiB prefix of /dev/zero, issue 28): it must stop with its line
+number, its memory bounded by the longest line read (16 MiB) and the chunk size, not the file.
+The table ends with the bound the README states: the largest peak over every N, per config.
 
     python scripts/bench_memory.py [--model DIR] [--sizes 20000,200000,1000000]
+        [--configs bf16,fp32] [--workers N] [--chunk-bytes B]
 """
 
 from __future__ import annotations
@@ -44,16 +48,17 @@ CONFIGS = {
 }
 
 
-def peak_rss(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(peak RSS in MiB, wall seconds) of one child process; raises if it fails."""
+def peak_rss(cmd: list[str], env: dict[str, str], expect: int = 0) -> tuple[float, float, int]:
+    """(peak RSS in MiB, wall seconds, exit code) of one child process; raises if its exit code
+    is not ``expect``."""
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
-    return usage.ru_maxrss / 1024, seconds
+    if proc.returncode != expect:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}, expected {expect}")
+    return usage.ru_maxrss / 1024, seconds, proc.returncode
 
 
 def make_model(table: str, hidden_size: int, folder: str) -> None:
@@ -80,6 +85,11 @@ def main() -> None:
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--sizes", default="20000,200000,1000000")
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--workers", default="0", help="score --workers (0: none, or auto).")
+    parser.add_argument("--chunk-bytes", type=int, help="score --chunk-bytes (default: its own).")
+    parser.add_argument(
+        "--no-endless", action="store_true", help="Skip the endless-line (/dev/zero) row."
+    )
     parser.add_argument("--make-model", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.make_model:
@@ -97,6 +107,9 @@ def main() -> None:
         subprocess.run([*cmd, "--hidden-size", str(args.hidden_size)], check=True)
 
     rows = []
+    options = ["-q", "--workers", args.workers]
+    if args.chunk_bytes:
+        options += ["--chunk-bytes", str(args.chunk_bytes)]
     for size in sizes:
         table = os.path.join(tmp, f"table-{size}.gz")
         lines = write_slice(args.table, size, table)
@@ -106,12 +119,22 @@ def main() -> None:
             env.update(extra)
             out = os.path.join(tmp, "out.gz")
             cmd = [sys.executable, "-m", "rescorer", "score", table, "-m", model_dir]
-            cmd += ["-o", out, "--precision", precision, "-q"]
-            mib, seconds = peak_rss(cmd, env)
+            cmd += ["-o", out, "--precision", precision, *options]
+            mib, seconds, _ = peak_rss(cmd, env)
             rows.append((lines, name, mib, seconds))
             print(f"{lines:>9,} {name:<15} {mib:8.0f} MiB {seconds:7.1f} s", file=sys.stderr)
             os.remove(out)
         os.remove(table)
+    endless = None
+    if not args.no_endless:
+        zeros = os.path.join(tmp, "zeros")
+        with open(zeros, "wb") as f:
+            f.truncate(64 << 20)  # sparse: a 64 MiB prefix of /dev/zero
+        cmd = [sys.executable, "-m", "rescorer", "score", zeros, "-m", model_dir]
+        cmd += ["-o", os.path.join(tmp, "out.gz"), "--precision", "fp32", *options]
+        mib, seconds, code = peak_rss(cmd, dict(os.environ), expect=1)
+        endless = (mib, seconds)
+        print(f"endless line: exit {code}, {mib:.0f} MiB {seconds:.1f} s", file=sys.stderr)
     shutil.rmtree(tmp)
 
     print(f"### Peak memory of `rescorer score` ({datetime.date.today()}, commit {commit})\n")
@@ -122,12 +145,19 @@ def main() -> None:
     ).stdout.strip()
     print(f"- machine: {cpu_name()}, {os.cpu_count()} cores; torch {torch_version}")
     print(f"- model: {model_dir if args.model else f'random, hidden {args.hidden_size}'}")
-    print(f"- table: first N lines of {os.path.basename(args.table)}\n")
+    print(f"- table: first N lines of {os.path.basename(args.table)}")
+    print(f"- score options: {' '.join(options)}\n")
     print("| lines | config | peak RSS (MiB) | ratio to the smallest N | seconds |")
     print("|---:|---|---:|---:|---:|")
     first = {name: mib for lines, name, mib, _ in rows if lines == rows[0][0]}
     for lines, name, mib, seconds in rows:
         print(f"| {lines:,} | {name} | {mib:.0f} | {mib / first[name]:.2f} | {seconds:.1f} |")
+    if endless is not None:
+        print(f"| 64 MiB, no newline (refused) | fp32 | {endless[0]:.0f} | | {endless[1]:.1f} |")
+    print("\nBound (the README's): the largest peak over these N, per config:")
+    for name in configs:
+        peaks = [mib for _, n, mib, _ in rows if n == name]
+        print(f"- {name}: {min(peaks):.0f} to {max(peaks):.0f} MiB")
 
 
 if __name__ == "__main__":

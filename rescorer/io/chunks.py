@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from rescorer.constants import FIELD_SEP_B
 from rescorer.errors import RescorerError
-from rescorer.io.files import open_binary
+from rescorer.io.files import MAX_READ_LINE, line_too_long, open_binary
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,18 @@ def _group_start(buf: bytearray, pos: int) -> int:
 
 
 def iter_chunks(
-    stream: BinaryIO, chunk_bytes: int, *, start: int = 0, first_line: int = 1
+    stream: BinaryIO,
+    chunk_bytes: int,
+    *,
+    start: int = 0,
+    first_line: int = 1,
+    name: str = "<input>",
 ) -> Iterator[Chunk]:
     """Cut a binary stream into source-contiguous chunks (see the module docstring).
 
     ``start`` must be a chunk boundary of the same stream (a resume point); the bytes before it
-    are read and dropped.
+    are read and dropped. A line over MAX_READ_LINE bytes is an InputError naming ``name`` and
+    the line: memory stays bounded by about chunk_bytes + MAX_READ_LINE.
     """
     read = stream.read
     skipped = 0
@@ -77,7 +83,11 @@ def iter_chunks(
         # The line that holds offset k*chunk_bytes must be readable up to its source field.
         rel = target - pos
         line_start = buf.rfind(b"\n", 0, rel) + 1
+        if rel - line_start > MAX_READ_LINE:  # an endless line holding every target
+            raise line_too_long(name, line_no + buf.count(b"\n", 0, line_start))
         while _source_at(buf, line_start) is None:
+            if len(buf) - line_start > MAX_READ_LINE:
+                raise line_too_long(name, line_no + buf.count(b"\n", 0, line_start))
             data = read(1 << 16)
             if not data:
                 eof = True
@@ -124,7 +134,7 @@ def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRa
     start, start_line, end = total, 1, total
     with open_binary(path) as stream:
         line = 1
-        for chunk in iter_chunks(stream, chunk_bytes):
+        for chunk in iter_chunks(stream, chunk_bytes, name=path):
             index = chunk.offset * n // max(total, 1)  # 0-based shard of this chunk
             if index == k - 1 and start == total:
                 start, start_line = chunk.offset, line

@@ -9,6 +9,7 @@ with the mode a plain ``open`` would give). Table output is gzip when the name e
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -22,6 +23,93 @@ from isal import igzip, igzip_threaded
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL, GZIP_MAGIC
 from rescorer.errors import InputError, RescorerError
+
+# The errors of a write that free space (or another folder) cures: a full disk, a quota, a
+# per-process file size limit (ulimit -f).
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+MAX_JSON_BYTES = 64 << 20  # the largest JSON file read (configs, vocabularies, manifests)
+# The longest line held in memory: a longer one (an input with no newline, /dev/zero) stops any
+# command with its line number, whatever the options. (Lines over MAX_LINE_BYTES in
+# rescorer.io.table, 1 MiB, are bad lines, which --skip-bad-lines skips.)
+MAX_READ_LINE = 16 << 20
+
+
+def line_too_long(path: str, lineno: int) -> InputError:
+    return InputError(
+        display_name(path),
+        lineno,
+        f"a line longer than {MAX_READ_LINE >> 20} MiB (no newline?), the longest rescorer "
+        "reads (README, Limits)",
+    )
+
+
+class WriteError(RescorerError):
+    """Writing a file failed (a full disk, a quota, an I/O error): names the file and how many
+    of its bytes are on disk. ``disk_full`` when freeing space lets the same command go on."""
+
+    def __init__(self, path: str, on_disk: int | None, reason: str, disk_full: bool) -> None:
+        self.path, self.on_disk, self.disk_full = path, on_disk, disk_full
+        size = f" ({on_disk:,} bytes of it written)" if on_disk is not None else ""
+        super().__init__(f"{path}: cannot write: {reason}{size}")
+
+
+def write_error(path: str, exc: BaseException, on_disk: int | None) -> WriteError:
+    """The WriteError for ``exc`` raised while writing ``path``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        code = exc.errno
+        disk_full = code in DISK_ERRNOS
+        reason = exc.strerror.lower() + (" (disk full?)" if code == errno.ENOSPC else "")
+    else:  # a library's own error (safetensors): its message, which holds the OS error
+        text = str(exc)
+        disk_full = "No space left" in text or "quota" in text.lower()
+        reason = text[:200]
+    return WriteError(path, on_disk, reason, disk_full)
+
+
+class _CheckedFile(io.FileIO):
+    """A file whose failed writes raise a WriteError naming ``shown`` (the name the user gave)."""
+
+    def __init__(self, path: str, mode: str, shown: str) -> None:
+        super().__init__(path, mode)
+        self.shown = shown
+
+    def write(self, data: Any) -> int:
+        try:
+            return super().write(data) or 0
+        except OSError as exc:
+            raise write_error(self.shown, exc, _size(self.fileno())) from exc
+
+
+def _size(fd: int) -> int | None:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return None
+
+
+def open_writable(
+    path: str, mode: str = "wb", *, shown: str | None = None, buffering: int = 1 << 20
+) -> io.BufferedWriter | io.BufferedRandom:
+    """``open(path, mode)`` for writing bytes (``wb``, ``ab`` or ``r+b``), buffered, whose failed
+    writes (a full disk) raise a WriteError naming ``shown`` (default ``path``) and the bytes on
+    disk, never a bare OSError. Every file rescorer writes goes through here."""
+    shown = shown or path
+    try:
+        raw = _CheckedFile(path, mode.replace("b", ""), shown)
+    except OSError as exc:
+        raise RescorerError(f"{shown}: cannot open for writing: {exc.strerror}") from exc
+    if "+" in mode:
+        return io.BufferedRandom(raw, buffering)
+    return io.BufferedWriter(raw, buffering)
+
+
+def fsync(f: Any, shown: str) -> None:
+    """Flush ``f`` and make its data reach the disk; a failure is a WriteError naming ``shown``."""
+    f.flush()
+    try:
+        os.fsync(f.fileno())
+    except OSError as exc:
+        raise write_error(shown, exc, _size(f.fileno())) from exc
 
 
 def display_name(path: str) -> str:
@@ -71,23 +159,71 @@ def open_binary(path: str, meter: InputMeter | None = None) -> Iterator[BinaryIO
         raw = _peekable(sys.stdin.buffer)
         close_raw = False
     else:
-        try:
-            raw = open(path, "rb")  # noqa: SIM115
-        except OSError as exc:
-            raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+        raw = open_input(path)
         close_raw = True
         if meter is not None and os.path.isfile(path):
             meter.raw, meter.size = raw, os.fstat(raw.fileno()).st_size
     try:
-        if raw.peek(2)[:2] == GZIP_MAGIC:
+        try:
+            gzipped = raw.peek(2)[:2] == GZIP_MAGIC
+        except OSError as exc:  # a folder, an I/O error
+            raise RescorerError(f"{display_name(path)}: cannot read: {exc.strerror}") from exc
+        if gzipped:
             # Decompression runs in a helper thread, outside the GIL.
             with igzip_threaded.open(raw, "rb", threads=1) as gz:
-                yield gz
+                yield _GzipReader(gz, path)  # type: ignore[misc]
         else:
             yield raw
     finally:
         if close_raw:
             raw.close()
+
+
+def open_input(path: str) -> io.BufferedReader:
+    """``open(path, "rb")``, or a RescorerError naming the file and why it cannot be read (it is
+    missing, unreadable, a folder)."""
+    try:
+        return open(path, "rb")
+    except IsADirectoryError:
+        raise RescorerError(f"{path}: is a folder, expected a file") from None
+    except OSError as exc:
+        raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+
+
+class _GzipReader:
+    """The decompressed stream of a gzip input, whose damage (a truncated or corrupt stream,
+    found by whichever read meets it) is one InputError naming the file."""
+
+    def __init__(self, gz: Any, path: str) -> None:
+        self._gz = gz
+        self._path = path
+
+    def _damaged(self, exc: BaseException) -> InputError:
+        return InputError(display_name(self._path), None, f"corrupt or truncated gzip data: {exc}")
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._gz.read(size)
+        except (EOFError, OSError) as exc:  # igzip: "Compressed file ended before the end..."
+            raise self._damaged(exc) from exc
+
+    def readline(self, size: int = -1) -> bytes:
+        try:
+            return self._gz.readline(size)
+        except (EOFError, OSError) as exc:
+            raise self._damaged(exc) from exc
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._gz, name)
 
 
 class _Prefixed(io.RawIOBase):
@@ -119,9 +255,16 @@ def _peekable(stream: BinaryIO) -> io.BufferedReader:
 
 
 def iter_raw_lines(stream: BinaryIO, path: str) -> Iterator[bytes]:
-    """Lines of a binary stream (with their newline); a truncated gzip stream is an InputError."""
+    """Lines of a binary stream (with their newline); a truncated gzip stream or a line over
+    MAX_READ_LINE bytes is an InputError (memory stays bounded on an input with no newline)."""
+    readline = stream.readline
+    lineno = 0
     try:
-        yield from stream
+        while line := readline(MAX_READ_LINE + 1):
+            lineno += 1
+            if len(line) > MAX_READ_LINE:
+                raise line_too_long(path, lineno)
+            yield line
     except (EOFError, OSError) as exc:  # igzip: "Compressed file ended before the end..."
         raise InputError(
             display_name(path), None, f"corrupt or truncated gzip data: {exc}"
@@ -180,7 +323,7 @@ def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) ->
         yield out
         out.flush()
         return
-    with atomic_path(path) as tmp, open(tmp, "wb", buffering=1 << 20) as raw:
+    with atomic_path(path) as tmp, open_writable(tmp, shown=path) as raw:
         if gzipped:
             with igzip.IGzipFile(
                 filename="", mode="wb", compresslevel=compresslevel, fileobj=raw, mtime=0
@@ -216,6 +359,11 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
                 os.fsync(f.fileno())
         os.replace(tmp, path)
         ok = True
+    except OSError as exc:  # a writer that is not open_writable's (torch, a library)
+        if exc.errno not in DISK_ERRNOS:
+            raise
+        on_disk = os.path.getsize(tmp) if os.path.exists(tmp) else None
+        raise write_error(path, exc, on_disk) from exc
     finally:
         if not ok:
             with suppress(FileNotFoundError):
@@ -231,25 +379,37 @@ def write_json(
     fsync: bool = False,
 ) -> None:
     """``data`` as JSON (and a final newline when indented), atomically."""
-    with atomic_path(path, fsync=fsync) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        json.dump(data, out, ensure_ascii=ensure_ascii, indent=indent)
-        if indent is not None:
-            out.write("\n")
+    text = json.dumps(data, ensure_ascii=ensure_ascii, indent=indent)
+    if indent is not None:
+        text += "\n"
+    with atomic_path(path, fsync=fsync) as tmp, open_writable(tmp, shown=os.fspath(path)) as out:
+        out.write(text.encode("utf-8"))
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
     """``text`` (UTF-8), atomically."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
-        out.write(text)
+    with atomic_path(path) as tmp, open_writable(tmp, shown=os.fspath(path)) as out:
+        out.write(text.encode("utf-8"))
 
 
 def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
-    """JSON from ``path``; a missing or unreadable file is a RescorerError naming it."""
+    """JSON from ``path``; a missing or unreadable file, or one over MAX_JSON_BYTES (a name that
+    points at /dev/zero must not fill the memory), is a RescorerError naming it."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+            if len(data) > MAX_JSON_BYTES:
+                raise RescorerError(
+                    f"{os.fspath(path)}: over {MAX_JSON_BYTES >> 20} MiB, the largest JSON file "
+                    f"rescorer reads ({what})"
+                )
+            return json.loads(data)
     except FileNotFoundError as exc:
         raise RescorerError(f"{os.fspath(path)}: missing ({what})") from exc
+    except IsADirectoryError:
+        raise RescorerError(f"{os.fspath(path)}: is a folder, expected a file ({what})") from None
+    except PermissionError as exc:
+        raise RescorerError(f"{os.fspath(path)}: cannot open: {exc.strerror} ({what})") from None
     except RecursionError:
         raise RescorerError(f"{os.fspath(path)}: JSON nested too deeply") from None
     except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8

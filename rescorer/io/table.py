@@ -27,6 +27,7 @@ from rescorer.io.files import (
     gzip_text_size,
     iter_raw_lines,
     open_binary,
+    open_input,
     open_output,
 )
 from rescorer.io.progress import Progress
@@ -123,6 +124,21 @@ def insert_columns(lines: Sequence[bytes], cuts: Sequence[int], texts: Sequence[
     return b"".join(chain.from_iterable(zip(heads, repeat(b" "), texts, tails, repeat(b"\n"))))
 
 
+# Limits (README, Limits): a longer line, or a phrase of more tokens, is a bad line (refused
+# with its number, or skipped with --skip-bad-lines): the model's cost grows with the tokens,
+# and no phrase table of a real system comes near either.
+MAX_LINE_BYTES = 1 << 20
+MAX_PHRASE_TOKENS = 256
+EXCERPT_CHARS = 40  # the most of a bad token an error message quotes
+
+
+def excerpt(text: str) -> str:
+    """``text`` quoted for a message: whole when short, else its start and its length."""
+    if len(text) <= EXCERPT_CHARS:
+        return repr(text)
+    return f"{text[:EXCERPT_CHARS]!r}... ({len(text):,} characters)"
+
+
 def parse_scores(text: str) -> tuple[float, ...] | str:
     """Parse a dense score field; return the scores, or a message saying what is wrong."""
     tokens = text.replace("\t", " ").split(" ")
@@ -137,9 +153,9 @@ def parse_scores(text: str) -> tuple[float, ...] | str:
                 raise ValueError
             value = float(tok)
         except ValueError:
-            return f"score {col} is {tok!r}, expected a number"
+            return f"score {col} is {excerpt(tok)}, expected a number"
         if not math.isfinite(value):
-            return f"score {col} is {tok!r}, expected a finite number"
+            return f"score {col} is {excerpt(tok)}, expected a finite number"
         values.append(value)
     if not values:
         return "the score field is empty, expected at least one number"
@@ -161,6 +177,12 @@ def parse_line(text: str, lineno: int) -> PhraseEntry | str:
         return f"empty source phrase, expected {EXPECTED_SHAPE}"
     if not tgt.strip(" \t"):
         return f"empty target phrase, expected {EXPECTED_SHAPE}"
+    for side, phrase in (("source", src), ("target", tgt)):
+        if len(phrase) > MAX_PHRASE_TOKENS and len(split_tokens(phrase)) > MAX_PHRASE_TOKENS:
+            return (
+                f"a {side} phrase of {len(split_tokens(phrase)):,} tokens, expected at most "
+                f"{MAX_PHRASE_TOKENS} (README, Limits)"
+            )
     scores = parse_scores(score_field)
     if isinstance(scores, str):
         return scores
@@ -173,6 +195,8 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
 
     ``num_scores``: the score count every line must have (that of the first line), if known.
     """
+    if len(raw) > MAX_LINE_BYTES + 1:
+        return f"a line of {len(raw):,} bytes, expected at most {MAX_LINE_BYTES:,} (README, Limits)"
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -251,6 +275,11 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
         return None
     src, tgt, scores = (list(map(itemgetter(k), fields)) for k in range(3))
     if not (_plain_phrases(src) and _plain_phrases(tgt)):
+        return None
+    # A phrase of MAX_PHRASE_TOKENS bytes has fewer tokens: longer ones are counted line by line.
+    if max(map(len, src)) > MAX_PHRASE_TOKENS or max(map(len, tgt)) > MAX_PHRASE_TOKENS:
+        return None
+    if max(map(len, lines)) > MAX_LINE_BYTES:
         return None
     # Scores: one pass of a strict pattern over all score fields. It accepts a subset of what
     # parse_scores takes (plain decimal numbers, single spaces, num_scores a line); the rest
@@ -349,7 +378,7 @@ class TableReader:
 
 
 def _is_gzip(path: str) -> bool:
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # an unreadable input: one line naming it
         return f.read(2) == GZIP_MAGIC
 
 

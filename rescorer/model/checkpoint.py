@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -73,7 +74,11 @@ def save_weights(path: str | Path, model: EncoderDecoder) -> None:
     state = model.state_dict()
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
     with files.atomic_path(path) as tmp:  # safetensors writes 0600; atomic_path sets the usual mode
-        save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
+        try:
+            save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
+        except SafetensorError as exc:  # a full disk: one line naming the file
+            on_disk = os.path.getsize(tmp) if os.path.exists(tmp) else None
+            raise files.write_error(str(path), exc, on_disk) from exc
 
 
 class ModelDir:
@@ -154,8 +159,8 @@ class ModelDir:
 
     def append_log(self, record: dict[str, Any]) -> None:
         """One JSON line in the training log."""
-        with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        with files.open_writable(str(self.log_path), "ab") as f:
+            f.write((json.dumps(record) + "\n").encode("utf-8"))
 
 
 def save_model_dir(

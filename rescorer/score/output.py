@@ -19,7 +19,14 @@ from typing import IO, Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.io.files import read_json, write_json
+from rescorer.io.files import (
+    fsync,
+    open_input,
+    open_writable,
+    read_json,
+    write_error,
+    write_json,
+)
 from rescorer.io.schema import schema_problem
 from rescorer.score.config import ScoreStats
 from rescorer.score.shards import manifest_path, write_manifest
@@ -39,8 +46,8 @@ def _tail_sha256(path: str, end: int) -> str:
 def input_fingerprint(path: str) -> dict[str, Any]:
     """Size and sha256 of the first and last HEAD_BYTES: cheap on 10^9-line tables, and a
     table that was rewritten, appended to or truncated since the record changes it."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # an unreadable input: one line naming it
+        size = os.fstat(f.fileno()).st_size
         head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
         f.seek(max(0, size - HEAD_BYTES))
         tail = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
@@ -286,7 +293,7 @@ class Output:
         if self.out == "-":
             self.sink = sys.stdout.buffer
         else:
-            sink = open(self.partial, "r+b" if resume.out_bytes else "wb")  # noqa: SIM115
+            sink = open_writable(self.partial, "r+b" if resume.out_bytes else "wb")
             sink.truncate(resume.out_bytes)
             if resume.out_bytes:  # the tail the record hashed, to go on hashing from
                 start = max(0, resume.out_bytes - TAIL_BYTES)
@@ -296,14 +303,19 @@ class Output:
             self.sink = sink
         if self.skip_bad_lines:
             mode = "r+b" if resume.bad_bytes else "wb"
-            bad_out = open(self.skip_bad_lines, mode)  # noqa: SIM115
+            bad_out = open_writable(self.skip_bad_lines, mode)
             bad_out.truncate(resume.bad_bytes)
             bad_out.seek(resume.bad_bytes)
             self.bad_out = bad_out
 
     def write(self, data: bytes, bad_lines: list[bytes]) -> None:
         assert self.sink is not None
-        self.sink.write(data)
+        try:
+            self.sink.write(data)
+        except BrokenPipeError:  # the reader went away: the command line says so
+            raise
+        except OSError as exc:  # stdout redirected to a full disk (files raise a WriteError)
+            raise write_error("<stdout>", exc, None) from exc
         self.tail += data
         del self.tail[:-TAIL_BYTES]  # the last TAIL_BYTES written, kept for the record's hash
         if bad_lines:
@@ -315,10 +327,10 @@ class Output:
         if self.out == "-":
             return
         assert self.sink is not None
-        for f in (self.sink, self.bad_out):  # what the record promises reaches the disk first
-            if f is not None:
-                f.flush()
-                os.fsync(f.fileno())
+        # What the record promises reaches the disk first.
+        fsync(self.sink, self.partial)
+        if self.bad_out is not None:
+            fsync(self.bad_out, str(self.skip_bad_lines))
         out_bytes = self.sink.tell()
         state = {
             "run": self.run_key,
@@ -340,14 +352,19 @@ class Output:
     def close(self, ok: bool, keep_partial: bool, manifest: dict[str, Any] | None = None) -> None:
         """Rename OUT.partial to OUT if ``ok`` (writing OUT.manifest.json first if given, so a
         finished shard is never without one); else remove it unless ``keep_partial``."""
+        # After a failure the buffers may not fit on the disk either: what a record vouches for
+        # is on disk already, and a --resume run cuts the rest.
+        failing = contextlib.nullcontext() if ok else contextlib.suppress(OSError, RescorerError)
         if self.bad_out is not None:
-            self.bad_out.close()
+            with failing:
+                self.bad_out.close()
         if self.out == "-":
             if ok and self.sink is not None:
                 self.sink.flush()
             return
         if self.sink is not None:
-            self.sink.close()
+            with failing:
+                self.sink.close()
         if ok:
             if manifest is not None:
                 write_manifest(self.out, manifest, data_path=self.partial)
@@ -472,8 +489,13 @@ def _take_lock(lock_path: str, owner: str, doing: str) -> int:
         if file_id(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
             break
         os.close(fd)  # removed by the run that held it: try the name again
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    except OSError as exc:  # a full disk
+        os.close(fd)
+        _remove(lock_path)
+        raise write_error(lock_path, exc, None) from exc
     return fd
 
 

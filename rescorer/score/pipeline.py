@@ -41,7 +41,14 @@ import numpy as np
 
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
-from rescorer.io.files import InputMeter, display_name, gzip_member, gzip_text_size, open_binary
+from rescorer.io.files import (
+    InputMeter,
+    WriteError,
+    display_name,
+    gzip_member,
+    gzip_text_size,
+    open_binary,
+)
 from rescorer.io.progress import Progress
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
@@ -219,7 +226,11 @@ def score_table(
             init_worker(sides)
         with open_binary(table, meter) as stream:
             chunks = iter_chunks(
-                stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line
+                stream,
+                config.chunk_bytes,
+                start=resume.offset,
+                first_line=resume.first_line,
+                name=table,
             )
             if not regular:  # read once: the score count comes from the first chunk itself
                 first = next(chunks, None)
@@ -255,6 +266,14 @@ def score_table(
     except KeyboardInterrupt:
         interrupted = True  # keep OUT.partial and its record for --resume
         raise
+    except WriteError as exc:
+        if not exc.disk_full or out == "-":
+            raise
+        interrupted = True  # a full disk: what the record vouches for goes on after --resume
+        raise RescorerError(
+            f"{exc}; {out}.partial keeps what its record vouches for: free space, then run "
+            "the same command with --resume to finish it"
+        ) from exc
     finally:
         progress.close()
         (pool.close if ok else pool.terminate)()

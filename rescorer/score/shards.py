@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import RescorerError
 from rescorer.io.chunks import ShardRange
-from rescorer.io.files import atomic_path, read_json_object, write_json
+from rescorer.io.files import atomic_path, open_binary, read_json_object, write_json
 
 if TYPE_CHECKING:
     from rescorer.score.config import ScoreConfig, ScoreStats
@@ -40,6 +41,85 @@ SHARED = (
     ("model", "model (weights, vocabularies or config)"),
     ("options", "options"),
 )
+
+
+MAX_SHARDS = 100_000
+# Each output line is its input line and the new column(s): " " and a number ("%g" or "%.8g",
+# at most 15 characters) each, and at most two columns (--word-penalty).
+MAX_ADDED_PER_LINE = 2 * 16
+
+_COUNT = {"type": "integer", "minimum": 0}
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+
+
+def _object(required: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": list(required),
+        "properties": {**required, **optional},
+    }
+
+
+# What merge needs of a manifest, checked before any of it is used: a hand-edited field with a
+# wrong type or out of range is one error naming its path ($.shard.k), not a traceback.
+MANIFEST_SCHEMA: dict[str, Any] = _object(
+    {
+        "format": {"const": FORMAT},
+        "shard": _object(
+            {
+                "k": {"type": "integer", "minimum": 1, "maximum": MAX_SHARDS},
+                "n": {"type": "integer", "minimum": 1, "maximum": MAX_SHARDS},
+            }
+        ),
+        "input": _object({"bytes": _COUNT, "head_sha256": _SHA256, "tail_sha256": _SHA256}),
+        "range": _object(
+            {
+                "start": _COUNT,
+                "end": _COUNT,
+                "first_line": {"type": "integer", "minimum": 1},
+                "input_bytes": _COUNT,
+                "sha256_chain": {"type": "string"},
+            }
+        ),
+        "model": _object({"sha256": {"type": ["string", "null"]}}),
+        "options": _object(
+            {
+                "gzip": {"type": "boolean"},
+                "skip_bad_lines": {"type": "boolean"},
+                "word_penalty": {"type": "boolean"},
+                "column": {"enum": ["prob", "logp"]},
+            }
+        ),
+        "lines": _object({"in": _COUNT, "out": _COUNT, "bad": _COUNT}),
+        "output": _object({"file": {"type": "string"}, "bytes": _COUNT, "sha256": _SHA256}),
+    },
+    device={"type": "string"},
+)
+
+
+def validate_manifest(path: str, data: Any) -> None:
+    """Refuse a manifest that does not fit MANIFEST_SCHEMA or whose numbers disagree with each
+    other, naming the file and the field."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(MANIFEST_SCHEMA).iter_errors(data)
+    )
+    if error is not None:
+        message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
+        raise RescorerError(f"{path}: {error.json_path}: {message} (a shard manifest)")
+    rng, lines, shard = data["range"], data["lines"], data["shard"]
+    if shard["k"] > shard["n"]:
+        raise RescorerError(f"{path}: $.shard: k {shard['k']} is over n {shard['n']}")
+    if not rng["start"] <= rng["end"] <= rng["input_bytes"]:
+        raise RescorerError(
+            f"{path}: $.range: start {rng['start']}, end {rng['end']} and input_bytes "
+            f"{rng['input_bytes']} are not in order"
+        )
+    if lines["in"] != lines["out"] + lines["bad"]:
+        raise RescorerError(
+            f"{path}: $.lines: in {lines['in']} is not out {lines['out']} + bad {lines['bad']}"
+        )
 
 
 def manifest_path(out: str) -> str:
@@ -200,12 +280,7 @@ def read_part(path: str) -> Part:
     manifest = read_json_object(mpath, what="a shard manifest")
     if manifest.get("format") != FORMAT:
         raise RescorerError(f"{mpath}: format {manifest.get('format')!r}, expected {FORMAT!r}")
-    try:
-        shard, rng, out = manifest["shard"], manifest["range"], manifest["output"]
-        int(shard["k"]), int(shard["n"]), int(rng["start"]), int(rng["end"])
-        int(out["bytes"]), str(out["sha256"]), int(manifest["lines"]["in"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise RescorerError(f"{mpath}: not a complete shard manifest ({exc!r} is wrong)") from None
+    validate_manifest(mpath, manifest)
     return Part(path, manifest)
 
 
@@ -300,7 +375,13 @@ def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
             raise RescorerError(f"{out}: is one of the parts; write the merged table elsewhere")
     ordered = check_parts([read_part(p) for p in part_paths])
     stats = MergeStats(shards=len(ordered))
-    gzip_out = bool(ordered[0].manifest["options"].get("gzip"))
+    gzip_out = bool(ordered[0].manifest["options"]["gzip"])
+    if gzip_out != out.endswith(".gz"):
+        kind, want = ("gzip", "a name ending in .gz") if gzip_out else ("plain", "a plain name")
+        raise RescorerError(
+            f"{out}: the parts are {kind} text, and an output's compression follows its name: "
+            f"give it {want} (or score the parts with -o names like it)"
+        )
     all_empty = all(int(p.manifest["lines"]["in"]) == 0 for p in ordered)
     with atomic_path(out, fsync=True) as tmp, open(tmp, "wb") as sink:
         for i, part in enumerate(ordered):
@@ -330,6 +411,10 @@ def _copy_checked(part: Part, sink: Any, gzipped: bool = False) -> tuple[int, in
     digest, size, lines, last, broken = hashlib.sha256(), 0, 0, b"", False
     inflate = zlib.decompressobj(wbits=31) if gzipped else None
     with open(part.path, "rb") as f:
+        if (f.read(2) == GZIP_MAGIC) != part.manifest["options"]["gzip"]:
+            kind = "gzip" if part.manifest["options"]["gzip"] else "plain"
+            raise RescorerError(f"{part.name}: its manifest says {kind}, its bytes are not")
+        f.seek(0)
         while block := f.read(BLOCK):
             digest.update(block)
             size += len(block)
@@ -356,4 +441,32 @@ def _copy_checked(part: Part, sink: Any, gzipped: bool = False) -> tuple[int, in
         )
     if broken:
         raise RescorerError(f"{part.name}: not valid gzip data; re-run that shard")
+    _check_text(part)
     return (size if sink is not None else 0), lines
+
+
+def _check_text(part: Part) -> None:
+    """The part's text must be what its input range gives: lines.out lines, each an input line
+    with the new column(s). Catches a part whose bytes are another shard's under a manifest
+    forged to match them (its range, from its neighbours, cannot be forged as well)."""
+    lines = part.manifest["lines"]
+    rng = part.manifest["range"]
+    newlines, size, last = 0, 0, b"\n"
+    with open_binary(part.path) as stream:
+        while block := stream.read(BLOCK):
+            newlines += block.count(b"\n")
+            size += len(block)
+            last = block[-1:]
+    count = newlines + (last != b"\n")
+    if count != lines["out"]:
+        raise RescorerError(
+            f"{part.name}: holds {count:,} lines, its manifest says {lines['out']:,}: not the "
+            "output of that shard; re-run it"
+        )
+    span = rng["end"] - rng["start"]
+    fits = span == size == 0 if count == 0 else span < size <= span + MAX_ADDED_PER_LINE * count
+    if lines["bad"] == 0 and not fits:
+        raise RescorerError(
+            f"{part.name}: {size:,} bytes of text for {span:,} bytes of input (bytes "
+            f"{rng['start']:,} to {rng['end']:,}): not the output of that shard; re-run it"
+        )

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from rescorer.errors import RescorerError
-from rescorer.io.files import atomic_path
+from rescorer.io.files import atomic_path, open_writable
 from rescorer.model.encdec import EncoderDecoder
 
 STATE_FORMAT = "rescorer-train-state-1"
@@ -34,7 +34,9 @@ class RunState:
 def save_state(
     path: Path, model: EncoderDecoder, optim: torch.optim.Optimizer, run: RunState
 ) -> None:
-    with atomic_path(path) as tmp:
+    # torch.save into our own file object: a full disk is a WriteError naming the file, not
+    # torch's "unexpected pos" RuntimeError.
+    with atomic_path(path) as tmp, open_writable(tmp, shown=str(path)) as f:
         torch.save(
             {
                 "format": STATE_FORMAT,
@@ -42,7 +44,7 @@ def save_state(
                 "optimizer": optim.state_dict(),
                 "run": asdict(run),
             },
-            tmp,
+            f,
         )
 
 

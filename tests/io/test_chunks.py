@@ -84,3 +84,19 @@ def test_a_shard_without_a_chunk_is_the_empty_range_where_the_next_one_starts() 
         assert after.start == before.end
         assert after.first_line == DATA[: after.start].count(b"\n") + 1
     assert sum(r.end > r.start for r in ranges) == 2
+
+
+def test_an_endless_line_stops_the_cutter_with_its_number() -> None:
+    """Issue 28, item 3: a line with no newline grew the buffer until memory ran out."""
+    from rescorer.errors import InputError
+    from rescorer.io.files import MAX_READ_LINE
+
+    head = DATA[:5000]
+    lines_before = head.count(b"\n")
+    for endless in (
+        b"\0" * (MAX_READ_LINE + (1 << 18)),
+        b"a ||| " + b"b" * (MAX_READ_LINE + (1 << 18)),
+    ):
+        data = head + endless
+        with pytest.raises(InputError, match=rf"^pt:{lines_before + 1}: a line longer than"):
+            list(iter_chunks(io.BytesIO(data), 1 << 16, name="pt"))

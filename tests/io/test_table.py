@@ -21,6 +21,7 @@ from rescorer.io.table import (
     format_prob,
     format_score,
     parse_line,
+    parse_raw_line,
     read_table,
     split_tokens,
 )
@@ -185,3 +186,24 @@ def test_number_formats() -> None:
     assert format_score(2.718281828) == "2.71828"
     assert format_logp(-1234.56789) == "-1234.5679"
     assert format_prob(-1000.0) == "3.72008e-44"  # e^-100, never 0
+
+
+def test_limits_make_bad_lines_and_messages_quote_an_excerpt() -> None:
+    """Issue 28, item 3: a 10 MB target phrase was scored (for 15 minutes), a 1 MB score token
+    was echoed whole."""
+    from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS, split_columns
+
+    many = " ".join(["le"] * (MAX_PHRASE_TOKENS + 1))
+    entry = parse_raw_line(f"the ||| {many} ||| 0.5\n".encode(), 7, None)
+    assert entry == f"a target phrase of {MAX_PHRASE_TOKENS + 1} tokens, expected at most " + (
+        f"{MAX_PHRASE_TOKENS} (README, Limits)"
+    )
+    long = b"the ||| la ||| 0.5 ||| " + b"x" * MAX_LINE_BYTES + b"\n"
+    assert str(parse_raw_line(long, 1, None)).startswith("a line of 1,048,600 bytes")
+    good = b"the ||| la ||| 0.5\n"
+    assert split_columns(good + f"a ||| {many} ||| 0.5\n".encode(), 1) is None
+    assert split_columns(good + long, 1) is None
+    message = str(parse_raw_line(b"a ||| b ||| " + b"9x" * 500_000 + b"\n", 1, None))
+    quoted = "'" + "9x" * 20 + "'... (1,000,000 characters)"
+    assert message == f"score 1 is {quoted}, expected a number"
+    assert len(message) < 120

@@ -255,6 +255,9 @@ def test_merge_counts_the_lines_it_writes(shards: Path, tmp_path: Path) -> None:
     path = Path(manifest_path(str(tmp_path / "part2.gz")))
     manifest = json.loads(path.read_text())
     manifest["lines"]["out"] += 1
-    path.write_text(json.dumps(manifest))
+    path.write_text(json.dumps(manifest))  # in != out + bad: the manifest's own check
+    assert "part2.gz" in refusal(tmp_path / "m.gz", parts(tmp_path))
+    manifest["lines"]["in"] += 1
+    path.write_text(json.dumps(manifest))  # consistent, but not what the parts hold
     message = refusal(tmp_path / "m.gz", parts(tmp_path))
-    assert "part2.gz" in message and "its manifest says" in message
+    assert "part3.gz" in message and "line 1464" in message  # the next part's start disagrees
