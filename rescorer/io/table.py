@@ -63,7 +63,7 @@ class PhraseEntry:
         if len(fields) < 3:
             return None
         try:
-            return tuple(float(x) for x in fields[2].split())
+            return tuple(parse_number(x) for x in fields[2].split())
         except ValueError:
             return None
 
@@ -123,6 +123,18 @@ def insert_columns(lines: Sequence[bytes], cuts: Sequence[int], texts: Sequence[
     return b"".join(chain.from_iterable(zip(heads, repeat(b" "), texts, tails, repeat(b"\n"))))
 
 
+def parse_number(text: str) -> float:
+    """A number of a Moses text file (table scores and counts, n-best features, ini weights):
+    the one grammar every reader of rescorer uses. ``float(text)`` limited to ASCII without
+    ``_``: Python's float() alone also takes ``1_000`` and non-ASCII digits (Arabic-Indic
+    ``١٢``, full-width ``１２``), where Moses reads ASCII decimal numbers only. Raises
+    ValueError as float() does; ``inf`` and ``nan`` parse (callers say they are not finite).
+    """
+    if "_" in text or not text.isascii():
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
 def parse_scores(text: str) -> tuple[float, ...] | str:
     """Parse a dense score field; return the scores, or a message saying what is wrong."""
     tokens = text.replace("\t", " ").split(" ")
@@ -131,11 +143,7 @@ def parse_scores(text: str) -> tuple[float, ...] | str:
         if not tok:
             continue
         try:
-            # Python's float() also takes "1_0" and non-ASCII digits (Arabic-Indic, full-width);
-            # Moses reads ASCII decimal numbers only.
-            if "_" in tok or not tok.isascii():
-                raise ValueError
-            value = float(tok)
+            value = parse_number(tok)
         except ValueError:
             return f"score {col} is {tok!r}, expected a number"
         if not math.isfinite(value):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rescorer.constants import FIELD_SEP, LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 from rescorer.moses.ini import KENLM, MosesIni, pick_table_feature
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def parse_weight_option(text: str) -> tuple[str, tuple[float, ...]]:
     """``NAME=v1,v2,...`` (the ``--weight`` option) as a name and its values."""
     name, sep, values = text.partition("=")
     try:
-        numbers = tuple(float(v) for v in values.split(","))
+        numbers = tuple(parse_number(v) for v in values.split(","))
     except ValueError:
         numbers = ()
     if not sep or not name or not numbers or not all(map(math.isfinite, numbers)):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 from rescorer.moses.combine import Combiner, WeightSpec, peek
 from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini, with_table_path
 
@@ -45,9 +46,10 @@ def parse_min_score(text: str) -> tuple[MinScore, ...]:
     for part in text.split(","):
         col, sep, threshold = part.partition(":")
         try:
-            if not sep or not col.isdigit() or not math.isfinite(float(threshold)):
+            value = parse_number(threshold)
+            if not sep or not (col.isascii() and col.isdigit()) or not math.isfinite(value):
                 raise ValueError
-            specs.append(MinScore(int(col), float(threshold)))
+            specs.append(MinScore(int(col), value))
         except ValueError:
             raise RescorerError(
                 f"--min-score {text!r}: expected COL:THRESHOLD, e.g. 2:0.0001 (COL counts from 0)"

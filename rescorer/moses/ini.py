@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 
 # mert-moses.pl and mert's extractor take a name with "_" for a sparse feature; a dense
 # feature's name must look like this (mert-moses.pl:1517-1519, mert/Data.cpp:227).
@@ -183,7 +184,7 @@ def _parse_weight(path: str, lineno: int, code: str) -> WeightLine:
             path, lineno, f"weight line starts with {name!r}, expected 'Name= v1 v2 ...'"
         )
     try:
-        values = tuple(float(tok) for tok in tokens)
+        values = tuple(parse_number(tok) for tok in tokens)
     except ValueError:
         raise InputError(
             path, lineno, f"weights of {name[:-1]} are not all numbers, expected 'Name= v1 v2 ...'"

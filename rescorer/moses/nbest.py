@@ -25,6 +25,7 @@ from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError
+from rescorer.io.table import parse_number
 from rescorer.moses.combine import Weights
 
 NBEST_SEP = "|||"
@@ -62,7 +63,7 @@ def parse_features(text: str) -> Features | str:
                 "(Moses' default, -labeled-n-best-list true)"
             )
         try:
-            value = float(tok)
+            value = parse_number(tok)
         except ValueError:
             return f"feature value {tok!r} of {name} is not a number"
         if not math.isfinite(value):
@@ -84,7 +85,7 @@ def parse_nbest_line(text: str, path: str, lineno: int) -> NBestEntry:
     if isinstance(features, str):
         raise InputError(path, lineno, features)
     try:
-        total = float(fields[3])
+        total = parse_number(fields[3].strip())
     except ValueError:
         raise InputError(
             path, lineno, f"total score {fields[3].strip()!r} is not a number"

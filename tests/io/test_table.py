@@ -21,6 +21,7 @@ from rescorer.io.table import (
     format_prob,
     format_score,
     parse_line,
+    parse_number,
     read_table,
     split_tokens,
 )
@@ -94,6 +95,21 @@ def test_entry_fields_and_appended_columns() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0.5", 0.5), ("-1e-05", -1e-05), (".5", 0.5), ("3", 3.0), ("+2.", 2.0), ("1E+2", 100.0)],
+)
+def test_parse_number_reads_ascii_decimals(text: str, value: float) -> None:
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize("text", ["1_000", "\u0661\u0662", "\uff11\uff12", "x", "", "0x1p3"])
+def test_parse_number_refuses_what_moses_does_not_read(text: str) -> None:
+    """float() takes the first three (issue 26); Moses reads ASCII decimal numbers only."""
+    with pytest.raises(ValueError):
+        parse_number(text)
+
+
 def test_tokens_split_on_space_and_tab_only() -> None:
     assert split_tokens("a\u00a0b  c\td") == ["a\u00a0b", "c", "d"]
 
@@ -106,6 +122,7 @@ def test_tokens_split_on_space_and_tab_only() -> None:
         ("a ||| b ||| 0.5 nan", "expected a finite number"),
         ("a ||| b ||| 0.5 inf", "expected a finite number"),
         ("a ||| b ||| 1_0 0.5", "expected a number"),
+        ("a ||| b ||| 0.5 \u0661", "expected a number"),
         ("a ||| b ||| 0.5", "found 1 scores, expected 2"),
         ("a ||| b ||| 0.5 0.5 0.5", "found 3 scores, expected 2"),
         (" ||| b ||| 0.5 0.5", "empty source phrase"),
