@@ -120,6 +120,9 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         error = first_error(table)
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
+    from rescorer.io.table import not_a_reordering_table, sniff_table_kind
+
+    not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
         stats = score_table(table, model_dir, out, config)
@@ -209,8 +212,9 @@ def check(table: str, model_dir: str | None) -> None:
     """Validate all of TABLE as score reads it and print its statistics.
 
     Checks every line (fields, scores, the first line's score count, UTF-8), the gzip stream to
-    its end, and the source order that shards rely on; prints lines, distinct sources, targets
-    per source, phrase lengths, and with -m the shortlists' coverage. Exit 1 if a line is bad.
+    its end, and the source order that shards rely on; prints its kind (a phrase table or a
+    lexicalised reordering table), lines, distinct sources, targets per source, phrase lengths,
+    and with -m the shortlists' coverage. Exit 1 if a line is bad.
 
     \b
     Example:

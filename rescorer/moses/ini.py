@@ -411,8 +411,10 @@ def write_scored_ini(
 ) -> IniUpdate:
     """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table."""
     from rescorer.io.files import open_output
+    from rescorer.io.table import not_a_reordering_table, sniff_table_kind
 
     ini = read_ini(ini_path)
+    not_a_reordering_table(table_path, sniff_table_kind(table_path))
     num_columns = count_columns(table_path)
     # an absolute path: Moses resolves relative ones against the directory it runs in, and
     # mert-moses.pl runs it in its working dir

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR
+from click.testing import CliRunner
+from conftest import DATA_DIR, SHARED, SLICE, TINY_SYSTEM
 
+from rescorer.cli import cli
 from rescorer.errors import InputError
 from rescorer.io.files import open_output
 from rescorer.io.table import (
@@ -23,10 +25,10 @@ from rescorer.io.table import (
     parse_line,
     parse_number,
     read_table,
+    sniff_table_kind,
     split_tokens,
+    table_kind,
 )
-
-SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 
 
 def slice_bytes() -> bytes:
@@ -202,3 +204,93 @@ def test_number_formats() -> None:
     assert format_score(2.718281828) == "2.71828"
     assert format_logp(-1234.56789) == "-1234.5679"
     assert format_prob(-1000.0) == "3.72008e-44"  # e^-100, never 0
+
+
+# ------------------------------------------------------------- phrase or reordering table
+EN_FR = SHARED / "data" / "en-fr"
+
+
+def kind_of(*lines: str) -> tuple[bool, str]:
+    kind = table_kind(line.encode() + b"\n" for line in lines)
+    return kind.reordering, kind.what
+
+
+@pytest.mark.parametrize(
+    ("path", "reordering"),
+    [
+        (TINY_SYSTEM / "reordering-table.gz", True),
+        (TINY_SYSTEM / "phrase-table.gz", False),
+        (SLICE, False),
+        (DATA_DIR / "en-fr.sample.phrase-table", False),
+        (DATA_DIR / "en-fr.filter-slice.pt.gz", False),
+        (EN_FR / "reordering-table.wbe-msd-bidirectional-fe.gz", True),
+        (EN_FR / "phrase-table.gz", False),
+    ],
+)
+def test_real_tables_are_told_apart(path: Path, reordering: bool) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} is not there (../shared/data/en-fr)")
+    kind = sniff_table_kind(str(path))
+    assert kind is not None and kind.reordering is reordering, kind
+    if reordering:
+        assert "6 scores a line" in kind.what and "msd-bidirectional-fe" in kind.what
+
+
+@pytest.mark.parametrize(
+    ("lines", "name"),
+    [
+        (
+            ["a ||| x ||| 0.2 0.2 0.6 0.6 0.2 0.2", "b ||| y ||| 0.5 0.1 0.4 0.1 0.1 0.8"],
+            "msd-bidirectional-fe",
+        ),
+        (["a ||| 0.2 0.2 0.6 0.6 0.2 0.2", "b ||| 0.5 0.1 0.4 0.1 0.1 0.8"], "msd-bidirectional-f"),
+        (["a ||| x ||| 0.2 0.2 0.6", "b ||| y ||| 0.5 0.1 0.4"], "msd-fe"),
+        (
+            ["a ||| x ||| 0.3 0.7 0.9 0.1", "b ||| y ||| 0.5 0.5 0.2 0.8"],
+            "monotonicity-bidirectional-fe",
+        ),
+        (["a ||| x ||| 0.1 0.2 0.3 0.4 0.25 0.25 0.25 0.25"], "mslr-bidirectional-fe"),
+        (["a ||| x ||| 0.1 0.2 0.3 0.4"], "mslr-fe"),
+    ],
+)
+def test_reordering_table_layouts(lines: list[str], name: str) -> None:
+    reordering, what = kind_of(*lines)
+    assert reordering and f"as in {name})" in what
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # one line of probabilities that do not sum to 1 in groups is enough
+        ["a ||| x ||| 0.2 0.2 0.6 0.6 0.2 0.2", "b ||| y ||| 1 0.930901 1 0.705736"],
+        ["a ||| x ||| 0.5 0.5 0.5 0.5", "a ||| y ||| 0.9 0.5 0.5 0.5"],
+        # alignment and counts: a phrase table's fields
+        ["a ||| x ||| 0.2 0.2 0.6 0.6 0.2 0.2 ||| 0-0 ||| 1 1 1"],
+        # score counts differ from line to line, or are not a reordering model's
+        ["a ||| x ||| 0.2 0.2 0.6", "b ||| y ||| 0.5 0.5"],
+        ["a ||| x ||| 0.2 0.2 0.2 0.2 0.2"],
+        # not probabilities
+        ["a ||| x ||| 2 -1"],
+        [],
+        ["not a table"],
+    ],
+)
+def test_anything_else_is_a_phrase_table(lines: list[str]) -> None:
+    assert kind_of(*lines) == (False, "a phrase table")
+
+
+def test_score_and_train_refuse_a_reordering_table_before_any_work(tmp_path: Path) -> None:
+    """Issue 27, item 2: score started on 1.2M lines for an hour and train trained on it. The
+    model folder does not exist: the refusal comes before it is read."""
+    table = str(TINY_SYSTEM / "reordering-table.gz")
+    for args in (
+        ["score", table, "-m", str(tmp_path / "no-model"), "-o", str(tmp_path / "out.gz")],
+        ["train", table, "-o", str(tmp_path / "model"), "--max-updates", "1"],
+    ):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+        assert result.stderr.startswith(
+            f"rescorer: error: {table} is a lexicalised reordering table (6 scores a line: "
+        )
+        assert "not a phrase table" in result.stderr
+        assert sorted(os.listdir(tmp_path)) == []  # nothing written, no model folder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DATA_DIR, REAL_INI
+from conftest import DATA_DIR, REAL_INI, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -221,3 +221,12 @@ def test_warns_when_the_second_new_column_is_not_a_word_penalty(tmp_path: Path) 
         str(REAL_INI), str(scored_table(tmp_path, ("0.5", "7.38906"))), str(tmp_path / "b.ini")
     )
     assert penalty.warnings == ()
+
+
+def test_refuses_a_reordering_table_as_score_and_train_do(tmp_path: Path) -> None:
+    """An unscored msd reordering table has 6 columns, 2 more than the ini's 4: it was taken
+    for a table scored with --word-penalty, with a warning (issue 27, item 2)."""
+    table = TINY_SYSTEM / "reordering-table.gz"
+    with pytest.raises(RescorerError, match=r"is a lexicalised reordering table \(6 scores"):
+        write_scored_ini(str(REAL_INI), str(table), str(tmp_path / "never.ini"))
+    assert not (tmp_path / "never.ini").exists()
