@@ -159,9 +159,12 @@ def build_config(
         if lm_path is not None and len(known.lms) != 1:
             raise RescorerError(f"--lm needs exactly one LM feature, found {len(known.lms)}")
         for name, path in known.lms:
-            path = lm_path if lm_path is not None else path
-            if path is None:
+            if lm_path is not None:
+                path = lm_path
+            elif path is None:
                 continue  # no ini, no --lm: no LM term
+            elif ini is not None:  # resolved from the ini's run folder, as Moses opens it
+                path = _ini_lm_file(ini, name)
             lms.append(LMTerm(name, path, weights.single(name)))
     return CombinerConfig(
         table_feature=known.table,
@@ -170,6 +173,13 @@ def build_config(
         phrase_penalty=sum(weights.single(name) for name in known.phrase_penalties),
         lms=tuple(lms),
     )
+
+
+def _ini_lm_file(ini: MosesIni, name: str) -> str:
+    try:
+        return ini.feature_file(ini.feature(name))
+    except RescorerError as exc:
+        raise RescorerError(f"{exc}; or give --lm FILE, or --no-lm") from None
 
 
 @dataclass(frozen=True)
