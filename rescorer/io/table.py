@@ -284,6 +284,22 @@ def not_a_reordering_table(name: str, kind: TableKind | None) -> None:
         )
 
 
+def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
+    """The ``phrases`` that are source phrases of the table ``path``: one pass over its raw
+    lines that looks at the source field only (a line without ``" ||| "`` is an InputError)."""
+    wanted = {phrase.encode("utf-8") for phrase in phrases}
+    found: set[bytes] = set()
+    name = display_name(path)
+    with open_binary(path) as stream:
+        for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
+            end = raw.find(FIELD_SEP_B)
+            if end < 0:
+                raise InputError(name, lineno, f"found 1 field, expected {EXPECTED_SHAPE}")
+            if raw[:end] in wanted:
+                found.add(raw[:end])
+    return {phrase.decode("utf-8") for phrase in found}
+
+
 # ------------------------------------------------------------------------ whole chunks
 @dataclass
 class ChunkColumns:

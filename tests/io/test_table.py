@@ -26,6 +26,7 @@ from rescorer.io.table import (
     parse_number,
     read_table,
     sniff_table_kind,
+    sources_among,
     split_tokens,
     table_kind,
 )
@@ -294,3 +295,15 @@ def test_score_and_train_refuse_a_reordering_table_before_any_work(tmp_path: Pat
         )
         assert "not a phrase table" in result.stderr
         assert sorted(os.listdir(tmp_path)) == []  # nothing written, no model folder
+
+
+def test_sources_among_finds_the_table_sources_of_given_phrases(tmp_path: Path) -> None:
+    entries = list(read_table(str(SLICE)))
+    some = {entries[0].src, entries[-1].src, "a phrase not there", entries[0].tgt}
+    want = {e.src for e in entries} & some
+    assert sources_among(str(SLICE), some) == want and len(want) >= 2
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a ||| b ||| 1\nno separator\n")
+    with pytest.raises(InputError, match="found 1 field") as err:
+        sources_among(str(bad), {"a"})
+    assert err.value.lineno == 2
