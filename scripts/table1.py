@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from rescorer.cli.common import check_duration
 from rescorer.errors import RescorerError
 from rescorer.experiments.table1 import Table1Config, run_table1
 
@@ -28,7 +29,13 @@ HERE = Path(__file__).resolve().parent
 @click.argument("system", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
 @click.option("--model", type=click.Path(path_type=Path), help="A rescorer model directory.")
-@click.option("--train", "train_budget", metavar="BUDGET", help="Train a model first (e.g. 2h).")
+@click.option(
+    "--train",
+    "train_budget",
+    metavar="BUDGET",
+    callback=check_duration,
+    help="Train a model first (e.g. 2h).",
+)
 @click.option("--train-args", default="", help="More `rescorer train` flags, one string.")
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
 @click.option(

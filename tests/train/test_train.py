@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import ROOT
 
 from rescorer.batching import PairArraysBuilder, PairBatch, epoch_batches, pad_batch
 from rescorer.cli import cli
@@ -94,10 +95,34 @@ def test_parse_duration() -> None:
     assert parse_duration("30s") == 30
     assert parse_duration("1h30m") == 5400
     assert parse_duration("1.5h") == 5400
-    assert parse_duration("45") == 45
     for bad in ("", "m", "3x", "1h 30m", "-1m"):
-        with pytest.raises(RescorerError):
+        with pytest.raises(RescorerError, match="bad duration"):
             parse_duration(bad)
+    for bare in ("45", "5", "0", "1.5"):  # issue 27, item 4: --max-time 5 meant 5 seconds
+        with pytest.raises(
+            RescorerError, match=r"has no unit: expected e\.g\. 5m, 2h, 90s or 1h30m"
+        ):
+            parse_duration(bare)
+
+
+def test_every_duration_option_needs_a_unit(tmp_path: Path) -> None:
+    """A bare number is a usage error (exit 2) naming the accepted forms, before any work:
+    train --max-time, scripts/table1.py --train, scripts/train_snapshots.py --snapshot."""
+    forms = "expected e.g. 5m, 2h, 90s or 1h30m"
+    table = str(ROOT / "tests" / "data" / "tiny-system" / "phrase-table.gz")
+    result = CliRunner().invoke(cli, ["train", table, "-o", str(tmp_path / "m"), "--max-time", "5"])
+    assert result.exit_code == 2 and "--max-time" in result.stderr and forms in result.stderr
+    assert not (tmp_path / "m").exists()
+    scripts = ROOT / "scripts"
+    for argv in (
+        [scripts / "table1.py", ROOT / "tests/data/tiny-system", "--work", tmp_path / "w",
+         "--train", "5"],
+        [scripts / "train_snapshots.py", tmp_path / "s", "--table", table, "--snapshot", "5"],
+    ):  # fmt: skip
+        proc = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True)
+        assert proc.returncode == 2 and forms in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == []
 
 
 def test_epoch_batches_cover_every_pair_once_in_a_seeded_order() -> None:
