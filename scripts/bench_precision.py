@@ -32,8 +32,9 @@ from benchlib import cpu_name, git_commit, write_slice
 from rescorer.device import resolve_device
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
+from rescorer.score.config import ScoreConfig
 from rescorer.score.pairs import encode_pairs
-from rescorer.score.pipeline import ScoreConfig, score_table
+from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer
 from rescorer.score.shards import merge
 
