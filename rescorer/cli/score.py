@@ -120,9 +120,6 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
         error = first_error(table)
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
-    from rescorer.io.table import not_a_reordering_table, sniff_table_kind
-
-    not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
         stats = score_table(table, model_dir, out, config)

@@ -40,6 +40,7 @@ from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import InputMeter, display_name, gzip_member, gzip_text_size, open_binary
 from rescorer.io.progress import Progress
+from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
     ScoreConfig,
@@ -90,6 +91,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             raise RescorerError(f"{flag} {path} is the input table itself: write elsewhere")
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
+    not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
     loaded = load_model_dir(model_dir, device=device)
@@ -192,6 +194,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             if not regular:  # read once: the score count comes from the first chunk itself
                 first = next(chunks, None)
                 if first is not None:
+                    not_a_reordering_table(name, table_kind(first.data.split(b"\n")))
                     num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
                     chunks = itertools.chain([first], chunks)
             if end is not None:

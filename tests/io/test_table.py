@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DATA_DIR, SHARED, SLICE, TINY_SYSTEM
+from conftest import DATA_DIR, GOLDEN, SHARED, SLICE, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError
@@ -295,6 +295,13 @@ def test_score_and_train_refuse_a_reordering_table_before_any_work(tmp_path: Pat
         )
         assert "not a phrase table" in result.stderr
         assert sorted(os.listdir(tmp_path)) == []  # nothing written, no model folder
+    # on stdin, which can be read once: at its first chunk, leaving no output
+    model, out = str(GOLDEN / "model"), str(tmp_path / "out.gz")
+    piped = gzip.decompress((TINY_SYSTEM / "reordering-table.gz").read_bytes())
+    result = CliRunner().invoke(cli, ["score", "-", "-m", model, "-o", out], input=piped)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("rescorer: error: <stdin> is a lexicalised reordering table")
+    assert sorted(os.listdir(tmp_path)) == []
 
 
 def test_sources_among_finds_the_table_sources_of_given_phrases(tmp_path: Path) -> None:
