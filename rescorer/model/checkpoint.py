@@ -31,6 +31,7 @@ from rescorer.errors import RescorerError
 from rescorer.io import files
 from rescorer.io.files import write_json
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
+from rescorer.model.verdict import training_verdict
 from rescorer.vocab import Vocab
 
 __all__ = [
@@ -235,6 +236,8 @@ def describe_model_dir(folder: str | Path) -> str:
         lines += [f"  {k}: {v}" for k, v in data["train"].items()]
     lines.append("provenance:")
     lines += _flatten(provenance, indent=1)
+    verdict = training_verdict(provenance)
+    lines.append(f"verdict: {verdict.text if verdict else 'unknown (trained without validation)'}")
     weights = folder / WEIGHTS_FILE
     lines.append(f"weights: {weights.name} ({'present' if weights.is_file() else 'MISSING'})")
     return "\n".join(lines)

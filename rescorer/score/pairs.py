@@ -183,3 +183,13 @@ def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
             )
         )
     return levels
+
+
+def pairs_inside_shortlists(pairs: GroupedPairs) -> int:
+    """How many pairs have every word of both phrases inside the shortlists (no UNK id)."""
+    if pairs.num_pairs == 0:
+        return 0
+    # every sequence ends with EOS, so no segment is empty
+    src_unk = np.add.reduceat(pairs.src_ids == UNK_ID, pairs.src_off[:-1])  # (U,)
+    tgt_unk = np.add.reduceat(pairs.tgt_ids == UNK_ID, pairs.tgt_off[:-1])  # (N,)
+    return int(np.count_nonzero((src_unk[pairs.pair_src] == 0) & (tgt_unk == 0)))

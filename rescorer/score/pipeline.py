@@ -28,6 +28,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -41,6 +42,7 @@ from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import InputMeter, display_name, gzip_member, gzip_text_size, open_binary
 from rescorer.io.progress import Progress
 from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
+from rescorer.model.verdict import coverage_warning, unlearned_warning
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
     ScoreConfig,
@@ -55,7 +57,7 @@ from rescorer.score.output import (
     model_fingerprint,
     same_file,
 )
-from rescorer.score.pairs import GroupedPairs
+from rescorer.score.pairs import GroupedPairs, pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
@@ -95,6 +97,16 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
     loaded = load_model_dir(model_dir, device=device)
+    unlearned = unlearned_warning(loaded.provenance, model_dir)
+    if unlearned:
+        print(f"rescorer score: {unlearned}", file=sys.stderr)
+
+    def coverage(inside: int, pairs: int) -> bool:
+        message = coverage_warning(loaded.provenance, model_dir, inside, pairs)
+        if message:
+            print(f"rescorer score: {message}", file=sys.stderr)
+        return message is not None
+
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorer = Scorer(loaded.model, precision, batch_tokens, compile_)
@@ -211,6 +223,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
+                coverage,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -248,6 +261,7 @@ def _run(
     progress: Callable[[], None],
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
+    coverage: Callable[[int, int], bool] | None = None,
 ) -> None:
     """Parse ahead in the pool, score in order, format in the pool, write in order."""
     gz_level = config.compresslevel if out.endswith(".gz") else None
@@ -300,6 +314,9 @@ def _run(
             raise InputError(name, lineno, message)
         logp = scorer.score(parsed.pairs)
         stats.pairs_scored += len(logp)
+        stats.pairs_inside += pairs_inside_shortlists(parsed.pairs)
+        if coverage is not None and coverage(stats.pairs_inside, stats.pairs_scored):
+            coverage = None  # warned once
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
