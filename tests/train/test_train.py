@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,28 @@ def test_every_duration_option_needs_a_unit(tmp_path: Path) -> None:
         assert proc.returncode == 2 and forms in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_progress_says_what_the_budget_goes_on_before_the_first_update(
+    tmp_path: Path, sample_table: Path
+) -> None:
+    """Issue 27, item 4: the first update came at 26% of a 5-minute budget, after lines that
+    did not say so (vocabularies, encoding, the optimiser's imports, compiling)."""
+    lines: list[str] = []
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 2, "max_time": 600.0, "quiet": False})
+    train(str(sample_table), tmp_path / "m", TINY, cfg, echo=lines.append)
+    phases = [
+        "counting the vocabularies (",
+        "encoding the pairs (",
+        "building the model and the optimiser (",
+        "starting the updates (",
+        "first update done (",
+    ]
+    found = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
+    assert found == sorted(found), lines
+    for i in found:
+        assert re.search(r" \(\d+m\d\ds in, \d+% of the --max-time budget\)", lines[i]), lines[i]
+    assert re.search(r": setup \d+m\d\ds, first update \d+m\d\ds$", lines[found[-1]])
 
 
 def test_epoch_batches_cover_every_pair_once_in_a_seeded_order() -> None:
