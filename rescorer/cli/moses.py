@@ -7,7 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rescorer.cli.common import progress_option, user_errors, weight_options, weight_spec
+from rescorer.cli.common import (
+    progress_option,
+    quiet_option,
+    say,
+    user_errors,
+    weight_options,
+    weight_spec,
+)
 
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
@@ -72,15 +79,14 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
         run_dir=opts["run_dir"],
     )
     f = update.feature
-    click.echo(
+    say(
         f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
-        f"path={update.new_path}; wrote {out}",
-        err=True,
+        f"path={update.new_path}; wrote {out}"
     )
     for warning in update.warnings:
-        click.echo(f"rescorer: warning: {warning}", err=True)
+        say(f"warning: {warning}")
     if update.binarize_command:
-        click.echo(f"{f.kind} is binarised: build it with\n  {update.binarize_command}", err=True)
+        say(f"{f.kind} is binarised: build it with {update.binarize_command}")
 
 
 @click.command()
@@ -90,8 +96,11 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 @click.option("--column", "column_only", is_flag=True, help="Write only the score per line.")
 @run_dir_option
 @progress_option
+@quiet_option
 @user_errors
-def combine(table: str, out: str, column_only: bool, progress_every: float, **opts: Any) -> None:
+def combine(
+    table: str, out: str, column_only: bool, progress_every: float, quiet: bool, **opts: Any
+) -> None:
     """Score each pair of TABLE as Moses ranks it for table-limit (log-linear, natural log).
 
     Writes each line with " ||| SCORE" appended, or with --column one score per line: the
@@ -107,9 +116,10 @@ def combine(table: str, out: str, column_only: bool, progress_every: float, **op
     run_dir = opts.pop("run_dir")
     weights = with_run_dir(weight_spec(**opts).require(), run_dir)
     stats = combine_table(
-        table, out, weights, column_only=column_only, progress_every=progress_every
+        table, out, weights, column_only=column_only, progress_every=0 if quiet else progress_every
     )
-    click.echo(f"combined {stats.lines} phrase pairs into {out}", err=True)
+    if not quiet:
+        say(f"combined {stats.lines:,} phrase pairs into {out}")
 
 
 @click.command("filter")
@@ -142,6 +152,7 @@ def combine(table: str, out: str, column_only: bool, progress_every: float, **op
 )
 @run_dir_option
 @progress_option
+@quiet_option
 @user_errors
 def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> None:
     """Filter TABLE as Moses does, in one order-preserving pass.
@@ -153,13 +164,14 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
     """
     from rescorer.moses.filter import FilterConfig, filter_table, parse_min_score
 
+    quiet, progress_every = opts.pop("quiet"), opts.pop("progress_every")
     config = FilterConfig(
         input_path=opts.pop("input_path"),
         tokenize_lang=opts.pop("tokenize_lang"),
         lowercase=opts.pop("lowercase"),
         min_scores=tuple(spec for text in min_scores for spec in parse_min_score(text)),
         top_k=opts.pop("top_k"),
-        progress_every=opts.pop("progress_every"),
+        progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out, run_dir = opts.pop("ini_in"), opts.pop("ini_out"), opts.pop("run_dir")
     weights = with_run_dir(weight_spec(**opts), run_dir)
@@ -168,12 +180,13 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
     stats = filter_table(
         table, out, config, weights=weights, ini_in=ini_in, ini_out=ini_out, run_dir=run_dir
     )
-    click.echo(stats.summary(), err=True)
+    if not quiet:
+        say(stats.summary())
 
 
 @click.command()
 @click.argument("nbest")
-@click.option("-o", "--output", "out", default="-", help="Output (default stdout).")
+@click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
 @click.option("--weights", "ini", metavar="INI", help="moses.ini whose [weight] to use.")
 @click.option("--weight", "overrides", multiple=True, metavar="NAME=V1,..", help="Set weights.")
 @click.option("--decoded-with", metavar="INI", help="The ini that made NBEST: keeps hidden parts.")
@@ -187,8 +200,9 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 
     \b
     Example:
-      rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini
-      rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2
+      rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini -o dev.1best
+      rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2 \\
+          -o -
     """
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
 
@@ -196,8 +210,7 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
     decoded_with = weight_spec(opts["decoded_with"], ()).weights() if opts["decoded_with"] else None
     config = RerankConfig(weights, decoded_with, opts["feature_file"], opts["nbest_out"])
     stats = rerank_nbest(nbest, out, config)
-    click.echo(
-        f"{stats.sentences} sentences, {stats.hypotheses} hypotheses; "
-        f"1-best changed for {stats.changed}",
-        err=True,
+    say(
+        f"{stats.sentences:,} sentences, {stats.hypotheses:,} hypotheses; "
+        f"1-best changed for {stats.changed:,}"
     )

@@ -10,6 +10,7 @@ import click
 from rescorer.cli.common import (
     compile_option,
     device_option,
+    interrupt_status,
     parse_shard,
     progress_option,
     score_precision_option,
@@ -35,7 +36,14 @@ def parse_workers(value: str) -> int | str:
 
 @click.command()
 @click.argument("table")
-@click.option("-m", "--model", "model_dir", required=True, help="Model folder from rescorer train.")
+@click.option(
+    "-m",
+    "--model",
+    "model_dirs",
+    required=True,
+    multiple=True,
+    help="Model folder from rescorer train; repeat for one column per model, in this order.",
+)
 @click.option("-o", "--output", "out", required=True, help="Output table (.gz: gzip; - stdout).")
 @click.option(
     "--column",
@@ -45,7 +53,10 @@ def parse_workers(value: str) -> int | str:
     help="prob = exp(log p) (Moses takes ln of every column); logp = raw log p for other tools.",
 )
 @click.option(
-    "--word-penalty", is_flag=True, help="Also append exp(#target words not in shortlist)."
+    "--word-penalty",
+    is_flag=True,
+    help="Also append exp(#target words not in shortlist), last (the first forward model's "
+    "target shortlist).",
 )
 @device_option
 @score_precision_option
@@ -94,8 +105,16 @@ def parse_workers(value: str) -> int | str:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
-def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:
-    """Append log p(target|source) to the scores of every line of TABLE.
+def score(
+    table: str, model_dirs: tuple[str, ...], out: str, shard: tuple[int, int] | None, **opts: Any
+) -> None:
+    """Append p(target|source), the RNN's score, to the scores of every line of TABLE.
+
+    One column per -m model, in the order given: a forward model's p(target|source), an
+    inverse model's (train --direction inverse) p(source|target); --word-penalty comes last,
+    counted with the first forward model's target shortlist (with inverse models only, the
+    first one's source shortlist). A column holds p = exp(log p), as Moses takes ln of every
+    score (--column logp: log p itself, for other tools).
 
     TABLE is a Moses phrase table, plain or gzip (detected by content), - for stdin. Every byte
     outside the score field, the line count and the order stay as they are. Then raise
@@ -105,6 +124,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     Example:
       rescorer score model/phrase-table.gz -m rnn-model/ -o model/phrase-table.rnn.gz
       rescorer score pt.gz -m rnn-model/ -o pt.3of16.gz --shard 3/16 --resume
+      rescorer score pt.gz -m rnn-model/ -m rnn-inverse/ --word-penalty -o pt.rnn2.gz
     """
     from rescorer.score.pipeline import score_table
 
@@ -122,21 +142,22 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
             raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
-        stats = score_table(table, model_dir, out, config)
-    except KeyboardInterrupt:
+        stats = score_table(table, list(model_dirs), out, config)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (common.Terminated)
         if out == "-":
-            click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)
+            click.echo("rescorer score: interrupted; output to stdout cannot be resumed", err=True)
         else:
             click.echo(
-                f"rescorer: interrupted; {out}.partial is kept: run the same command with "
+                f"rescorer score: interrupted; {out}.partial is kept: run the same command with "
                 "--resume to continue",
                 err=True,
             )
-        sys.exit(130)
+        sys.exit(interrupt_status(exc))
     if stats.already_done:
         if not config.quiet:
             click.echo(
-                f"{out}: shard {shard[0] if shard else '?'}/{shard[1] if shard else '?'} is "
+                f"rescorer score: {out}: shard {shard[0] if shard else '?'}/"
+                f"{shard[1] if shard else '?'} is "
                 f"already complete ({stats.lines_out:,} lines, as its manifest says); nothing to "
                 "redo",
                 err=True,
@@ -145,16 +166,19 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     if not config.quiet:
         rate = stats.pairs_scored / max(stats.seconds, 1e-9)
         click.echo(
-            f"scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s ({rate:,.0f} pairs/s, "
+            f"rescorer score: scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s "
+            f"({rate:,.0f} pairs/s, "
             f"{stats.device}, {stats.precision}); {stats.lines_out:,} of {stats.lines_in:,} "
             f"lines written to {out}",
             err=True,
         )
     if stats.phases is not None:
-        click.echo("\n".join(stats.phases.report(stats.seconds)), err=True)
+        for line in stats.phases.report(stats.seconds):
+            click.echo(f"rescorer score: {line}", err=True)
     if stats.bad:
         click.echo(
-            f"skipped {stats.bad} malformed line(s), written to {config.skip_bad_lines}; first: "
+            f"rescorer score: skipped {stats.bad:,} malformed line(s), written to "
+            f"{config.skip_bad_lines}; first: "
             f"{stats.bad_examples[0]}",
             err=True,
         )
@@ -194,7 +218,8 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
     if not quiet:
         rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
         click.echo(
-            f"merged {stats.shards} shards into {out}: {stats.lines_out:,} of {stats.lines_in:,} "
+            f"rescorer merge: merged {stats.shards:,} shards into {out}: {stats.lines_out:,} of "
+            f"{stats.lines_in:,} "
             f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
             f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
@@ -258,7 +283,7 @@ def check(table: str, model_dir: str | None) -> None:
     help="The table the list was decoded with (or its unfiltered original): a word it has no "
     "entry for was passed through by Moses and adds 0, as in Moses.",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
 @click.option(
     "--features-only",

@@ -14,7 +14,9 @@ from rescorer.cli.common import (
     precision_option,
     progress_option,
     user_errors,
+    vocab_size_options,
 )
+from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import TrainConfig
 
@@ -26,20 +28,7 @@ TRAIN = TrainConfig()
 @click.command()
 @click.argument("table")
 @click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @user_errors
 def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
     """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
@@ -55,8 +44,8 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
         src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
     paths = save_vocabs(out_dir, src, tgt)
     click.echo(
-        f"{reader.stats.lines} pairs: {len(src.words)} source and {len(tgt.words)} target words "
-        f"in the shortlists; wrote {paths[0]} and {paths[1]}",
+        f"rescorer vocab: {reader.stats.lines:,} pairs: {len(src.words):,} source and "
+        f"{len(tgt.words):,} target words in the shortlists; wrote {paths[0]} and {paths[1]}",
         err=True,
     )
 
@@ -65,20 +54,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.argument("table", required=False)
 @click.option("-o", "--output", "out_dir", required=True, help="The model folder to write.")
 @click.option("--pairs", nargs=2, metavar="SRC TGT", help="Parallel phrase files, not TABLE.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @click.option(
     "--hidden-size",
     default=MODEL.hidden_size,
@@ -159,6 +135,14 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     help="Batches regrouped by length.",
 )
 @click.option("--seed", default=TRAIN.seed, show_default=True, help="Data split, order and init.")
+@click.option(
+    "--direction",
+    type=click.Choice(DIRECTIONS),
+    default=TRAIN.direction,
+    show_default=True,
+    help="forward: p(target|source); inverse: p(source|target) (the encoder reads the target "
+    "phrase; --src-vocab-size is then the shortlist of the table's targets).",
+)
 @device_option
 @precision_option
 @compile_option("100,000 training pairs or more")
@@ -177,7 +161,8 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts: Any) -> None:
     """Train the RNN Encoder-Decoder on the phrase pairs of TABLE into MODEL_DIR (-o).
 
-    Paper defaults (Cho et al., 2014). Holds out --valid-fraction of the source phrases, keeps
+    Paper defaults (Cho et al., 2014); --direction inverse trains p(source|target) on the same
+    pairs, for a second column. Holds out --valid-fraction of the source phrases, keeps
     the weights with the best validation perplexity, stops on --max-updates, --max-time or
     --patience; SIGINT/SIGTERM save the state for --resume.
 
@@ -185,6 +170,7 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     Example:
       rescorer train model/phrase-table.gz -o rnn-model/ --max-time 3d
       rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
+      rescorer train model/phrase-table.gz -o rnn-inverse/ --direction inverse
     """
     from click.core import ParameterSource
 

@@ -1,4 +1,4 @@
-"""``rescorer score``: stream a phrase table through the model and append the feature column(s).
+"""``rescorer score``: stream a phrase table through the model(s) and append the feature columns.
 
 Stages (docs/contracts.md §2, §4, §8):
 
@@ -6,7 +6,9 @@ Stages (docs/contracts.md §2, §4, §8):
   (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);
 - workers parse and validate each chunk and turn it into id arrays
   (:func:`~rescorer.score.stages.parse_chunk`);
-- the main process scores the chunk on the device (:class:`rescorer.score.Scorer`);
+- the main process scores the chunk on the device (:class:`rescorer.score.Scorer`), one scorer
+  per ``-m`` model in the order given (each chunk is still read, parsed and formatted once; an
+  inverse model's pairs come grouped by target phrase and its scores go back to line order);
 - workers format the new columns into the lines and compress them, one gzip member per chunk
   (a multi-member gzip file, which zcat, Python and Moses read as one stream);
 - the main process writes chunks in input order to ``OUT.partial`` and records its progress in
@@ -31,7 +33,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -42,7 +44,6 @@ from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.files import InputMeter, display_name, gzip_member, gzip_text_size, open_binary
 from rescorer.io.progress import Progress
 from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.model.verdict import coverage_warning, unlearned_warning
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
     ScoreConfig,
@@ -57,7 +58,7 @@ from rescorer.score.output import (
     model_fingerprint,
     same_file,
 )
-from rescorer.score.pairs import GroupedPairs, pairs_inside_shortlists
+from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
@@ -67,6 +68,7 @@ from rescorer.score.shards import (
 )
 from rescorer.score.stages import (
     Inline,
+    ModelSides,
     ParsedChunk,
     first_num_scores,
     format_chunk,
@@ -74,10 +76,15 @@ from rescorer.score.stages import (
     num_scores_of,
     parse_chunk,
 )
+from rescorer.verdict import coverage_warning, unlearned_warning
 
 
-def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
-    """Append the log p(y|x) feature column(s) to every line of ``table``; write ``out``.
+def score_table(
+    table: str, model_dir: str | Sequence[str], out: str, config: ScoreConfig
+) -> ScoreStats:
+    """Append one log-probability column per model of ``model_dir`` (a folder or a list, in
+    that order; each in its direction: p(target | source) or p(source | target)), then the word
+    penalty if asked, to every line of ``table``; write ``out``.
 
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
@@ -96,26 +103,39 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
-    loaded = load_model_dir(model_dir, device=device)
-    unlearned = unlearned_warning(loaded.provenance, model_dir)
-    if unlearned:
-        print(f"rescorer score: {unlearned}", file=sys.stderr)
+    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    if not model_dirs:
+        raise RescorerError("score: no model given (-m)")
+    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
 
-    def coverage(inside: int, pairs: int) -> bool:
-        message = coverage_warning(loaded.provenance, model_dir, inside, pairs)
-        if message:
-            print(f"rescorer score: {message}", file=sys.stderr)
-        return message is not None
+    def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+        """The model's warnings, given once the first chunk has been scored (an input that is
+        refused outright gets its one error line and nothing else)."""
+        unlearned = unlearned_warning(provenance, folder)
+
+        def coverage(inside: int, pairs: int) -> bool:
+            nonlocal unlearned
+            if unlearned:
+                print(f"rescorer score: {unlearned}", file=sys.stderr)
+                unlearned = None
+            message = coverage_warning(provenance, folder, inside, pairs)
+            if message:
+                print(f"rescorer score: {message}", file=sys.stderr)
+            return message is not None
+
+        return coverage
 
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
-    scorer = Scorer(loaded.model, precision, batch_tokens, compile_)
+    scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+    sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     workers = resolve_workers(config.workers, device)
     if workers != config.workers:
         config = replace(config, workers=workers)
     phases = Phases(device) if config.profile else None
-    if phases is not None:
-        scorer.phase = phases
+    if phases is not None:  # every model's encoder, decoder and readout time together
+        for scorer in scorers:
+            scorer.phase = phases
     stats = ScoreStats(device=str(device), precision=precision)
     start, first_line, end = 0, 1, None
     shard_range = None
@@ -126,8 +146,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     run_key = {
         "table": os.path.abspath(table) if table != "-" else "-",
         "input": input_fingerprint(table) if regular else None,
-        "model_dir": os.path.abspath(model_dir),
-        "model": model_fingerprint(model_dir),
+        # One model: its folder and hash, as before multi-model runs; several: lists, in order.
+        "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
+        "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
         "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
     }
     manifest: dict[str, Any] | None = None
@@ -193,12 +214,12 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 pool = multiprocessing.get_context("spawn").Pool(
                     workers,
                     initializer=init_worker,
-                    initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
+                    initargs=(sides, None, True),
                 )
             finally:
                 signal.signal(signal.SIGINT, handler)
         else:
-            init_worker(loaded.src_vocab, loaded.tgt_vocab)
+            init_worker(sides)
         with open_binary(table, meter) as stream:
             chunks = iter_chunks(
                 stream, config.chunk_bytes, start=resume.offset, first_line=resume.first_line
@@ -214,7 +235,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             _run(
                 chunks,
                 pool,
-                scorer,
+                scorers,
                 output,
                 config,
                 num_scores,
@@ -223,7 +244,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
-                coverage,
+                [coverage_of(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -252,7 +273,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
 def _run(
     chunks: Iterator[Chunk],
     pool: Any,
-    scorer: Any,
+    scorers: Sequence[Any],
     output: Output,
     config: ScoreConfig,
     num_scores: int | None,
@@ -261,9 +282,12 @@ def _run(
     progress: Callable[[], None],
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
-    coverage: Callable[[int, int], bool] | None = None,
+    coverage: Sequence[Callable[[int, int], bool]] = (),
 ) -> None:
-    """Parse ahead in the pool, score in order, format in the pool, write in order."""
+    """Parse ahead in the pool, score in order, format in the pool, write in order.
+    ``coverage[k]`` hears of model k's pairs inside its shortlists until it has warned."""
+    warn: list[Callable[[int, int], bool] | None] = list(coverage)
+    inside = [0] * len(scorers)  # pairs inside each model's shortlists
     gz_level = config.compresslevel if out.endswith(".gz") else None
     workers = config.workers
     assert isinstance(workers, int)  # score_table resolved "auto" to a count
@@ -312,24 +336,35 @@ def _run(
         if parsed.bad and config.skip_bad_lines is None:
             lineno, message, _ = parsed.bad[0]
             raise InputError(name, lineno, message)
-        logp = scorer.score(parsed.pairs)
+        logp = _score_models(scorers, parsed)  # (N,) or (N,M)
         stats.pairs_scored += len(logp)
-        stats.pairs_inside += pairs_inside_shortlists(parsed.pairs)
-        if coverage is not None and coverage(stats.pairs_inside, stats.pairs_scored):
-            coverage = None  # warned once
+        for k, pairs in enumerate(parsed.by_model):
+            inside[k] += pairs_inside_shortlists(pairs)
+            callback = warn[k] if k < len(warn) else None
+            if callback is not None and callback(inside[k], stats.pairs_scored):
+                warn[k] = None  # warned once
+        stats.pairs_inside = inside[0]  # the first model's
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
-        parsed.pairs = _EMPTY_PAIRS  # only what the writer needs stays in memory
+        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
         formatting.append((result, parsed))
         write_ready(limit=max(1, workers))
     write_ready(limit=0)
 
 
-_EMPTY_PAIRS = GroupedPairs(
-    np.zeros(0, np.int32),
-    np.zeros(1, np.int64),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int32),
-    np.zeros(1, np.int64),
-)
+def _score_models(scorers: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
+    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order."""
+    columns = []
+    for scorer, pairs, order in zip(scorers, parsed.by_model, parsed.orders, strict=True):
+        logp = scorer.score(pairs)  # (N,) in the model's pair order
+        if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
+            in_lines = np.empty_like(logp)
+            in_lines[order] = logp
+            logp = in_lines
+        columns.append(logp)
+    return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)
+
+
+def _one_or_list(values: list[Any]) -> Any:
+    return values[0] if len(values) == 1 else values

@@ -24,11 +24,11 @@ from rescorer.batching import PairArrays, PairBatch, epoch_batches
 from rescorer.device import autocast
 from rescorer.errors import RescorerError
 from rescorer.model.encdec import EncoderDecoder, Kernels, ModelConfig, sequence_logprobs
-from rescorer.model.verdict import LEARNED_RATIO, Verdict
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
 from rescorer.train.setup import RunSetup
 from rescorer.train.state import save_state
+from rescorer.verdict import LEARNED_RATIO, Verdict
 
 
 def batch_loss(

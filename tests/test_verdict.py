@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rescorer.constants import PROVENANCE_FILE
-from rescorer.model.verdict import (
+from rescorer.verdict import (
     COVERAGE_MIN_PAIRS,
     coverage_warning,
     training_verdict,
