@@ -291,7 +291,8 @@ def test_score_and_train_refuse_a_reordering_table_before_any_work(tmp_path: Pat
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 1, result.output
         assert result.stderr.startswith(
-            f"rescorer: error: {table} is a lexicalised reordering table (6 scores a line: "
+            f"rescorer {args[0]}: error: {table} is a lexicalised reordering table (6 scores a "
+            "line: "
         )
         assert "not a phrase table" in result.stderr
         assert sorted(os.listdir(tmp_path)) == []  # nothing written, no model folder
@@ -300,7 +301,13 @@ def test_score_and_train_refuse_a_reordering_table_before_any_work(tmp_path: Pat
     piped = gzip.decompress((TINY_SYSTEM / "reordering-table.gz").read_bytes())
     result = CliRunner().invoke(cli, ["score", "-", "-m", model, "-o", out], input=piped)
     assert result.exit_code == 1, result.output
-    assert result.stderr.startswith("rescorer: error: <stdin> is a lexicalised reordering table")
+    assert result.stderr == (  # the one error line: the model's warnings come after a chunk
+        "rescorer score: error: <stdin> is a lexicalised reordering table (6 scores a line: "
+        "backward and forward groups of 3 orientation probabilities that each sum to 1, as in "
+        "msd-bidirectional-fe), not a phrase table: rescorer scores and trains on the phrase "
+        "table (train-model.perl's model/phrase-table.gz, the path= of the moses.ini's "
+        "PhraseDictionary line)\n"
+    )
     assert sorted(os.listdir(tmp_path)) == []
 
 

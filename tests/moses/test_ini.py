@@ -301,7 +301,7 @@ def test_a_copy_of_the_ini_needs_the_run_dir(tmp_path: Path) -> None:
     code, stderr = moses_ini(str(copy), "--phrase-table", str(table), "-o", str(out))
     assert code == 1 and not out.exists()
     assert stderr.startswith(
-        f"rescorer: error: {copy}:26: LexicalReordering0 (LexicalReordering) names "
+        f"rescorer moses-ini: error: {copy}:26: LexicalReordering0 (LexicalReordering) names "
         f"{copy.parent / 'reordering-table.gz'}, which does not exist (path=reordering-table.gz "
         f"taken relative to {copy.parent}, the folder Moses is meant to run in"
     )
@@ -322,7 +322,8 @@ def test_an_absolute_path_that_does_not_exist_is_named(tmp_path: Path) -> None:
                              "-o", str(out), "--run-dir", str(TINY_SYSTEM))  # fmt: skip
     assert code == 1 and not out.exists()
     assert stderr == (
-        f"rescorer: error: {ini}:28: LM0 (KENLM) names /nonexistent/lm.arpa, which does not exist\n"
+        f"rescorer moses-ini: error: {ini}:28: LM0 (KENLM) names /nonexistent/lm.arpa, which "
+        "does not exist\n"
     )
 
 
@@ -354,7 +355,7 @@ def test_a_gzip_ini_is_read_as_moses_reads_it(tmp_path: Path) -> None:
     code, stderr = moses_ini(str(misnamed), *args, "-o", str(tmp_path / "never.ini"))
     assert code == 1 and not (tmp_path / "never.ini").exists()
     assert stderr == (
-        f"rescorer: error: {misnamed}: gzip data, expected a plain-text moses.ini (Moses "
+        f"rescorer moses-ini: error: {misnamed}: gzip data, expected a plain-text moses.ini (Moses "
         "decompresses a config only when its name ends in .gz)\n"
     )
 
