@@ -63,6 +63,7 @@ INI = ["--weights", "tiny.ini", "--decoded-with", "tiny.ini"]
 RERANK = ["rnn.nbest", *INI, "--weight", "RNN0=0.05"]
 COMBINE = ["slice.pt.gz", "--weights", "real.ini", "--lm", "tiny.arpa"]
 SHARDS = ["--chunk-bytes", "4096"]
+NBEST_TABLE = ["--phrase-table", "tiny.pt.gz", "-o", "rnn.nbest"]  # the table it was decoded with
 COMMANDS: list[list[str]] = [
     ["train", "tiny.pt.gz", "-o", "model", *TINY, "--max-updates", "20"],
     ["train", "tiny.pt.gz", "-o", "model-resumed", *TINY, "--max-updates", "10"],
@@ -74,7 +75,7 @@ COMMANDS: list[list[str]] = [
     ["score", "slice.pt.gz", *SCORE, *SHARDS, "--shard", "2/2", "-o", "part2.gz"],
     ["score", "slice.pt.gz", *SCORE, *SHARDS, "-o", "single.gz"],
     ["merge", "merged.gz", "part1.gz", "part2.gz", "-q"],
-    ["score-nbest", "seg.nbest", "-m", "golden", "--input", "nbest.test6.en", "-o", "rnn.nbest"],
+    ["score-nbest", "seg.nbest", "-m", "golden", "--input", "nbest.test6.en", *NBEST_TABLE],
     ["rerank", *RERANK, "-o", "rerank.1best"],
     ["rerank", *RERANK, "--nbest-out", "-o", "rerank.nbest"],
     ["filter", "filter-slice.pt.gz", "--input", "test6.en", "-o", "filtered.gz"],

@@ -29,9 +29,19 @@ PY
 echo "== rescorer score"
 rescorer score "$sample" -m "$out/model" -o "$out/phrase-table.rnn.gz" --word-penalty
 echo "== rescorer moses-ini"
-rescorer moses-ini "$here/rescorer/sample/moses.ini" --phrase-table "$out/phrase-table.rnn.gz" \
-  --new-weight 0.2 --new-weight 0.2 -o "$out/moses.ini"
+# The sample's moses.ini is the real tuned en-fr one, whose reordering table and LM are not
+# bundled: the quickstart's system is its phrase table alone (their feature and weight lines
+# left out), so that the new ini names only files that exist and decodes as written.
+grep -v -E '^(LexicalReordering|KENLM|LM0=)' "$here/rescorer/sample/moses.ini" >"$out/sample.ini"
+rescorer moses-ini "$out/sample.ini" --run-dir "$here/rescorer/sample" \
+  --phrase-table "$out/phrase-table.rnn.gz" --new-weight 0.2 --new-weight 0.2 -o "$out/moses.ini"
+ini="$(cd "$out" && pwd)/moses.ini"
 echo
 echo "Scored table: $out/phrase-table.rnn.gz  (columns 5 and 6: p_RNN(fr|en), exp(#words not in"
-echo "the shortlist)); Moses config: $out/moses.ini. A few rows:"
+echo "the shortlist)). A few rows:"
 gzip -dc "$out/phrase-table.rnn.gz" | awk 'NR % 4000 == 1' | head -n 6
+echo
+echo "Moses config: $ini, every path absolute: it decodes as written, from any folder:"
+echo "  echo 'if you have previously selected' | moses -f $ini"
+echo "It is the sample's phrase table alone (no LM, no reordering table: none is bundled). For a"
+echo "real system, run rescorer moses-ini on your system's moses.ini (README, 'Using rescorer with Moses')."

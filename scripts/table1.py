@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from rescorer.cli.common import check_duration
 from rescorer.errors import RescorerError
 from rescorer.experiments.table1 import Table1Config, run_table1
 
@@ -42,7 +43,13 @@ HERE = Path(__file__).resolve().parent
     help="A forward model directory: one system (b) each, labelled by its folder's name "
     "(e.g. runs/curve/fwd@3h); repeatable.",
 )
-@click.option("--train", "train_budget", metavar="BUDGET", help="Train a model first (e.g. 2h).")
+@click.option(
+    "--train",
+    "train_budget",
+    metavar="BUDGET",
+    callback=check_duration,
+    help="Train a model first (e.g. 2h).",
+)
 @click.option("--train-args", default="", help="More `rescorer train` flags, one string.")
 @click.option(
     "--best",

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from rescorer.constants import TRAIN_STATE_FILE, WEIGHTS_FILE
+from rescorer.errors import RescorerError
 from rescorer.train.config import parse_duration
 
 OVERHEAD_S = 180.0  # vocabularies, encoding and compilation before the first update
@@ -45,13 +46,24 @@ def snapshot_dir(model_dir: Path, label: str) -> Path:
     return model_dir.with_name(f"{model_dir.name}@{label}")
 
 
+def duration(text: str) -> str:
+    """An argparse type: ``text`` if it is a duration (a usage error, exit 2, otherwise)."""
+    try:
+        parse_duration(text)
+    except RescorerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog="-- ARGS: rescorer train's options"
     )
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--table", required=True, help="the phrase table to train on")
-    parser.add_argument("--snapshot", action="append", required=True, help="e.g. 1h (repeatable)")
+    parser.add_argument(
+        "--snapshot", action="append", required=True, type=duration, help="e.g. 1h (repeatable)"
+    )
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +15,24 @@ from rescorer.cli.common import (
     weight_options,
     weight_spec,
 )
+
+if TYPE_CHECKING:
+    from rescorer.moses.combine import WeightSpec
+
+run_dir_option = click.option(
+    "--run-dir",
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False),
+    help="The folder Moses runs the ini from: its relative paths are taken from there, as "
+    "Moses takes them from its current directory [default: the ini's folder].",
+)
+
+
+def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
+    """``spec`` with its ini's relative paths resolved from ``run_dir`` (--run-dir)."""
+    if run_dir is None or spec.ini is None:
+        return spec
+    return dataclasses.replace(spec, ini=spec.ini.with_run_dir(run_dir))
 
 
 @click.command("moses-ini")
@@ -34,12 +53,15 @@ from rescorer.cli.common import (
     help="Starting weight of each added column, repeatable (default 0.2 each).",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
+@run_dir_option
 @user_errors
 def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts: Any) -> None:
     """Point INI's phrase table at a scored table: num-features, weights, path.
 
-    Every other line of INI stays byte for byte. Re-tune afterwards with a fresh mert
-    --working-dir (a stale features.list or filtered/ breaks re-tuning).
+    Every path of the new ini is absolute, resolved as Moses resolves INI's relative paths
+    when run from --run-dir (default INI's folder), and checked to exist: the new ini decodes
+    from any folder. Every other byte of INI stays as it was. Re-tune afterwards with a fresh
+    mert --working-dir (a stale features.list or filtered/ breaks re-tuning).
 
     \b
     Example:
@@ -50,7 +72,14 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
     from rescorer.score.output import refuse_clobber
 
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
-    update = write_scored_ini(ini, table, out, weights=weights, feature_name=opts["feature_name"])
+    update = write_scored_ini(
+        ini,
+        table,
+        out,
+        weights=weights,
+        feature_name=opts["feature_name"],
+        run_dir=opts["run_dir"],
+    )
     f = update.feature
     say(
         f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
@@ -67,6 +96,7 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 @click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
 @weight_options
 @click.option("--column", "column_only", is_flag=True, help="Write only the score per line.")
+@run_dir_option
 @progress_option
 @quiet_option
 @user_errors
@@ -86,11 +116,12 @@ def combine(
     from rescorer.moses.combine import combine_table
     from rescorer.score.output import refuse_clobber
 
+    run_dir = opts.pop("run_dir")
     refuse_clobber(
         [("input table", table), ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
         [("-o", out)],
     )
-    weights = weight_spec(**opts).require()
+    weights = with_run_dir(weight_spec(**opts).require(), run_dir)
     stats = combine_table(
         table, out, weights, column_only=column_only, progress_every=0 if quiet else progress_every
     )
@@ -121,7 +152,12 @@ def combine(
     metavar="INI",
     help="The ini to rewrite for --ini-out (default --weights).",
 )
-@click.option("--ini-out", metavar="NEW_INI", help="Write an ini whose phrase table is OUT.")
+@click.option(
+    "--ini-out",
+    metavar="NEW_INI",
+    help="Write an ini whose phrase table is OUT, every path absolute (see --run-dir).",
+)
+@run_dir_option
 @progress_option
 @quiet_option
 @user_errors
@@ -144,7 +180,7 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         top_k=opts.pop("top_k"),
         progress_every=0 if quiet else progress_every,
     )
-    ini_in, ini_out = opts.pop("ini_in"), opts.pop("ini_out")
+    ini_in, ini_out, run_dir = opts.pop("ini_in"), opts.pop("ini_out"), opts.pop("run_dir")
     from rescorer.score.output import refuse_clobber
 
     refuse_clobber(
@@ -152,10 +188,12 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
          ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
         [("-o", out), ("--ini-out", ini_out)],
     )  # fmt: skip
-    weights = weight_spec(**opts)
+    weights = with_run_dir(weight_spec(**opts), run_dir)
     if config.top_k is not None:
         weights.require()
-    stats = filter_table(table, out, config, weights=weights, ini_in=ini_in, ini_out=ini_out)
+    stats = filter_table(
+        table, out, config, weights=weights, ini_in=ini_in, ini_out=ini_out, run_dir=run_dir
+    )
     if not quiet:
         say(stats.summary())
 

@@ -252,8 +252,9 @@ def check(table: str, model_dir: str | None) -> None:
     """Validate all of TABLE as score reads it and print its statistics.
 
     Checks every line (fields, scores, the first line's score count, UTF-8), the gzip stream to
-    its end, and the source order that shards rely on; prints lines, distinct sources, targets
-    per source, phrase lengths, and with -m the shortlists' coverage. Exit 1 if a line is bad.
+    its end, and the source order that shards rely on; prints its kind (a phrase table or a
+    lexicalised reordering table), lines, distinct sources, targets per source, phrase lengths,
+    and with -m the shortlists' coverage. Exit 1 if a line is bad.
 
     \b
     Example:
@@ -292,6 +293,14 @@ def check(table: str, model_dir: str | None) -> None:
     metavar="FILE",
     help="The source sentences that were decoded, one per line (as Moses read them).",
 )
+@click.option(
+    "--phrase-table",
+    "phrase_table",
+    required=True,
+    metavar="TABLE",
+    help="The table the list was decoded with (or its unfiltered original): a word it has no "
+    "entry for was passed through by Moses and adds 0, as in Moses.",
+)
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
 @click.option(
@@ -306,6 +315,7 @@ def score_nbest(
     nbest: str,
     model_dir: str,
     input_path: str,
+    phrase_table: str,
     out: str,
     name: str,
     features_only: bool,
@@ -316,7 +326,8 @@ def score_nbest(
 
     The feature is the sum over the hypothesis' phrase pairs of ln p(target|source), each
     floored at -100 as Moses floors a table column: the feature decoding with a scored table
-    would have given. The phrases come from the segmentation Moses writes with
+    would have given; a word passed through untranslated (no entry in --phrase-table) adds 0,
+    as it does in Moses. The phrases come from the segmentation Moses writes with
     -include-segmentation-in-n-best or -report-segmentation; the source phrases from --input.
     Each line is written back with NAME= appended to its features (total unchanged), for
     Moses' extractor/mert, or rerank --weight NAME=...
@@ -324,7 +335,8 @@ def score_nbest(
     \b
     Example:
       moses -f moses.ini -n-best-list dev.nbest 100 -include-segmentation-in-n-best < dev.en
-      rescorer score-nbest dev.nbest -m rnn-model/ --input dev.en -o dev.rnn.nbest
+      rescorer score-nbest dev.nbest -m rnn-model/ --input dev.en \\
+          --phrase-table model/phrase-table.gz -o dev.rnn.nbest
     """
     if not name or "=" in name or " " in name:
         raise click.BadParameter(
@@ -345,9 +357,18 @@ def score_nbest(
     def score(pairs: list[tuple[str, str]]) -> Any:
         return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)
 
-    stats = add_pair_feature(nbest, input_path, out, score, name=name, features_only=features_only)
+    stats = add_pair_feature(
+        nbest,
+        input_path,
+        out,
+        score,
+        phrase_table=phrase_table,
+        name=name,
+        features_only=features_only,
+    )
     click.echo(
         f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
-        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored)",
+        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored, "
+        f"{stats.passed_through:,} passed through untranslated: 0)",
         err=True,
     )

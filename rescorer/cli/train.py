@@ -182,6 +182,10 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     resume = opts.pop("resume")
     if (table is None) == (pairs is None):
         raise click.UsageError("give either TABLE or --pairs SRC TGT")
+    if table is not None:
+        from rescorer.io.table import not_a_reordering_table, sniff_table_kind
+
+        not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)
     result = run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
     if result.signal:  # interrupted, state saved: 130 for SIGINT, 143 for SIGTERM, as a shell

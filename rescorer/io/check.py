@@ -4,7 +4,8 @@ Every line is parsed as ``score`` parses it (fields, ASCII decimal scores, the f
 count, UTF-8, no carriage return); the gzip stream is read to its end (a truncated or corrupt
 file is an error); sources are checked to come in Moses' order (whole lines sorted by bytes, so
 "a b ||| ..." before "a ||| ..."), in which each source is one contiguous group (what shards and
-chunks cut at). Statistics: lines, distinct sources, targets
+chunks cut at). Its kind, from the first lines: a phrase table or a lexicalised reordering table
+(which score and train refuse). Statistics: lines, distinct sources, targets
 per source, phrase lengths, and with a model's shortlists, how many tokens they cover.
 
 No torch: coverage takes any container of words (a Vocab, a set).
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 
 from rescorer.errors import InputError
 from rescorer.io.files import display_name, iter_raw_lines, open_binary
-from rescorer.io.table import parse_raw_line, split_tokens
+from rescorer.io.table import (
+    SNIFF_LINES,
+    TableKind,
+    parse_raw_line,
+    split_tokens,
+    table_kind,
+)
 
 MAX_EXAMPLES = 10
 
@@ -43,6 +50,7 @@ class TableCheck:
     tgt_covered: int = 0
     pairs_covered: int = 0  # pairs with every word in the shortlists
     unterminated: bool = False  # the last line has no newline (kept as it is by score)
+    kind: TableKind | None = None  # from the first SNIFF_LINES lines
 
     @property
     def ok(self) -> bool:
@@ -52,6 +60,9 @@ class TableCheck:
         """The report, line by line."""
         pairs = self.lines - self.bad
         yield f"{self.path}: {self.lines:,} lines, {self.bad:,} malformed"
+        if self.kind is not None and self.lines:
+            refused = ", which score and train refuse" if self.kind.reordering else ""
+            yield f"kind: {self.kind.what}{refused}"
         for lineno, message in self.errors:
             yield f"  {self.path}:{lineno}: {message}"
         if self.bad > len(self.errors):
@@ -97,10 +108,13 @@ def check_table(
     previous: bytes | None = None
     targets = 0
     last_raw = b""
+    first_lines: list[bytes] = []
     with open_binary(path) as stream:
         for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
             result.lines = lineno
             last_raw = raw
+            if lineno <= SNIFF_LINES:
+                first_lines.append(raw)
             entry = parse_raw_line(raw, lineno, result.num_scores)
             if isinstance(entry, str):
                 result.bad += 1
@@ -138,6 +152,7 @@ def check_table(
                 if covered == len(tgt_tokens) and src_unknown == 0:
                     result.pairs_covered += 1
     result.unterminated = bool(last_raw) and not last_raw.endswith(b"\n")
+    result.kind = table_kind(first_lines)
     return result
 
 

@@ -10,17 +10,18 @@ Opening and atomic writing are :mod:`rescorer.io.files`'.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import add, itemgetter
 from typing import BinaryIO
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, FIELD_SEP_B, GZIP_MAGIC, LOGP_FLOOR
-from rescorer.errors import InputError
+from rescorer.errors import InputError, RescorerError
 from rescorer.io.files import (
     InputMeter,
     display_name,
@@ -64,7 +65,7 @@ class PhraseEntry:
         if len(fields) < 3:
             return None
         try:
-            return tuple(float(x) for x in fields[2].split())
+            return tuple(parse_number(x) for x in fields[2].split())
         except ValueError:
             return None
 
@@ -139,6 +140,18 @@ def excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]!r}... ({len(text):,} characters)"
 
 
+def parse_number(text: str) -> float:
+    """A number of a Moses text file (table scores and counts, n-best features, ini weights):
+    the one grammar every reader of rescorer uses. ``float(text)`` limited to ASCII without
+    ``_``: Python's float() alone also takes ``1_000`` and non-ASCII digits (Arabic-Indic
+    ``١٢``, full-width ``１２``), where Moses reads ASCII decimal numbers only. Raises
+    ValueError as float() does; ``inf`` and ``nan`` parse (callers say they are not finite).
+    """
+    if "_" in text or not text.isascii():
+        raise ValueError(f"not a number: {text!r}")
+    return float(text)
+
+
 def parse_scores(text: str) -> tuple[float, ...] | str:
     """Parse a dense score field; return the scores, or a message saying what is wrong."""
     tokens = text.replace("\t", " ").split(" ")
@@ -147,11 +160,7 @@ def parse_scores(text: str) -> tuple[float, ...] | str:
         if not tok:
             continue
         try:
-            # Python's float() also takes "1_0" and non-ASCII digits (Arabic-Indic, full-width);
-            # Moses reads ASCII decimal numbers only.
-            if "_" in tok or not tok.isascii():
-                raise ValueError
-            value = float(tok)
+            value = parse_number(tok)
         except ValueError:
             return f"score {col} is {excerpt(tok)}, expected a number"
         if not math.isfinite(value):
@@ -205,6 +214,114 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
     if isinstance(entry, str) or num_scores is None or len(entry.scores) == num_scores:
         return entry
     return f"found {len(entry.scores)} scores, expected {num_scores} (the count of the first line)"
+
+
+# ------------------------------------------------------------------------ table kinds
+SNIFF_LINES = 1000  # the first lines that tell a phrase table from a reordering table
+# A lexicalised reordering table (train-model.perl -reordering, Moses'
+# LexicalReorderingConfiguration) holds, per orientation model and direction, one probability
+# per orientation: msd 3 (monotone, swap, discontinuous), mslr 4 (monotone, swap, left,
+# right), monotonicity and leftright 2; bidirectional tables hold the backward then the
+# forward group. Each group sums to 1. Its lines are "src ||| tgt ||| scores" (fe) or
+# "src ||| scores" (f): no alignment or count fields.
+_ORIENTATIONS = {2: "monotonicity or leftright", 3: "msd", 4: "mslr"}
+_SUM_TOLERANCE = 1e-4  # six significant digits a score: a group's sum is 1 within 1e-5
+
+
+@dataclass(frozen=True)
+class TableKind:
+    """What the first lines of a table say it is."""
+
+    reordering: bool  # a lexicalised reordering table, not a phrase table
+    what: str  # "a phrase table" or "a lexicalised reordering table (...)"
+
+
+PHRASE_TABLE = TableKind(False, "a phrase table")
+
+
+def table_kind(raw_lines: Iterable[bytes]) -> TableKind:
+    """Phrase table or lexicalised reordering table, from (the first SNIFF_LINES of) its lines.
+
+    A reordering table when every line has 2 or 3 fields (no alignment or counts), the same
+    number of scores, 2, 3, 4, 6 or 8 of them, in one or two equal groups (backward, forward)
+    of 2 to 4 probabilities that each sum to 1. A phrase table's scores do not: its four
+    columns are two conditional phrase probabilities and two lexical weights of one pair.
+    Anything else (including malformed lines) is taken for a phrase table, whose reader then
+    says what is wrong with it.
+    """
+    shape: tuple[int, int] | None = None  # fields, scores
+    groups = None  # the group sizes that every line so far fits
+    for raw in itertools.islice((r for r in raw_lines if r.strip()), SNIFF_LINES):
+        try:
+            fields = raw.decode("utf-8").rstrip("\n").split(FIELD_SEP)
+        except UnicodeDecodeError:
+            return PHRASE_TABLE
+        scores = parse_scores(fields[-1]) if len(fields) in (2, 3) else "not 2 or 3 fields"
+        if isinstance(scores, str) or shape not in (None, (len(fields), len(scores))):
+            return PHRASE_TABLE
+        shape = (len(fields), len(scores))
+        if groups is None:
+            groups = [size for size in _ORIENTATIONS if len(scores) in (size, 2 * size)]
+        groups = [size for size in groups if _sums_to_one(scores, size)]
+        if not groups:
+            return PHRASE_TABLE
+    if shape is None or not groups:
+        return PHRASE_TABLE
+    (num_fields, num_scores), size = shape, groups[0]
+    model = _ORIENTATIONS[size].split(" or ")[0]
+    condition = "fe" if num_fields == 3 else "f"
+    if num_scores == 2 * size:
+        layout = f"backward and forward groups of {size}"
+        name = f"{model}-bidirectional-{condition}"
+    else:
+        layout, name = f"one group of {size}", f"{model}-{condition}"
+    return TableKind(
+        True,
+        f"a lexicalised reordering table ({num_scores} scores a line: {layout} orientation "
+        f"probabilities that each sum to 1, as in {name})",
+    )
+
+
+def _sums_to_one(scores: Sequence[float], size: int) -> bool:
+    return all(0.0 <= v <= 1.0 for v in scores) and all(
+        abs(sum(scores[i : i + size]) - 1.0) <= _SUM_TOLERANCE for i in range(0, len(scores), size)
+    )
+
+
+def sniff_table_kind(path: str) -> TableKind | None:
+    """``table_kind`` of the first lines of the file ``path``; None for stdin or a pipe,
+    which can be read only once (the caller looks at its first chunk instead)."""
+    if path == "-" or not os.path.isfile(path):
+        return None
+    with open_binary(path) as stream:
+        return table_kind(itertools.islice(iter_raw_lines(stream, path), SNIFF_LINES))
+
+
+def not_a_reordering_table(name: str, kind: TableKind | None) -> None:
+    """Raise the one refusal of score, train and moses-ini when ``kind`` is a reordering
+    table (nothing when it is a phrase table or unknown)."""
+    if kind is not None and kind.reordering:
+        raise RescorerError(
+            f"{name} is {kind.what}, not a phrase table: rescorer scores and trains on the "
+            "phrase table (train-model.perl's model/phrase-table.gz, the path= of the "
+            "moses.ini's PhraseDictionary line)"
+        )
+
+
+def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
+    """The ``phrases`` that are source phrases of the table ``path``: one pass over its raw
+    lines that looks at the source field only (a line without ``" ||| "`` is an InputError)."""
+    wanted = {phrase.encode("utf-8") for phrase in phrases}
+    found: set[bytes] = set()
+    name = display_name(path)
+    with open_binary(path) as stream:
+        for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
+            end = raw.find(FIELD_SEP_B)
+            if end < 0:
+                raise InputError(name, lineno, f"found 1 field, expected {EXPECTED_SHAPE}")
+            if raw[:end] in wanted:
+                found.add(raw[:end])
+    return {phrase.decode("utf-8") for phrase in found}
 
 
 # ------------------------------------------------------------------------ whole chunks

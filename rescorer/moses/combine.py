@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rescorer.constants import FIELD_SEP, LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 from rescorer.moses.ini import KENLM, MosesIni, pick_table_feature
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def parse_weight_option(text: str) -> tuple[str, tuple[float, ...]]:
     """``NAME=v1,v2,...`` (the ``--weight`` option) as a name and its values."""
     name, sep, values = text.partition("=")
     try:
-        numbers = tuple(float(v) for v in values.split(","))
+        numbers = tuple(parse_number(v) for v in values.split(","))
     except ValueError:
         numbers = ()
     if not sep or not name or not numbers or not all(map(math.isfinite, numbers)):
@@ -158,9 +159,12 @@ def build_config(
         if lm_path is not None and len(known.lms) != 1:
             raise RescorerError(f"--lm needs exactly one LM feature, found {len(known.lms)}")
         for name, path in known.lms:
-            path = lm_path if lm_path is not None else path
-            if path is None:
+            if lm_path is not None:
+                path = lm_path
+            elif path is None:
                 continue  # no ini, no --lm: no LM term
+            elif ini is not None:  # resolved from the ini's run folder, as Moses opens it
+                path = _ini_lm_file(ini, name)
             lms.append(LMTerm(name, path, weights.single(name)))
     return CombinerConfig(
         table_feature=known.table,
@@ -169,6 +173,13 @@ def build_config(
         phrase_penalty=sum(weights.single(name) for name in known.phrase_penalties),
         lms=tuple(lms),
     )
+
+
+def _ini_lm_file(ini: MosesIni, name: str) -> str:
+    try:
+        return ini.feature_file(ini.feature(name))
+    except RescorerError as exc:
+        raise RescorerError(f"{exc}; or give --lm FILE, or --no-lm") from None
 
 
 @dataclass(frozen=True)

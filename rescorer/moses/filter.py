@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 from rescorer.moses.combine import Combiner, WeightSpec, peek
-from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini, with_table_path
+from rescorer.moses.ini import (
+    MosesIni,
+    pick_table_feature,
+    read_ini,
+    same_file,
+    with_table_path,
+)
 
 if TYPE_CHECKING:
     from rescorer.io.table import PhraseEntry
@@ -45,9 +51,10 @@ def parse_min_score(text: str) -> tuple[MinScore, ...]:
     for part in text.split(","):
         col, sep, threshold = part.partition(":")
         try:
-            if not sep or not col.isdigit() or not math.isfinite(float(threshold)):
+            value = parse_number(threshold)
+            if not sep or not (col.isascii() and col.isdigit()) or not math.isfinite(value):
                 raise ValueError
-            specs.append(MinScore(int(col), float(threshold)))
+            specs.append(MinScore(int(col), value))
         except ValueError:
             raise RescorerError(
                 f"--min-score {text!r}: expected COL:THRESHOLD, e.g. 2:0.0001 (COL counts from 0)"
@@ -195,11 +202,13 @@ def filter_table(
     weights: WeightSpec | None = None,
     ini_in: str | None = None,
     ini_out: str | None = None,
+    run_dir: str | None = None,
 ) -> FilterStats:
     """``rescorer filter``: one streaming pass from ``table_path`` to ``out_path``.
 
     ``weights`` rank pairs for ``--top-k`` (required then). With ``ini_out``, also writes
-    ``ini_in`` (default: the weights' ini) pointing at the new table.
+    ``ini_in`` (default: the weights' ini) pointing at the new table, every other path
+    resolved from ``run_dir`` (default: that ini's folder) and checked before any work.
     """
     weights = weights or WeightSpec()
     from rescorer.io.files import display_name, open_output
@@ -208,7 +217,7 @@ def filter_table(
 
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")
-    target_ini = _ini_to_rewrite(ini_in, weights, out_path) if ini_out else None
+    target_ini = _ini_to_rewrite(ini_in, weights, out_path, ini_out, run_dir) if ini_out else None
     if config.input_path is None and (config.tokenize_lang or config.lowercase):
         raise RescorerError("--tokenize and --lowercase apply to --input FILE: give it")
     tokenize: Callable[[str], str] | None = str.lower if config.lowercase else None
@@ -235,7 +244,7 @@ def filter_table(
     if ini_out is not None and target_ini is not None:
         source, feature = target_ini
         with open_output(ini_out) as out:
-            out.write(with_table_path(source, feature, os.path.abspath(out_path)))
+            out.write(with_table_path(source, feature, out_path))
     return stats
 
 
@@ -251,12 +260,18 @@ def _check_min_score_columns(specs: Sequence[MinScore], num_columns: int, name: 
 
 
 def _ini_to_rewrite(
-    ini_in: str | None, weights: WeightSpec, table_path: str
+    ini_in: str | None, weights: WeightSpec, table_path: str, ini_out: str, run_dir: str | None
 ) -> tuple[MosesIni, FeatureLine]:
-    """The ini to point at the filtered table, and its phrase-table feature."""
+    """The ini to point at the filtered table, and its phrase-table feature; the files of its
+    other features are checked here, before any work."""
     source = read_ini(ini_in) if ini_in is not None else weights.ini
     if source is None:
         raise RescorerError("--ini-out needs --moses-ini INI (or --weights INI)")
     if table_path == "-":
         raise RescorerError("--ini-out needs the table written to a file, not stdout")
-    return source, pick_table_feature(source, weights.feature_name)
+    if same_file(ini_out, source.path):
+        raise RescorerError(f"--ini-out {ini_out} is {source.path} itself: write elsewhere")
+    source = source.with_run_dir(run_dir)
+    feature = pick_table_feature(source, weights.feature_name)
+    source.check_files(skip=(feature.name,))
+    return source, feature

@@ -5,18 +5,29 @@ Parsing follows Moses (docs/moses-formats.md §2): ``#`` starts a comment anywhe
 ``Type key=value ...`` (a feature without ``name=`` is called Type + its index among lines of
 that type), ``[weight]`` lines are ``Name= v1 v2 ...``. Every line's original text is kept, so a
 rewrite changes only the tokens it means to change and leaves every other byte alone.
+
+Paths: Moses opens a feature's ``path=`` as it is written, so a relative one is relative to the
+folder Moses runs in (its current directory), not to the ini's. A MosesIni knows the folder it
+is meant to run from (``run_dir``, by default the ini's own folder); every path it hands out is
+resolved against it, and every ini rescorer writes names absolute paths that exist, so that it
+decodes from any folder (mert-moses.pl runs Moses in its working directory).
+A gzip ini is read as Moses reads one (``InputFileStream`` decompresses a ``.gz`` config).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import math
 import os
 import re
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_number
 
 # mert-moses.pl and mert's extractor take a name with "_" for a sparse feature; a dense
 # feature's name must look like this (mert-moses.pl:1517-1519, mert/Data.cpp:227).
@@ -77,6 +88,7 @@ class MosesIni:
     lines: tuple[str, ...]
     features: tuple[FeatureLine, ...]
     weight_lines: tuple[WeightLine, ...]
+    run_dir: str  # absolute: the folder Moses runs this ini from (relative paths start there)
 
     def feature(self, name: str) -> FeatureLine:
         for feature in self.features:
@@ -102,10 +114,43 @@ class MosesIni:
         raise RescorerError(f"{self.path}: no '{name}=' line in [weight]")
 
     def resolve(self, path: str) -> str:
-        """A path from the ini, relative to the ini's folder unless absolute."""
+        """A path from the ini as Moses opens it: unless absolute, relative to ``run_dir``."""
         if os.path.isabs(path):
             return path
-        return os.path.join(os.path.dirname(os.path.abspath(self.path)), path)
+        return os.path.normpath(os.path.join(self.run_dir, path))
+
+    def with_run_dir(self, run_dir: str | None) -> MosesIni:
+        """The same ini meant to run from ``run_dir`` (None: unchanged)."""
+        if run_dir is None:
+            return self
+        return dataclasses.replace(self, run_dir=_run_dir(run_dir))
+
+    def feature_file(self, feature: FeatureLine, path: str | None = None) -> str:
+        """``feature``'s path= (or ``path``) resolved, checked to name a file Moses would open;
+        a RescorerError naming the feature, the line and the folder otherwise."""
+        raw = path if path is not None else feature.get("path")
+        if raw is None:
+            raise RescorerError(f"{self.path}:{feature.lineno}: {feature.name} has no path=")
+        resolved = self.resolve(raw)
+        if not _moses_finds(feature, resolved):
+            how = (
+                f" (path={raw} taken relative to {self.run_dir}, the folder Moses is meant to "
+                "run in, as Moses resolves it against its current directory: name that folder "
+                "with --run-dir)"
+                if not os.path.isabs(raw)
+                else ""
+            )
+            raise RescorerError(
+                f"{self.path}:{feature.lineno}: {feature.name} ({feature.kind}) names "
+                f"{resolved}, which does not exist{how}"
+            )
+        return resolved
+
+    def check_files(self, skip: Sequence[str] = ()) -> None:
+        """Every feature's file exists (those named in ``skip`` aside)."""
+        for feature in self.features:
+            if feature.get("path") is not None and feature.name not in skip:
+                self.feature_file(feature)
 
     def text(self, replacements: Mapping[int, str] | None = None) -> str:
         """The file's text with the given 1-based lines replaced (each with its line ending)."""
@@ -113,13 +158,51 @@ class MosesIni:
         return "".join(replacements.get(i, line) for i, line in enumerate(self.lines, start=1))
 
 
-def read_ini(path: str) -> MosesIni:
-    """Parse a moses.ini; malformed feature or weight lines are InputErrors naming the line."""
+def _moses_finds(feature: FeatureLine, path: str) -> bool:
+    """Whether Moses finds ``feature``'s file at ``path``: a reordering table may also be
+    ``path.gz``, ``path.minlexr`` or ``path.binlexr.idx`` (LexicalReorderingTable.cpp:50-70,
+    :163-167), a compact phrase table is ``path.minphr`` (PhraseDictionaryCompact.cpp:66-71)."""
+    if feature.kind == "LexicalReordering":
+        return any(os.path.exists(path + end) for end in ("", ".gz", ".minlexr", ".binlexr.idx"))
+    if feature.kind == COMPACT_TABLE and not path.endswith(".minphr"):
+        return os.path.exists(path + ".minphr")
+    return os.path.exists(path)
+
+
+def _run_dir(path: str) -> str:
+    if not os.path.isdir(path):
+        raise RescorerError(f"--run-dir {path}: not a folder")
+    return os.path.abspath(path)
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two names are one existing file (links and ./ included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def read_ini(path: str, run_dir: str | None = None) -> MosesIni:
+    """Parse a moses.ini (plain, or gzip as Moses reads a .gz one), meant to run from
+    ``run_dir`` (default: its own folder); malformed lines are InputErrors naming the line."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as exc:
         raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+    if data.startswith(GZIP_MAGIC):
+        if not path.endswith(".gz"):
+            raise InputError(
+                path,
+                None,
+                "gzip data, expected a plain-text moses.ini (Moses decompresses a config only "
+                "when its name ends in .gz)",
+            )
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(path, None, f"corrupt or truncated gzip data: {exc}") from exc
     parts = data.split(b"\n")
     raw_lines = [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     lines: list[str] = []
@@ -127,11 +210,14 @@ def read_ini(path: str) -> MosesIni:
         try:
             lines.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise InputError(path, lineno, f"invalid UTF-8: {exc.reason}") from exc
-    return _parse(path, tuple(lines))
+            raise InputError(
+                path, lineno, f"invalid UTF-8 ({exc.reason}), expected a plain-text moses.ini"
+            ) from exc
+    folder = _run_dir(run_dir) if run_dir is not None else os.path.dirname(os.path.abspath(path))
+    return _parse(path, tuple(lines), folder)
 
 
-def _parse(path: str, lines: tuple[str, ...]) -> MosesIni:
+def _parse(path: str, lines: tuple[str, ...], run_dir: str) -> MosesIni:
     section = ""
     features: list[FeatureLine] = []
     weights: list[WeightLine] = []
@@ -150,7 +236,7 @@ def _parse(path: str, lines: tuple[str, ...]) -> MosesIni:
             features.append(feature)
         elif section == "weight":
             weights.append(_parse_weight(path, lineno, code))
-    return MosesIni(path, lines, tuple(features), tuple(weights))
+    return MosesIni(path, lines, tuple(features), tuple(weights), run_dir)
 
 
 def _parse_feature(path: str, lineno: int, code: str, seen: dict[str, int]) -> FeatureLine:
@@ -183,7 +269,7 @@ def _parse_weight(path: str, lineno: int, code: str) -> WeightLine:
             path, lineno, f"weight line starts with {name!r}, expected 'Name= v1 v2 ...'"
         )
     try:
-        values = tuple(float(tok) for tok in tokens)
+        values = tuple(parse_number(tok) for tok in tokens)
     except ValueError:
         raise InputError(
             path, lineno, f"weights of {name[:-1]} are not all numbers, expected 'Name= v1 v2 ...'"
@@ -319,13 +405,14 @@ def update_for_scored_table(
             f"{feature.name} has {len(weight_line.values)} weights but num-features={old}",
         )
     new_path, command = _binarized_target(feature, table_path, num_columns)
-    feature_text = _replace_arg(ini.lines[feature.lineno - 1], "num-features", str(num_columns))
     if feature.get("path") is None:
         raise RescorerError(f"{where}: {feature.name} has no path=")
-    feature_text = _replace_arg(feature_text, "path", new_path)
-    weight_text = _append_values(ini.lines[weight_line.lineno - 1], new_weights)
-    text = ini.text({feature.lineno: feature_text, weight_line.lineno: weight_text})
-    return IniUpdate(text, feature, num_columns, new_path, command)
+    # a binarised table is built after this (binarize_command): its file is not there yet
+    unchecked = (feature.name,) if command is not None else ()
+    lines = _absolute_path_lines(ini, {feature.name: new_path}, unchecked=unchecked)
+    lines[feature.lineno] = _replace_arg(lines[feature.lineno], "num-features", str(num_columns))
+    lines[weight_line.lineno] = _append_values(ini.lines[weight_line.lineno - 1], new_weights)
+    return IniUpdate(ini.text(lines), feature, num_columns, new_path, command)
 
 
 def _binarized_target(
@@ -348,33 +435,50 @@ def _binarized_target(
 
 
 def with_table_path(ini: MosesIni, feature: FeatureLine, table_path: str) -> str:
-    """The ini's text with ``feature``'s path= replaced (every other byte unchanged)."""
-    return with_feature_paths(ini, {feature.name: table_path})
+    """The ini's text with ``feature``'s path= replaced by ``table_path`` and every other path=
+    absolute, each checked to exist (the rest byte for byte): an ini that runs anywhere."""
+    return with_feature_paths(ini, {feature.name: os.path.abspath(table_path)})
 
 
 def with_feature_paths(ini: MosesIni, paths: Mapping[str, str]) -> str:
-    """The ini's text with the path= of each named feature replaced (other bytes unchanged)."""
-    replacements: dict[int, str] = {}
-    for name, path in paths.items():
-        feature = ini.feature(name)
-        if feature.get("path") is None:
-            raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
-        replacements[feature.lineno] = _replace_arg(ini.lines[feature.lineno - 1], "path", path)
-    return ini.text(replacements)
+    """The ini's text with the path= of each named feature replaced and every other path=
+    resolved against ``ini.run_dir`` (other bytes unchanged); every file checked to exist."""
+    return ini.text(_absolute_path_lines(ini, paths))
 
 
 def absolute_paths(ini: MosesIni) -> str:
-    """The ini's text with every feature's relative path= resolved against the ini's folder.
+    """The ini's text with every feature's path= absolute, resolved as Moses resolves it from
+    ``ini.run_dir`` (not checked: the caller says which file it misses, and when).
 
     Moses resolves a relative path against the directory it runs in, and mert-moses.pl runs
     it in its working directory, so an ini meant to be used from elsewhere needs these.
     """
-    paths = {
-        f.name: ini.resolve(path)
-        for f in ini.features
-        if (path := f.get("path")) is not None and not os.path.isabs(path)
-    }
-    return with_feature_paths(ini, paths)
+    return ini.text(_absolute_path_lines(ini, {}, unchecked=[f.name for f in ini.features]))
+
+
+def _absolute_path_lines(
+    ini: MosesIni, paths: Mapping[str, str], *, unchecked: Sequence[str] = ()
+) -> dict[int, str]:
+    """The ini's lines (by 1-based number) with every path= absolute: ``paths[name]`` (a path
+    given on the command line, so relative to the current directory) for the named features,
+    the path= resolved against ``ini.run_dir`` for the others. Each must name a file Moses
+    finds, except those of the features in ``unchecked``."""
+    lines = dict(enumerate(ini.lines, start=1))
+    for name in paths:
+        if ini.feature(name).get("path") is None:
+            feature = ini.feature(name)
+            raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
+    for feature in ini.features:
+        raw = feature.get("path")
+        if raw is None:
+            continue
+        path = os.path.abspath(paths[feature.name]) if feature.name in paths else raw
+        resolved = ini.resolve(path)
+        if feature.name not in unchecked:
+            ini.feature_file(feature, path)
+        if resolved != raw:
+            lines[feature.lineno] = _replace_arg(lines[feature.lineno], "path", resolved)
+    return lines
 
 
 def _last_column_is_penalty(table_path: str, lines: int = 1000) -> bool:
@@ -407,13 +511,20 @@ def write_scored_ini(
     *,
     weights: Sequence[float] = (),
     feature_name: str | None = None,
+    run_dir: str | None = None,
 ) -> IniUpdate:
-    """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table."""
+    """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table, every
+    path absolute (resolved from ``run_dir``, default the ini's folder) and checked to exist."""
     from rescorer.io.files import open_output
+    from rescorer.io.table import not_a_reordering_table, sniff_table_kind
 
-    ini = read_ini(ini_path)
+    for name, path in (("INI", ini_path), ("--phrase-table", table_path)):
+        if same_file(out_path, path):
+            raise RescorerError(f"-o {out_path} is {name} itself: write the new ini elsewhere")
+    ini = read_ini(ini_path, run_dir)
+    not_a_reordering_table(table_path, sniff_table_kind(table_path))
     num_columns = count_columns(table_path)
-    # an absolute path: Moses resolves relative ones against the directory it runs in, and
+    # absolute paths: Moses resolves relative ones against the directory it runs in, and
     # mert-moses.pl runs it in its working dir
     update = update_for_scored_table(
         ini, os.path.abspath(table_path), num_columns, weights=weights, feature_name=feature_name

@@ -25,6 +25,7 @@ from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError
+from rescorer.io.table import parse_number
 from rescorer.moses.combine import Weights
 
 NBEST_SEP = "|||"
@@ -65,7 +66,7 @@ def parse_features(text: str) -> Features | str:
                 "(Moses' default, -labeled-n-best-list true)"
             )
         try:
-            value = float(tok)
+            value = parse_number(tok)
         except ValueError:
             return f"feature value {tok!r} of {name} is not a number"
         if not math.isfinite(value):
@@ -87,7 +88,7 @@ def parse_nbest_line(text: str, path: str, lineno: int) -> NBestEntry:
     if isinstance(features, str):
         raise InputError(path, lineno, features)
     try:
-        total = float(fields[3])
+        total = parse_number(fields[3].strip())
     except ValueError:
         raise InputError(
             path, lineno, f"total score {fields[3].strip()[:40]!r} is not a number"
@@ -335,6 +336,7 @@ class NBestFeatureStats:
     sentences: int = 0
     phrase_pairs: int = 0  # over all hypotheses
     scored_pairs: int = 0  # distinct pairs scored (per block of sentences)
+    passed_through: int = 0  # segments of words the table has no entry for (feature 0)
 
 
 def add_pair_feature(
@@ -343,22 +345,32 @@ def add_pair_feature(
     out_path: str,
     score: PairScorer,
     *,
+    phrase_table: str,
     name: str = "RNN0",
     features_only: bool = False,
     block_lines: int = 20000,
 ) -> NBestFeatureStats:
     """``rescorer score-nbest``: each hypothesis of an n-best list gets the feature ``name`` =
-    sum over its phrase pairs of max(ln p, -100) (what Moses would add up from a table column
-    holding p), ``score`` giving ln p of (source, target) pairs. The n-best lines are written
-    back with the feature appended to their feature field (total unchanged), or with
-    ``features_only`` as ``name= v`` lines for ``rerank --feature-file``."""
+    sum over its phrase pairs of max(ln p, -100), ``score`` giving ln p of (source, target)
+    pairs: what Moses adds up from a table column holding p. A segment that Moses passed
+    through untranslated (a source word without an entry in ``phrase_table``, the table the
+    list was decoded with: Moses' unknown-word option, TranslationOptionCollection's
+    ProcessUnknownWord) takes no table score, so it adds 0, as it does in Moses. The n-best
+    lines are written back with the feature appended to their feature field (total
+    unchanged), or with ``features_only`` as ``name= v`` lines for ``rerank --feature-file``."""
     from rescorer.io.files import display_name, open_output, open_text
+    from rescorer.io.table import sources_among
 
     name_nb, name_in = display_name(nbest_path), display_name(input_path)
     with open_text(input_path) as lines:
         sentences = [line.split() for line in lines]
+    # Moses makes an unknown-word option for a single source word it has no entry for
+    translated = sources_among(phrase_table, {word for words in sentences for word in words})
     stats = NBestFeatureStats()
     seen_ids: set[int] = set()
+
+    def passed_through(pair: tuple[str, str]) -> bool:
+        return " " not in pair[0] and pair[0] not in translated
 
     def flush(block: list[NBestEntry], out: Any) -> None:
         segmented = []
@@ -369,13 +381,16 @@ def add_pair_feature(
                     entry.lineno,
                     f"sentence {entry.sent_id}, but {name_in} has {len(sentences)} lines",
                 )
-            segmented.append(phrase_segments(entry, sentences[entry.sent_id], name_nb)[0])
+            pairs = phrase_segments(entry, sentences[entry.sent_id], name_nb)[0]
+            unknown = [pair for pair in pairs if passed_through(pair)]
+            stats.passed_through += len(unknown)
+            segmented.append([pair for pair in pairs if pair not in unknown])
+            stats.phrase_pairs += len(pairs)
         distinct = sorted({pair for pairs in segmented for pair in pairs})
-        logp = dict(zip(distinct, score(distinct), strict=True))
+        logp = dict(zip(distinct, score(distinct) if distinct else [], strict=True))
         stats.scored_pairs += len(distinct)
         for entry, pairs in zip(block, segmented, strict=True):
             value = sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs)
-            stats.phrase_pairs += len(pairs)
             if features_only:
                 out.write(f"{name}= {value:.8g}\n")
             else:

@@ -50,6 +50,7 @@ from rescorer.io.files import (
     open_binary,
 )
 from rescorer.io.progress import Progress
+from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.score.config import (
     NOT_IN_RUN_KEY,
     ScoreConfig,
@@ -105,6 +106,7 @@ def score_table(
     refuse_clobber([("input table", table)], score_files(out, config.skip_bad_lines))
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
+    not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
     model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
@@ -235,6 +237,7 @@ def score_table(
             if not regular:  # read once: the score count comes from the first chunk itself
                 first = next(chunks, None)
                 if first is not None:
+                    not_a_reordering_table(name, table_kind(first.data.split(b"\n")))
                     num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
                     chunks = itertools.chain([first], chunks)
             if end is not None:

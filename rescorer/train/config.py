@@ -95,14 +95,19 @@ class TrainResult:
     signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15), else 0
 
 
+DURATION_FORMS = "5m, 2h, 90s or 1h30m (units d, h, m, s)"
+
+
 def parse_duration(text: str) -> float:
-    """Seconds of ``90m``, ``2h``, ``30s``, ``1h30m``, ``1.5h``, ``2d``; a bare number: seconds."""
+    """Seconds of ``90m``, ``2h``, ``30s``, ``1h30m``, ``1.5h``, ``2d``. A number needs its
+    unit: ``--max-time 5`` once meant 5 seconds, and a run meant for 5 minutes ended with
+    exit 0 and an untrained model."""
     text = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d*)?", text):
-        return float(text)
+        raise RescorerError(f"duration {text!r} has no unit: expected e.g. {DURATION_FORMS}")
     parts = re.findall(r"(\d+(?:\.\d*)?)([dhms])", text)
     if not parts or "".join(n + u for n, u in parts) != text:
-        raise RescorerError(f"bad duration {text!r}: expected e.g. 30s, 90m, 2h or 1h30m")
+        raise RescorerError(f"bad duration {text!r}: expected e.g. {DURATION_FORMS}")
     scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
     return sum(float(n) * scale[u] for n, u in parts)
 

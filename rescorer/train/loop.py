@@ -278,6 +278,11 @@ class _Trainer(RunSetup):
         line_w = list(log_w)
         self.loop_start = time.monotonic()
         self.first_update = run.update
+        self.say(
+            "rescorer train: starting the updates"
+            + ("; the first ones compile the steps and readout" if self.kernels else "")
+            + self.budget_note()
+        )
         stopped_by = ""
         with _StopFlag() as stop:
             for index in self.batches():
@@ -286,6 +291,13 @@ class _Trainer(RunSetup):
                     break
                 t0 = time.monotonic()
                 n_pairs, n_tokens, loss = self.step(index)
+                if run.update == self.first_update:  # what the budget went on until now
+                    self.say(
+                        f"rescorer train: first update done{self.budget_note()}: setup"
+                        f" {_fmt_time(t0 - self.started)}, first update"
+                        f" {_fmt_time(time.monotonic() - t0)}"
+                        + (" (compiling)" if self.kernels is not None else "")
+                    )
                 run.update += 1
                 run.batch_in_epoch += self.world.size
                 run.pairs_seen += n_pairs

@@ -76,6 +76,7 @@ class RunSetup:
         self.world.start(self.device)
         self._load_data(source, model_cfg, resume)
 
+        self.say(f"rescorer train: building the model and the optimiser{self.budget_note()}")
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
         self.model.to(self.device).train()
@@ -147,11 +148,11 @@ class RunSetup:
             )
             self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
         else:
-            self.say("rescorer train: counting the vocabularies")
+            self.say(f"rescorer train: counting the vocabularies{self.budget_note()}")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(
                 source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
             )
-        self.say("rescorer train: encoding the pairs")
+        self.say(f"rescorer train: encoding the pairs{self.budget_note()}")
         data = self.data = read_training_data(
             source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
         )
@@ -170,6 +171,16 @@ class RunSetup:
             + (", compiled steps" if cfg.wants_compile(len(data.train)) else "")
             + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
         )
+
+    def budget_note(self) -> str:
+        """`` (1m05s in, 22% of the --max-time budget)``: what the setup before the first
+        update has cost so far (vocabularies, encoding, compiling)."""
+        minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
+        note = f"{minutes}m{seconds:02d}s in"
+        if self.cfg.max_time:
+            share = (time.monotonic() - self.started) / self.cfg.max_time
+            note += f", {100 * min(share, 1.0):.0f}% of the --max-time budget"
+        return f" ({note})"
 
     def reading_progress(self, what: str) -> Progress:
         """Progress lines of one pass over the data (off with --quiet, on ranks > 0)."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import GOLDEN, SLICE
+from conftest import GOLDEN, SLICE, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError
@@ -98,3 +98,15 @@ def test_score_check_first_stops_before_loading_anything(tmp_path: Path) -> None
     )
     assert result.exit_code == 1 and "bad.gz:3: found 5 scores" in result.stderr
     assert not out.exists() and not Path(f"{out}.partial").exists()
+
+
+def test_check_says_which_kind_of_table_it_sees() -> None:
+    """Issue 27, item 2: check said "score columns: 6" of a reordering table and nothing else."""
+    for table, kind in (
+        (TINY_SYSTEM / "reordering-table.gz", "kind: a lexicalised reordering table (6 scores"),
+        (TINY_SYSTEM / "phrase-table.gz", "kind: a phrase table\n"),
+    ):
+        result = CliRunner().invoke(cli, ["check", str(table)])
+        assert result.exit_code == 0 and kind in result.stdout, result.output
+    reordering = CliRunner().invoke(cli, ["check", str(TINY_SYSTEM / "reordering-table.gz")])
+    assert "as in msd-bidirectional-fe), which score and train refuse" in reordering.stdout

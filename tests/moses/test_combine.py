@@ -11,7 +11,7 @@ from pathlib import Path
 import kenlm
 import pytest
 from click.testing import CliRunner
-from conftest import DATA_DIR, REAL_INI, REAL_LM, TINY_ARPA
+from conftest import DATA_DIR, REAL_INI, REAL_LM, TINY_ARPA, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -136,13 +136,37 @@ def test_cli_combine_field_and_column(tmp_path: Path) -> None:
         assert float(value) == pytest.approx(combiner.score(e), rel=1e-7, abs=1e-7)
 
 
-def test_ini_lm_path_is_relative_to_the_ini(tmp_path: Path) -> None:
+def test_a_missing_lm_names_the_feature_the_path_and_the_run_dir(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["combine", str(SLICE), "--weights", str(REAL_INI), "-o", str(tmp_path / "x.gz")]
     )
     assert result.exit_code == 1
-    assert f"{DATA_DIR / 'lm.fr.binary'}: cannot load KenLM model" in result.stderr
+    assert (
+        f"{REAL_INI}:28: LM0 (KENLM) names {DATA_DIR / 'lm.fr.binary'}, which does not exist "
+        f"(path=lm.fr.binary taken relative to {DATA_DIR}, the folder Moses is meant to run in"
+    ) in result.stderr
+    assert "with --run-dir); or give --lm FILE, or --no-lm" in result.stderr
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+
+
+def test_the_ini_paths_are_taken_from_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27, item 1: an ini kept apart from its system (mert's working dir, a copy) named
+    an LM that combine looked for beside the ini, and failed without --lm."""
+    copy = tmp_path / "tuning" / "moses.ini"
+    copy.parent.mkdir()
+    copy.write_bytes((TINY_SYSTEM / "moses.ini").read_bytes())
+    monkeypatch.chdir(tmp_path)  # neither the system's folder nor the ini's
+    table = str(TINY_SYSTEM / "phrase-table.gz")
+    args = ["combine", table, "--weights", str(copy), "--column"]
+    by_run_dir = CliRunner().invoke(cli, [*args, "--run-dir", str(TINY_SYSTEM), "-o", "a"])
+    by_lm = CliRunner().invoke(cli, [*args, "--lm", str(TINY_SYSTEM / "lm.arpa"), "-o", "b"])
+    assert by_run_dir.exit_code == 0, by_run_dir.output
+    assert by_lm.exit_code == 0, by_lm.output
+    assert Path("a").read_text() == Path("b").read_text() and len(Path("a").read_text()) > 0
+    no_lm = CliRunner().invoke(cli, [*args, "--no-lm", "-o", "c"])
+    assert no_lm.exit_code == 0 and Path("c").read_text() != Path("a").read_text()
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DATA_DIR, REAL_INI
+from conftest import DATA_DIR, REAL_INI, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -22,6 +22,7 @@ TABLE = DATA_DIR / "en-fr.filter-slice.pt.gz"  # 1,004 real lines around test6's
 INPUT = DATA_DIR / "en-fr.test6.en"  # the first 6 lines of test.en
 TM = (0.11452, 0.0672427, -0.000424593, 0.0192088)  # its weights, copied by hand
 WORD_PENALTY, PHRASE_PENALTY = -0.0919745, 0.0125348
+TINY_INI = TINY_SYSTEM / "moses.ini"  # the real tuned ini of a system whose files are there
 
 
 def read_lines(path: Path) -> list[str]:
@@ -158,14 +159,41 @@ def test_top_k_refuses_a_source_that_comes_back(tmp_path: Path) -> None:
 
 
 def test_moses_ini_out_points_at_the_filtered_table(tmp_path: Path) -> None:
+    """Every path of the new ini is absolute (issue 27, item 1): the phrase table is OUT, the
+    reordering table and LM are resolved from the ini's folder, the other bytes unchanged."""
     out, ini_out = tmp_path / "filtered.gz", tmp_path / "filtered.ini"
-    args = [str(TABLE), "--input", str(INPUT), "--moses-ini", str(REAL_INI)]
+    args = [str(TABLE), "--input", str(INPUT), "--moses-ini", str(TINY_INI)]
     code, stderr = run([*args, "--ini-out", str(ini_out), "-o", str(out)])
     assert code == 0, stderr
     new = read_ini(str(ini_out))
     assert new.feature("TranslationModel0").get("path") == str(out)
-    old_text = REAL_INI.read_text()
-    assert ini_out.read_text() == old_text.replace("path=phrase-table.gz", f"path={out}")
+    old_text = TINY_INI.read_text()
+    assert ini_out.read_text() == (
+        old_text.replace("path=phrase-table.gz", f"path={out}")
+        .replace("path=reordering-table.gz", f"path={TINY_SYSTEM / 'reordering-table.gz'}")
+        .replace("path=lm.arpa", f"path={TINY_SYSTEM / 'lm.arpa'}")
+    )
+
+
+def test_ini_out_checks_the_files_before_any_work_and_takes_the_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of the ini apart from its system: refused before the table is read (no OUT),
+    naming the feature; with --run-dir, its paths are taken from the system's folder."""
+    copy = tmp_path / "copy.ini"
+    copy.write_bytes(TINY_INI.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    args = [str(TABLE), "--input", str(INPUT), "--moses-ini", str(copy), "--ini-out", "new.ini"]
+    code, stderr = run([*args, "-o", "filtered.gz"])
+    assert code == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["copy.ini"]
+    assert f"{copy}:26: LexicalReordering0 (LexicalReordering) names " in stderr
+    code, stderr = run([*args, "-o", "filtered.gz", "--run-dir", str(TINY_SYSTEM)])
+    assert code == 0, stderr
+    new = read_ini("new.ini")
+    assert new.feature("LM0").get("path") == str(TINY_SYSTEM / "lm.arpa")
+    assert new.feature("TranslationModel0").get("path") == str(tmp_path / "filtered.gz")
+    code, stderr = run([*args[:-1], str(copy), "-o", "f2.gz", "--run-dir", str(TINY_SYSTEM)])
+    assert code == 1 and f"--ini-out {copy} is {copy} itself" in stderr
 
 
 def test_all_filters_at_once_match_the_filters_one_after_another(tmp_path: Path) -> None:

@@ -11,11 +11,14 @@ from click.testing import CliRunner
 from conftest import DATA_DIR, REAL_INI
 
 from rescorer.cli import cli
-from rescorer.errors import InputError
-from rescorer.moses.combine import Weights
+from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import parse_scores
+from rescorer.moses.combine import Weights, parse_weight_option
+from rescorer.moses.filter import parse_min_score
 from rescorer.moses.ini import read_ini
 from rescorer.moses.nbest import (
     RerankConfig,
+    parse_features,
     parse_nbest_line,
     read_nbest,
     rerank_nbest,
@@ -24,6 +27,11 @@ from rescorer.moses.nbest import (
 
 NBEST = DATA_DIR / "en-fr.dev13.nbest.gz"  # Moses' 100-best of dev.en sentences 0-12
 HYP = DATA_DIR / "en-fr.dev13.hyp.fr"  # Moses' 1-best output for them
+
+
+# Numbers Python's float() reads and Moses does not: digit separators, Arabic-Indic and
+# full-width digits (issue 26, "one number grammar").
+NOT_MOSES_NUMBERS = ["1_000", "\u0661\u0662", "\uff11\uff12", "1\u06f0"]
 
 
 def rerank(args: list[str]) -> tuple[int, str, str]:
@@ -149,3 +157,31 @@ def test_gzip_output_is_readable(tmp_path: Path) -> None:
     assert rerank([str(NBEST), "--weights", str(REAL_INI), "-o", str(out)])[0] == 0
     with gzip.open(out, "rt", encoding="utf-8") as f:
         assert len(f.read().split("\n")) == 14
+
+
+def test_features_are_read_with_the_tables_number_grammar() -> None:
+    """Issue 26: float() gave 1000.0 and 12.0 for these where the table reader refuses them."""
+    assert parse_features("LM0= 1_000 TM0= \u0661\u0662") == (
+        "feature value '1_000' of LM0 is not a number"
+    )
+    assert parse_features("LM0= -1e-05 TM0= .5 3") == (("LM0", (-1e-05,)), ("TM0", (0.5, 3.0)))
+
+
+@pytest.mark.parametrize("number", NOT_MOSES_NUMBERS)
+def test_every_moses_reader_refuses_what_the_table_refuses(tmp_path: Path, number: str) -> None:
+    """Table scores, n-best features and totals, ini weights, --weight and --min-score: one
+    grammar (rescorer.io.table.parse_number)."""
+    assert isinstance(parse_scores(f"0.5 {number}"), str)
+    assert isinstance(parse_features(f"LM0= {number}"), str)
+    with pytest.raises(InputError, match="total score"):
+        parse_nbest_line(f"0 ||| a ||| LM0= -1 ||| {number}", "x", 1)
+    ini = tmp_path / "moses.ini"
+    ini.write_text(REAL_INI.read_text().replace("LM0= 0.111134", f"LM0= {number}"))
+    with pytest.raises(InputError, match="not all numbers"):
+        read_ini(str(ini))
+    with pytest.raises(RescorerError, match="expected NAME=v1,v2"):
+        parse_weight_option(f"LM0={number}")
+    with pytest.raises(RescorerError, match="expected COL:THRESHOLD"):
+        parse_min_score(f"2:{number}")
+    with pytest.raises(RescorerError, match="expected COL:THRESHOLD"):
+        parse_min_score("\u0662:0.5")  # a column number int() reads as 2

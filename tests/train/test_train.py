@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from conftest import ROOT
 
 from rescorer.batching import PairArraysBuilder, PairBatch, epoch_batches, pad_batch
 from rescorer.cli import cli
@@ -94,10 +96,56 @@ def test_parse_duration() -> None:
     assert parse_duration("30s") == 30
     assert parse_duration("1h30m") == 5400
     assert parse_duration("1.5h") == 5400
-    assert parse_duration("45") == 45
     for bad in ("", "m", "3x", "1h 30m", "-1m"):
-        with pytest.raises(RescorerError):
+        with pytest.raises(RescorerError, match="bad duration"):
             parse_duration(bad)
+    for bare in ("45", "5", "0", "1.5"):  # issue 27, item 4: --max-time 5 meant 5 seconds
+        with pytest.raises(
+            RescorerError, match=r"has no unit: expected e\.g\. 5m, 2h, 90s or 1h30m"
+        ):
+            parse_duration(bare)
+
+
+def test_every_duration_option_needs_a_unit(tmp_path: Path) -> None:
+    """A bare number is a usage error (exit 2) naming the accepted forms, before any work:
+    train --max-time, scripts/table1.py --train, scripts/train_snapshots.py --snapshot."""
+    forms = "expected e.g. 5m, 2h, 90s or 1h30m"
+    table = str(ROOT / "tests" / "data" / "tiny-system" / "phrase-table.gz")
+    result = CliRunner().invoke(cli, ["train", table, "-o", str(tmp_path / "m"), "--max-time", "5"])
+    assert result.exit_code == 2 and "--max-time" in result.stderr and forms in result.stderr
+    assert not (tmp_path / "m").exists()
+    scripts = ROOT / "scripts"
+    for argv in (
+        [scripts / "table1.py", ROOT / "tests/data/tiny-system", "--work", tmp_path / "w",
+         "--train", "5"],
+        [scripts / "train_snapshots.py", tmp_path / "s", "--table", table, "--snapshot", "5"],
+    ):  # fmt: skip
+        proc = subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True)
+        assert proc.returncode == 2 and forms in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_progress_says_what_the_budget_goes_on_before_the_first_update(
+    tmp_path: Path, sample_table: Path
+) -> None:
+    """Issue 27, item 4: the first update came at 26% of a 5-minute budget, after lines that
+    did not say so (vocabularies, encoding, the optimiser's imports, compiling)."""
+    lines: list[str] = []
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 2, "max_time": 600.0, "quiet": False})
+    train(str(sample_table), tmp_path / "m", TINY, cfg, echo=lines.append)
+    phases = [
+        "counting the vocabularies (",
+        "encoding the pairs (",
+        "building the model and the optimiser (",
+        "starting the updates (",
+        "first update done (",
+    ]
+    found = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
+    assert found == sorted(found), lines
+    for i in found:
+        assert re.search(r" \(\d+m\d\ds in, \d+% of the --max-time budget\)", lines[i]), lines[i]
+    assert re.search(r": setup \d+m\d\ds, first update \d+m\d\ds$", lines[found[-1]])
 
 
 def test_epoch_batches_cover_every_pair_once_in_a_seeded_order() -> None:
