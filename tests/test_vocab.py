@@ -68,4 +68,4 @@ def test_vocab_command(tmp_path: Path) -> None:
     tgt = Vocab.load(str(out / "vocab.tgt.json"))
     assert src.size == 100 and len(src.words) == 98
     assert tgt.size == 15000 and len(tgt.words) < 15000 - 2  # the slice has fewer target words
-    assert "2090 pairs" in result.output
+    assert "2,090 pairs" in result.output

@@ -95,13 +95,9 @@ def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
     base = read_ini(str(prep / "base.ini"))
     name, table = phrase_table_feature(base, cfg.feature_name)
     step.need(Path(table))
-    step.run(
-        rescorer_argv(
-            "filter", table, "--input", prep / "devtest.src", "--moses-ini", prep / "base.ini",
-            "--feature-name", name, "--ini-out", out / "a.ini", "-o", out / "phrase-table.gz",
-        )
-    )  # fmt: skip
-    reordering: dict[str, str] = {}
+    # The reordering tables first: filter --ini-out checks every path of the ini too, and this
+    # names the missing one as the step's own error.
+    sources: list[tuple[int, str, Path]] = []
     for i, feature in enumerate(base.features_of_kind(REORDERING)):
         path = feature.get("path")
         if path is None:
@@ -113,9 +109,18 @@ def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
             if Path(f"{source}.minlexr").is_file():
                 continue  # a compact (binarised) table: used as it is
             raise StepError(f"step filter: missing {source}, the table of {feature.name}")
+        sources.append((i, feature.name, source))
+    step.run(
+        rescorer_argv(
+            "filter", table, "--input", prep / "devtest.src", "--moses-ini", prep / "base.ini",
+            "--feature-name", name, "--ini-out", out / "a.ini", "-o", out / "phrase-table.gz",
+        )
+    )  # fmt: skip
+    reordering: dict[str, str] = {}
+    for i, feature_name, source in sources:
         target = out / f"reordering-{i}.gz"
         step.run(rescorer_argv("filter", source, "--input", prep / "devtest.src", "-o", target))
-        reordering[feature.name] = str(target)
+        reordering[feature_name] = str(target)
     if reordering:
         write_text(out / "a.ini", with_feature_paths(read_ini(str(out / "a.ini")), reordering))
     return {

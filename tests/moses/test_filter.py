@@ -193,7 +193,7 @@ def test_ini_out_checks_the_files_before_any_work_and_takes_the_run_dir(
     assert new.feature("LM0").get("path") == str(TINY_SYSTEM / "lm.arpa")
     assert new.feature("TranslationModel0").get("path") == str(tmp_path / "filtered.gz")
     code, stderr = run([*args[:-1], str(copy), "-o", "f2.gz", "--run-dir", str(TINY_SYSTEM)])
-    assert code == 1 and f"--ini-out {copy} is {copy} itself" in stderr
+    assert code == 1 and f"--ini-out {copy} is the --moses-ini" in stderr
 
 
 def test_all_filters_at_once_match_the_filters_one_after_another(tmp_path: Path) -> None:
