@@ -24,7 +24,8 @@ from rescorer.cli.common import progress_option, user_errors, weight_options, we
     "weights",
     type=float,
     multiple=True,
-    help="Starting weight of each added column, repeatable (default 0.2 each).",
+    help="Starting weight of the added columns: once per column in column order, or once "
+    "for all (default 0.2 each).",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @user_errors
@@ -33,6 +34,12 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 
     Every other line of INI stays byte for byte. Re-tune afterwards with a fresh mert
     --working-dir (a stale features.list or filtered/ breaks re-tuning).
+
+    The new columns are TABLE's scores beyond the feature's num-features: one per -m of the
+    score run, then the word penalty. A shard's TABLE.manifest.json says how many; without
+    one the count decides, the last column being the word penalty when it is e^k on every
+    line. Refused (a table scored twice): a word-penalty column before the last, a model
+    column above 1, two equal new columns, a count that differs from the manifest's.
 
     \b
     Example:
@@ -43,8 +50,9 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 
     update = write_scored_ini(ini, table, out, weights=weights, feature_name=opts["feature_name"])
     f = update.feature
+    what = f" ({update.added.describe()})" if update.added is not None else ""
     click.echo(
-        f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
+        f"{f.name}: num-features {f.num_features} -> {update.num_features}{what}, "
         f"path={update.new_path}; wrote {out}",
         err=True,
     )
