@@ -324,17 +324,18 @@ def add_pair_feature(
     nbest_path: str,
     input_path: str,
     out_path: str,
-    score: PairScorer,
+    features: Sequence[tuple[str, PairScorer]],
     *,
-    name: str = "RNN0",
     features_only: bool = False,
     block_lines: int = 20000,
 ) -> NBestFeatureStats:
-    """``rescorer score-nbest``: each hypothesis of an n-best list gets the feature ``name`` =
-    sum over its phrase pairs of max(ln p, -100) (what Moses would add up from a table column
-    holding p), ``score`` giving ln p of (source, target) pairs. The n-best lines are written
-    back with the feature appended to their feature field (total unchanged), or with
-    ``features_only`` as ``name= v`` lines for ``rerank --feature-file``."""
+    """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
+    of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
+    pairs of max(ln p, -100) (what Moses would add up from a table column holding p), ``score``
+    giving ln p of (source, target) pairs (an inverse model's scorer: ln p(source | target)).
+    The n-best lines are written back with the features appended to their feature field (total
+    unchanged), or with ``features_only`` as ``name= v ...`` lines for ``rerank
+    --feature-file``."""
     from rescorer.io.files import display_name, open_output, open_text
 
     name_nb, name_in = display_name(nbest_path), display_name(input_path)
@@ -354,24 +355,30 @@ def add_pair_feature(
                 )
             segmented.append(phrase_segments(entry, sentences[entry.sent_id], name_nb)[0])
         distinct = sorted({pair for pairs in segmented for pair in pairs})
-        logp = dict(zip(distinct, score(distinct), strict=True))
+        logps = [dict(zip(distinct, score(distinct), strict=True)) for _, score in features]
         stats.scored_pairs += len(distinct)
         for entry, pairs in zip(block, segmented, strict=True):
-            value = sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs)
+            added = " ".join(
+                f"{name}= {sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs):.8g}"
+                for (name, _), logp in zip(features, logps, strict=True)
+            )
             stats.phrase_pairs += len(pairs)
             if features_only:
-                out.write(f"{name}= {value:.8g}\n")
+                out.write(f"{added}\n")
             else:
                 fields = list(entry.fields)
-                fields[2] = f"{fields[2].rstrip(' ')} {name}= {value:.8g} "
+                fields[2] = f"{fields[2].rstrip(' ')} {added} "
                 out.write(NBEST_SEP.join(fields) + "\n")
 
     with open_output(out_path) as out:
         block: list[NBestEntry] = []
         for entry in read_nbest(nbest_path):
-            if any(label == name for label, _ in entry.features):
+            taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
+            if taken:
                 raise InputError(
-                    name_nb, entry.lineno, f"already has a feature {name}= (choose another --name)"
+                    name_nb,
+                    entry.lineno,
+                    f"already has a feature {taken[0]}= (choose another --name)",
                 )
             stats.hypotheses += 1
             seen_ids.add(entry.sent_id)
