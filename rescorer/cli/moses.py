@@ -50,7 +50,8 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     "weights",
     type=float,
     multiple=True,
-    help="Starting weight of each added column, repeatable (default 0.2 each).",
+    help="Starting weight of the added columns: once per column in column order, or once "
+    "for all (default 0.2 each).",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @run_dir_option
@@ -62,6 +63,12 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
     when run from --run-dir (default INI's folder), and checked to exist: the new ini decodes
     from any folder. Every other byte of INI stays as it was. Re-tune afterwards with a fresh
     mert --working-dir (a stale features.list or filtered/ breaks re-tuning).
+
+    The new columns are TABLE's scores beyond the feature's num-features: one per -m of the
+    score run, then the word penalty. A shard's TABLE.manifest.json says how many; without
+    one the count decides, the last column being the word penalty when it is e^k on every
+    line. Refused (a table scored twice): a word-penalty column before the last, a model
+    column above 1, two equal new columns, a count that differs from the manifest's.
 
     \b
     Example:
@@ -81,8 +88,9 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
         run_dir=opts["run_dir"],
     )
     f = update.feature
+    what = f" ({update.added.describe()})" if update.added is not None else ""
     say(
-        f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
+        f"{f.name}: num-features {f.num_features} -> {update.num_features}{what}, "
         f"path={update.new_path}; wrote {out}"
     )
     for warning in update.warnings:

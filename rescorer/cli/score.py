@@ -285,7 +285,14 @@ def check(table: str, model_dir: str | None) -> None:
 
 @click.command("score-nbest")
 @click.argument("nbest")
-@click.option("-m", "--model", "model_dir", required=True, help="Model folder from rescorer train.")
+@click.option(
+    "-m",
+    "--model",
+    "model_dirs",
+    required=True,
+    multiple=True,
+    help="Model folder from rescorer train; repeat for one feature per model, in order.",
+)
 @click.option(
     "--input",
     "input_path",
@@ -302,7 +309,12 @@ def check(table: str, model_dir: str | None) -> None:
     "entry for was passed through by Moses and adds 0, as in Moses.",
 )
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
-@click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...).",
+)
 @click.option(
     "--features-only",
     is_flag=True,
@@ -313,11 +325,11 @@ def check(table: str, model_dir: str | None) -> None:
 @user_errors
 def score_nbest(
     nbest: str,
-    model_dir: str,
+    model_dirs: tuple[str, ...],
     input_path: str,
     phrase_table: str,
     out: str,
-    name: str,
+    names: tuple[str, ...],
     features_only: bool,
     device: str,
     precision: str,
@@ -332,16 +344,31 @@ def score_nbest(
     Each line is written back with NAME= appended to its features (total unchanged), for
     Moses' extractor/mert, or rerank --weight NAME=...
 
+    Several -m give one feature each, in order (RNN0, RNN1, ... unless --name): an inverse
+    model's is the sum of ln p(source|target).
+
     \b
     Example:
       moses -f moses.ini -n-best-list dev.nbest 100 -include-segmentation-in-n-best < dev.en
       rescorer score-nbest dev.nbest -m rnn-model/ --input dev.en \\
           --phrase-table model/phrase-table.gz -o dev.rnn.nbest
+      rescorer score-nbest dev.nbest -m rnn-fwd/ -m rnn-inv/ --input dev.en \\
+          --phrase-table model/phrase-table.gz -o dev.rnn.nbest
     """
-    if not name or "=" in name or " " in name:
+    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
+    if len(names) != len(model_dirs):
         raise click.BadParameter(
-            f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
+            param_hint="--name",
         )
+    for name in names:
+        if not name or "=" in name or " " in name:
+            raise click.BadParameter(
+                f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+            )
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
+    from rescorer.constants import INVERSE
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest import add_pair_feature
@@ -351,20 +378,24 @@ def score_nbest(
     from rescorer.score.scorer import score_pairs
 
     dev = resolve_device(device)
-    loaded = load_model_dir(model_dir, dev)
     prec = resolve_precision(precision, dev, "score")
 
-    def score(pairs: list[tuple[str, str]]) -> Any:
-        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)
+    def scorer(model_dir: str) -> Any:
+        loaded = load_model_dir(model_dir, dev)
+        inverse = loaded.direction == INVERSE
 
+        def score(pairs: list[tuple[str, str]]) -> Any:
+            if inverse:  # p(source | target): the model reads the target phrase
+                pairs = [(target, source) for source, target in pairs]
+            return score_pairs(
+                loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec
+            )
+
+        return score
+
+    features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
     stats = add_pair_feature(
-        nbest,
-        input_path,
-        out,
-        score,
-        phrase_table=phrase_table,
-        name=name,
-        features_only=features_only,
+        nbest, input_path, out, features, phrase_table=phrase_table, features_only=features_only
     )
     click.echo(
         f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "

@@ -344,6 +344,7 @@ class IniUpdate:
     new_path: str  # the path= now in the ini
     binarize_command: str | None  # for compact / on-disk tables: how to rebuild them
     warnings: tuple[str, ...] = ()  # things to check before tuning
+    added: AddedColumns | None = None  # what the new columns are (write_scored_ini checks)
 
 
 def update_for_scored_table(
@@ -356,8 +357,10 @@ def update_for_scored_table(
 ) -> IniUpdate:
     """Point a TranslationModel at a table with more columns: num-features, weights, path.
 
-    ``weights`` are the added columns' weights (default 0.2 each); their number must be the
-    table's column count minus the feature's num-features (docs/moses-formats.md §2.2).
+    ``weights`` are the added columns' weights, one per column in column order or one for all
+    (default 0.2 each); the added columns are the table's column count minus the feature's
+    num-features (docs/moses-formats.md §2.2). Whether they are what a score run adds is
+    :func:`check_added_columns`' question.
     """
     feature = pick_table_feature(
         ini,
@@ -384,19 +387,17 @@ def update_for_scored_table(
             f"{table_path} has {num_columns} score columns, {feature.name} already has "
             f"num-features={old}: is it the scored table?"
         )
-    if added > 2:
-        raise RescorerError(
-            f"{table_path} has {num_columns} score columns, {feature.name} has num-features="
-            f"{old}: {added} new columns, but rescorer score adds 1 (2 with --word-penalty). "
-            "Is it a reordering table, or a table scored more than once, or the ini of another "
-            "table?"
-        )
-    if weights and len(weights) != added:
+    if len(weights) > 1 and len(weights) != added:
         raise RescorerError(
             f"{table_path} has {num_columns} score columns, {feature.name} has {old}: that is "
-            f"{added} new column(s), but {len(weights)} --new-weight value(s) were given"
+            f"{added} new column(s), but {len(weights)} --new-weight values were given (give "
+            "one per new column, in column order, or one for all)"
         )
-    new_weights = tuple(weights) or (DEFAULT_NEW_WEIGHT,) * added
+    new_weights = (
+        tuple(weights)
+        if len(weights) == added
+        else ((weights[0] if weights else DEFAULT_NEW_WEIGHT),) * added
+    )
     weight_line = ini.weight_line(feature.name)
     if len(weight_line.values) != old:
         raise InputError(
@@ -481,18 +482,115 @@ def _absolute_path_lines(
     return lines
 
 
-def _last_column_is_penalty(table_path: str, lines: int = 1000) -> bool:
-    """Whether the last score of the first ``lines`` lines is always e^k, k = 0, 1, 2, ...
-    (the word-penalty column of rescorer score), not a probability."""
+CHECK_LINES = 1000  # the lines whose added columns moses-ini looks at
+
+
+@dataclass(frozen=True)
+class AddedColumns:
+    """What the columns a score run appended are: ``models`` columns of probabilities, then
+    the word penalty if ``word_penalty``; ``source`` says how moses-ini knows."""
+
+    models: int
+    word_penalty: bool
+    source: str
+
+    @property
+    def count(self) -> int:
+        return self.models + int(self.word_penalty)
+
+    def describe(self) -> str:
+        what = f"{self.models} model{'s' if self.models != 1 else ''}"
+        return f"{what} + word penalty" if self.word_penalty else what
+
+
+def _is_penalty(value: float) -> bool:
+    """e^k, k = 0, 1, 2, ...: the word-penalty column as rescorer score writes it."""
+    return value >= 1 and abs(math.log(value) - round(math.log(value))) <= 1e-4
+
+
+def _from_manifest(table_path: str) -> AddedColumns | None:
+    """The columns a shard's manifest (TABLE.manifest.json) says its run added, if it has one."""
+    from rescorer.io.files import read_json_object
+
+    path = table_path + ".manifest.json"  # rescorer.score.shards.manifest_path (torch-free here)
+    if not os.path.exists(path):
+        return None
+    manifest = read_json_object(path, what="a shard manifest")
+    try:
+        hashes = manifest["model"]["sha256"]
+        models = 1 if isinstance(hashes, str) else len(hashes)
+        word_penalty = bool(manifest["options"]["word_penalty"])
+    except (KeyError, TypeError):
+        raise RescorerError(f"{path}: names no model or no word_penalty option") from None
+    return AddedColumns(models, word_penalty, path)
+
+
+def check_added_columns(table_path: str, old: int, num_columns: int) -> AddedColumns:
+    """What the ``num_columns - old`` columns after the first ``old`` are, or a RescorerError
+    saying why they are not what one rescorer score run appends (the rule of docs/moses.md):
+
+    - with TABLE.manifest.json (a shard run's): its models and --word-penalty must add up to
+      the new columns;
+    - without: the counts decide: every new column is a model's unless the last one is
+      e^k on every line checked (the word penalty);
+    - either way, on the first CHECK_LINES lines: a word-penalty column before the last one,
+      a model column with a value above 1, or two new columns equal on every line is a table
+      scored more than once (or not a phrase table scored by rescorer): refused.
+    """
     from rescorer.io.table import read_table
 
+    added = num_columns - old
+    columns: list[list[float]] = [[] for _ in range(added)]
     for i, entry in enumerate(read_table(table_path)):
-        if i == lines:
+        if i == CHECK_LINES:
             break
-        value = entry.scores[-1]
-        if value < 1 or abs(math.log(value) - round(math.log(value))) > 1e-4:
-            return False
-    return True
+        if len(entry.scores) != num_columns:
+            raise InputError(
+                table_path, i + 1, f"{len(entry.scores)} scores, expected {num_columns} as line 1"
+            )
+        for column, value in zip(columns, entry.scores[old:], strict=True):
+            column.append(value)
+    penalty = [len(c) > 0 and all(_is_penalty(v) for v in c) for c in columns]
+    above_one = [any(v > 1 for v in c) for c in columns]
+    twice = f"{table_path} was scored more than once, or is not a table rescorer score wrote"
+    for j in range(added - 1):
+        if penalty[j] and above_one[j]:
+            raise RescorerError(
+                f"{table_path}: new column {j + 1} of {added} (score {old + j + 1}) is "
+                f"exp(#words outside the shortlist), as --word-penalty writes it, but not the "
+                f"last: {twice}"
+            )
+    last_is_penalty = added > 1 and penalty[-1]  # a run adds a model's column first
+    for j in range(added - int(last_is_penalty)):
+        if above_one[j]:
+            raise RescorerError(
+                f"{table_path}: new column {j + 1} of {added} (score {old + j + 1}) has values "
+                f"above 1, not a model's probability: {twice}"
+            )
+    for j in range(added):
+        for k in range(j + 1, added):
+            if columns[j] == columns[k]:
+                raise RescorerError(
+                    f"{table_path}: new columns {j + 1} and {k + 1} are equal on the first "
+                    f"{len(columns[j]):,} lines (one model twice): {twice}"
+                )
+    stated = _from_manifest(table_path)
+    if stated is not None:
+        if stated.count != added:
+            raise RescorerError(
+                f"{table_path} has {added} new column(s) against num-features={old}, but its "
+                f"manifest {stated.source} says the run added {stated.count} "
+                f"({stated.describe()}): scored more than once, or the ini of another table?"
+            )
+        if stated.word_penalty and not last_is_penalty:
+            raise RescorerError(
+                f"{table_path}: its manifest says --word-penalty, but the last column is not "
+                "exp(#words outside the shortlist)"
+            )
+        return stated
+    return AddedColumns(
+        added - int(last_is_penalty), last_is_penalty, "the column count and values"
+    )
 
 
 def count_columns(table_path: str) -> int:
@@ -529,17 +627,14 @@ def write_scored_ini(
     update = update_for_scored_table(
         ini, os.path.abspath(table_path), num_columns, weights=weights, feature_name=feature_name
     )
-    if num_columns - (update.feature.num_features or 0) == 2 and not _last_column_is_penalty(
-        table_path
-    ):
-        update = dataclasses.replace(
-            update,
-            warnings=(
-                f"{table_path}: the last of its 2 new columns is not exp(#words outside the "
-                "shortlist), as --word-penalty writes it: was the table scored twice? Check "
-                "before tuning",
-            ),
+    added = check_added_columns(table_path, update.feature.num_features or 0, num_columns)
+    warnings = list(update.warnings)
+    if os.path.exists(table_path + ".partial.json"):
+        warnings.append(
+            f"{table_path}.partial.json: a score run to {table_path} has not finished; "
+            f"{table_path} is an earlier run's output"
         )
+    update = dataclasses.replace(update, added=added, warnings=tuple(warnings))
     with open_output(out_path) as out:
         out.write(update.text)
     return update

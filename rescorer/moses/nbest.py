@@ -343,21 +343,22 @@ def add_pair_feature(
     nbest_path: str,
     input_path: str,
     out_path: str,
-    score: PairScorer,
+    features: Sequence[tuple[str, PairScorer]],
     *,
     phrase_table: str,
-    name: str = "RNN0",
     features_only: bool = False,
     block_lines: int = 20000,
 ) -> NBestFeatureStats:
-    """``rescorer score-nbest``: each hypothesis of an n-best list gets the feature ``name`` =
-    sum over its phrase pairs of max(ln p, -100), ``score`` giving ln p of (source, target)
-    pairs: what Moses adds up from a table column holding p. A segment that Moses passed
-    through untranslated (a source word without an entry in ``phrase_table``, the table the
-    list was decoded with: Moses' unknown-word option, TranslationOptionCollection's
-    ProcessUnknownWord) takes no table score, so it adds 0, as it does in Moses. The n-best
-    lines are written back with the feature appended to their feature field (total
-    unchanged), or with ``features_only`` as ``name= v`` lines for ``rerank --feature-file``."""
+    """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
+    of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
+    pairs of max(ln p, -100), ``score`` giving ln p of (source, target) pairs (an inverse
+    model's scorer: ln p(source | target)): what Moses adds up from a table column holding p.
+    A segment that Moses passed through untranslated (a source word without an entry in
+    ``phrase_table``, the table the list was decoded with: Moses' unknown-word option,
+    TranslationOptionCollection's ProcessUnknownWord) takes no table score, so it adds 0, as it
+    does in Moses. The n-best lines are written back with the features appended to their
+    feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
+    ``rerank --feature-file``."""
     from rescorer.io.files import display_name, open_output, open_text
     from rescorer.io.table import sources_among
 
@@ -387,23 +388,32 @@ def add_pair_feature(
             segmented.append([pair for pair in pairs if pair not in unknown])
             stats.phrase_pairs += len(pairs)
         distinct = sorted({pair for pairs in segmented for pair in pairs})
-        logp = dict(zip(distinct, score(distinct) if distinct else [], strict=True))
+        logps = [
+            dict(zip(distinct, score(distinct) if distinct else [], strict=True))
+            for _, score in features
+        ]
         stats.scored_pairs += len(distinct)
         for entry, pairs in zip(block, segmented, strict=True):
-            value = sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs)
+            added = " ".join(
+                f"{name}= {sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs):.8g}"
+                for (name, _), logp in zip(features, logps, strict=True)
+            )
             if features_only:
-                out.write(f"{name}= {value:.8g}\n")
+                out.write(f"{added}\n")
             else:
                 fields = list(entry.fields)
-                fields[2] = f"{fields[2].rstrip(' ')} {name}= {value:.8g} "
+                fields[2] = f"{fields[2].rstrip(' ')} {added} "
                 out.write(NBEST_SEP.join(fields) + "\n")
 
     with open_output(out_path) as out:
         block: list[NBestEntry] = []
         for entry in read_nbest(nbest_path):
-            if any(label == name for label, _ in entry.features):
+            taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
+            if taken:
                 raise InputError(
-                    name_nb, entry.lineno, f"already has a feature {name}= (choose another --name)"
+                    name_nb,
+                    entry.lineno,
+                    f"already has a feature {taken[0]}= (choose another --name)",
                 )
             stats.hypotheses += 1
             seen_ids.add(entry.sent_id)

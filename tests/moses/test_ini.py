@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import json
+import math
 import os
 import shutil
 import subprocess
@@ -112,8 +114,10 @@ def test_two_columns_take_two_weights(tmp_path: Path) -> None:
     ini = read_ini(str(TINY_INI))
     update = update_for_scored_table(ini, str(table), 6, weights=(0.1, 0.3))
     assert "TranslationModel0= 0.11452 0.0672427 -0.000424593 0.0192088 0.1 0.3\n" in update.text
-    with pytest.raises(RescorerError, match=r"2 new column.*1 --new-weight"):
-        update_for_scored_table(ini, str(table), 6, weights=(0.1,))
+    one_for_all = update_for_scored_table(ini, str(table), 6, weights=(0.05,))
+    assert "0.0192088 0.05 0.05\n" in one_for_all.text
+    with pytest.raises(RescorerError, match=r"2 new column.*3 --new-weight values"):
+        update_for_scored_table(ini, str(table), 6, weights=(0.1, 0.2, 0.3))
 
 
 def test_refuses_a_table_without_new_columns() -> None:
@@ -222,25 +226,59 @@ def test_cli_moses_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not (tmp_path / "bad.ini").exists()
 
 
-def test_refuses_more_new_columns_than_score_adds(tmp_path: Path) -> None:
-    """A reordering table (6 scores) scored by mistake has 7 columns: 3 new against the phrase
-    table's 4, which rescorer score never writes (issue 14, item 4)."""
-    table = scored_table(tmp_path, ("0.2", "0.3", "0.5"))
-    with pytest.raises(RescorerError, match=r"3 new columns, but rescorer score adds 1"):
-        write_scored_ini(str(REAL_INI), str(table), str(tmp_path / "never.ini"))
+@pytest.mark.parametrize(
+    ("extra", "described"),
+    [
+        (("0.5",), "1 model"),
+        (("0.5", "7.38906"), "1 model + word penalty"),
+        (("0.5", "0.25"), "2 models"),
+        (("0.5", "0.25", "2.71828"), "2 models + word penalty"),
+        (("0.5", "0.25", "0.125", "1"), "3 models + word penalty"),
+    ],
+)
+def test_the_counts_say_what_the_new_columns_are(
+    tmp_path: Path, extra: tuple[str, ...], described: str
+) -> None:
+    """Without a manifest: a column per model, the last one the word penalty if it is e^k."""
+    out = tmp_path / "new.ini"
+    update = write_scored_ini(str(TINY_INI), str(scored_table(tmp_path, extra)), str(out))
+    assert update.added is not None and update.added.describe() == described
+    assert update.warnings == ()
+    assert f"0.0192088{' 0.2' * len(extra)}\n" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # one model + WP, scored again with one model + WP
+        (("0.5", "7.38906", "0.25", "7.38906"), r"column 2 of 4 \(score 6\) is exp"),
+        # one model scored twice: the same column twice
+        (("0.5", "0.5"), r"new columns 1 and 2 are equal on the first 50 lines"),
+        # a reordering table's scores are not what score writes either: 3 new probabilities
+        # could be 3 models, but a value above 1 outside the last column is no model's
+        (("0.5", "1.5", "0.3"), r"column 2 of 3 \(score 6\) has values above 1"),
+        (("3.5",), r"column 1 of 1 \(score 5\) has values above 1"),
+    ],
+)
+def test_refuses_a_table_scored_twice(tmp_path: Path, extra: tuple[str, ...], message: str) -> None:
+    with pytest.raises(RescorerError, match=message):
+        write_scored_ini(str(TINY_INI), str(scored_table(tmp_path, extra)), str(tmp_path / "x"))
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_shard_manifest_states_the_count(tmp_path: Path) -> None:
+    """A shard's manifest names its models and --word-penalty: the columns must add up."""
+    table = scored_table(tmp_path, ("0.5", "0.25", "7.38906"))
+    manifest = Path(str(table) + ".manifest.json")
+    manifest.write_text(
+        json.dumps({"model": {"sha256": ["a", "b"]}, "options": {"word_penalty": True}})
+    )
+    update = write_scored_ini(str(TINY_INI), str(table), str(tmp_path / "ok.ini"))
+    assert update.added is not None and update.added.describe() == "2 models + word penalty"
+    manifest.write_text(json.dumps({"model": {"sha256": "a"}, "options": {"word_penalty": True}}))
+    with pytest.raises(RescorerError, match=r"says the run added 2 \(1 model \+ word penalty\)"):
+        write_scored_ini(str(TINY_INI), str(table), str(tmp_path / "never.ini"))
     assert not (tmp_path / "never.ini").exists()
-
-
-def test_warns_when_the_second_new_column_is_not_a_word_penalty(tmp_path: Path) -> None:
-    """Two new columns of probabilities: the table was scored twice, not with --word-penalty."""
-    twice = write_scored_ini(
-        str(TINY_INI), str(scored_table(tmp_path, ("0.5", "0.25"))), str(tmp_path / "a.ini")
-    )
-    assert len(twice.warnings) == 1 and "scored twice" in twice.warnings[0]
-    penalty = write_scored_ini(
-        str(TINY_INI), str(scored_table(tmp_path, ("0.5", "7.38906"))), str(tmp_path / "b.ini")
-    )
-    assert penalty.warnings == ()
 
 
 def test_refuses_a_reordering_table_as_score_and_train_do(tmp_path: Path) -> None:
@@ -248,7 +286,7 @@ def test_refuses_a_reordering_table_as_score_and_train_do(tmp_path: Path) -> Non
     for a table scored with --word-penalty, with a warning (issue 27, item 2)."""
     table = TINY_SYSTEM / "reordering-table.gz"
     with pytest.raises(RescorerError, match=r"is a lexicalised reordering table \(6 scores"):
-        write_scored_ini(str(REAL_INI), str(table), str(tmp_path / "never.ini"))
+        write_scored_ini(str(TINY_INI), str(table), str(tmp_path / "never.ini"))
     assert not (tmp_path / "never.ini").exists()
 
 
@@ -265,6 +303,29 @@ def scored_tiny_table(tmp_path: Path) -> Path:
 def moses_ini(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["moses-ini", *args])
     return result.exit_code, result.stderr
+
+
+def test_an_unfinished_run_to_the_table_is_a_warning(tmp_path: Path) -> None:
+    table = scored_table(tmp_path)
+    Path(str(table) + ".partial.json").write_text("{}")
+    update = write_scored_ini(str(TINY_INI), str(table), str(tmp_path / "new.ini"))
+    assert len(update.warnings) == 1 and "has not finished" in update.warnings[0]
+
+
+# ------------------------------------- the real Moses decoder reads 6 and 7 scores (issue 24)
+def scored_tiny_system(tmp_path: Path, extra: int, word_penalty: bool) -> Path:
+    """A copy of the tiny system whose table has ``extra`` model columns (distinct
+    probabilities) and, with ``word_penalty``, e^k after them, as rescorer score writes it."""
+    system = tmp_path / "system"
+    shutil.copytree(TINY_SYSTEM, system)
+    table = system / "phrase-table.rnn.gz"
+    with gzip.open(table, "wt", encoding="utf-8") as f:
+        for i, entry in enumerate(read_table(str(TINY_SYSTEM / "phrase-table.gz"))):
+            columns = [f"{0.1 + 0.8 * ((i + 3 * m) % 7) / 7:g}" for m in range(extra)]
+            if word_penalty:
+                columns.append(f"{math.exp(i % 3):g}")
+            f.write(entry.line_with_columns(columns) + "\n")
+    return table
 
 
 @pytest.mark.skipif(
@@ -370,7 +431,36 @@ def test_the_output_may_not_be_an_input(tmp_path: Path) -> None:
     args = ["--phrase-table", str(table), "--run-dir", str(TINY_SYSTEM)]
     for out in (ini, link, tmp_path / "." / "moses.ini"):
         code, stderr = moses_ini(str(ini), *args, "-o", str(out))
-        assert code == 1 and f"-o {out} is INI itself" in stderr
+        assert code == 1 and f"-o {out} is the INI" in stderr
     code, stderr = moses_ini(str(ini), *args, "-o", str(table))
-    assert code == 1 and f"-o {table} is --phrase-table itself" in stderr
+    assert code == 1 and f"-o {table} is the --phrase-table" in stderr
     assert ini.read_bytes() == TINY_INI.read_bytes() and link.is_symlink()
+
+
+@pytest.mark.parametrize(("word_penalty", "scores"), [(False, 6), (True, 7)])
+def test_moses_decodes_two_models_through_the_new_ini(
+    tmp_path: Path, word_penalty: bool, scores: int
+) -> None:
+    table = scored_tiny_system(tmp_path, 2, word_penalty)
+    system = table.parent
+    new_ini = system / "moses.rnn.ini"
+    args = ["moses-ini", str(system / "moses.ini"), "--phrase-table", str(table)]
+    result = CliRunner().invoke(cli, [*args, "-o", str(new_ini), "--new-weight", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert f"num-features 4 -> {scores} (2 models" in result.stderr
+    assert f"num-features={scores} " in new_ini.read_text()
+    assert f"0.0192088{' 0.05' * (scores - 4)}\n" in new_ini.read_text()
+    source = "".join((system / "test.en").read_text().splitlines(keepends=True)[:3])
+    nbest = system / "n.nbest"
+    proc = subprocess.run(
+        [str(MOSES / "bin" / "moses"), "-f", str(new_ini), "-v", "0", "-threads", "1",
+         "-n-best-list", str(nbest), "2"],
+        input=source, capture_output=True, text=True, cwd=system, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(proc.stdout.splitlines()) == 3 and all(proc.stdout.splitlines())
+    # Moses prints the table's scores under its name, all of them, the new ones last
+    first = nbest.read_text().splitlines()[0].split(" ||| ")[2].split()
+    at = first.index("TranslationModel0=")
+    assert len(first[at + 1 : at + 1 + scores]) == scores
+    assert all(not v.endswith("=") for v in first[at + 1 : at + 1 + scores])

@@ -225,3 +225,41 @@ def test_a_word_moses_passed_through_adds_0_as_in_the_real_decoder(
         assert feature(line, "RNN1") == pytest.approx(moses_value, rel=1e-4, abs=1e-3), line
         unknown += "qwertyuiop" in line or "zyxw" in line
     assert unknown == len(out)  # every hypothesis holds a passed-through word
+
+
+def test_two_models_give_two_features_the_inverse_one_p_source_given_target(
+    tiny_model_dir: Path, tiny_inverse_model_dir: Path, tmp_path: Path
+) -> None:
+    """-m FWD -m INV: RNN0 as with FWD alone, RNN1 the sum of INV's ln p(source | target),
+    which rescorer score computes for the same pairs on its own (issue 24, item 3)."""
+    per_line = independent_pairs(SEG)
+    pairs = [p for ps in per_line for p in ps]
+    inverse = score_with_rescorer_score(pairs, tiny_inverse_model_dir, tmp_path)
+    known = table_sources(TABLE)  # a word passed through adds 0 (as in Moses) for every model
+    alone = run_score_nbest(SEG, tiny_model_dir, tmp_path / "one.nbest")
+    model_args = (str(tiny_model_dir), "-m", str(tiny_inverse_model_dir))
+    both = run_score_nbest(SEG, Path(model_args[0]), tmp_path / "two.nbest", *model_args[1:])
+    assert len(both) == len(alone) == len(per_line)
+    for one, two, line_pairs in zip(alone, both, per_line, strict=True):
+        assert two.split("|||")[2].split()[-4::2] == ["RNN0=", "RNN1="]
+        assert feature(two) == feature(one)
+        expected = sum(max(inverse[p], -100.0) for p in line_pairs if p[0] in known)
+        assert feature(two, "RNN1") == pytest.approx(expected, abs=1e-4)
+    assert [feature(x, "RNN1") for x in both] != [feature(x) for x in both]
+    named = run_score_nbest(
+        SEG, tiny_model_dir, tmp_path / "named.nbest", *model_args[1:], "--name", "Fwd",
+        "--name", "Inv", "--features-only",
+    )  # fmt: skip
+    assert named[0].split()[::2] == ["Fwd=", "Inv="]
+    for args, message in (
+        (("--name", "Fwd"), "1 --name for 2 -m"),
+        (("--name", "A", "--name", "A"), "labels must differ"),
+    ):
+        result = CliRunner().invoke(
+            cli,
+            ["score-nbest", str(SEG), "-m", *model_args, "--input", str(INPUT), *args,
+             "--phrase-table", str(TABLE),
+             "-o", str(tmp_path / "never")],
+        )  # fmt: skip
+        assert result.exit_code == 2 and message in result.output
+        assert not (tmp_path / "never").exists()
