@@ -1,6 +1,6 @@
 """Every command against hostile inputs (issue 28): a full disk, a gzip file truncated at several
 points, an endless line, unreadable files, forged shard manifests. Each must end in one line
-``rescorer: error: ...`` naming the file, exit 1 and nothing under the final name: never a
+``rescorer CMD: error: ...`` naming the file, exit 1 and nothing under the final name: never a
 traceback, a hang (every command runs under a timeout) or exit 0 with lines lost.
 
 Real commands in subprocesses, on the real slice and a tiny trained model (conftest). The disk
@@ -13,19 +13,24 @@ import ctypes
 import gzip
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SLICE, TINY_TRAIN_FLAGS
-from faults import run, small_disk
+from faults import SmallDisk, run, small_disk
 
 TEXT = gzip.decompress(SLICE.read_bytes())  # 2,090 lines, some 238 kB
 CHUNK = "16384"  # a dozen chunks: truncation and full disks meet the run after its first one
+ERROR_LINE = re.compile(r"rescorer( [a-z0-9-]+)*: error: ")  # rescorer CMD: every message
 FAST = ["--device", "cpu", "--precision", "fp32", "--chunk-bytes", CHUNK, "-q"]
 
 
@@ -35,12 +40,12 @@ def expect_refusal(
     says: str = "",
     absent: tuple[Path, ...] = (),
 ) -> str:
-    """One line ``rescorer: error: ...`` naming each of ``names``, exit 1, no traceback, and
+    """One line ``rescorer CMD: error: ...`` naming each of ``names``, exit 1, no traceback, and
     none of ``absent`` (final names) on disk. The line, for further checks."""
     where = f"stdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-4000:]}"
     assert done.returncode == 1, where
     assert "Traceback" not in done.stderr and "Aborted!" not in done.stderr, where
-    errors = [line for line in done.stderr.splitlines() if line.startswith("rescorer: error:")]
+    errors = [line for line in done.stderr.splitlines() if ERROR_LINE.match(line)]
     assert len(errors) == 1, where
     for name in names:
         assert name in errors[0], where
@@ -331,14 +336,246 @@ def test_merge_output_compression_follows_its_name(
 
 
 # ---------------------------------------------------------------------------- issue 29's cases
-# Issue 29 (shared side files, resume records, merge's line count) adds its hostile cases here
-# once they are in main: (name, the command's arguments from the walk's folder and a tmp_path).
-ISSUE_29_CASES: list[tuple[str, Callable[[Path, Path], list[str]]]] = []
+SMALL = b"".join(TEXT.splitlines(keepends=True)[:40])  # some 4 kB: one chunk
+Json = dict[str, Any]
+NBEST_LINE = "{id} ||| a b ||| LM0= -3 WordPenalty0= -2 ||| {total}\n"
+INI = "[feature]\nKENLM name=LM0 factor=0 path=lm.arpa order=3\n[weight]\nLM0= 0.5\n"
 
 
-def test_issue_29_cases(walk: Path, tmp_path: Path) -> None:
-    for name, build in ISSUE_29_CASES:
-        expect_refusal(run(build(walk, tmp_path / name)))
+@dataclass
+class Hostile:
+    """A command that must be refused: its one line names ``names`` and says ``says``; each
+    of ``kept`` holds its bytes after the refusal; none of ``absent`` exists."""
+
+    args: list[str]
+    names: tuple[str, ...]
+    says: str
+    kept: tuple[Path, ...] = ()
+    absent: tuple[Path, ...] = ()
+
+
+def score_args(walk: Path, table: Path, out: Path, model: Path | None = None) -> list[str]:
+    return ["score", str(table), "-m", str(model or walk / "model"), "-o", str(out), *FAST]
+
+
+def own_partial(walk: Path, folder: Path) -> Hostile:
+    """``cp small.txt pt.partial; score pt.partial -o pt`` removed its input, exit 0."""
+    table = folder / "pt.partial"
+    table.write_bytes(SMALL)
+    out = folder / "pt"
+    return Hostile(score_args(walk, table, out), (str(table),), "is the input table itself",
+                   (table,), (out,))  # fmt: skip
+
+
+def partial_linked_to_input(walk: Path, folder: Path) -> Hostile:
+    """``ln -s in1.txt o1.txt.partial; score in1.txt -o o1.txt`` left in1.txt at 0 bytes."""
+    table = folder / "in1.txt"
+    table.write_bytes(SMALL)
+    out = folder / "o1.txt"
+    (folder / "o1.txt.partial").symlink_to(table)
+    return Hostile(score_args(walk, table, out), (str(table),), "is the input table itself",
+                   (table,), (out,))  # fmt: skip
+
+
+def overflowing_weights(walk: Path, folder: Path) -> Hostile:
+    """Finite weights (the walk's model times 1e30) overflow fp32: a `nan` column, exit 0."""
+    from safetensors.torch import load_file, save_file
+
+    model = folder / "huge"
+    shutil.copytree(walk / "model", model)
+    weights = model / "model.safetensors"
+    save_file({k: v * 1e30 for k, v in load_file(weights).items()}, weights)
+    table = folder / "pt.txt"
+    table.write_bytes(SMALL)
+    out = folder / "out.txt"
+    return Hostile(score_args(walk, table, out, model), (str(model), f"{table}:1"),
+                   "the model scores", (table,), (out,))  # fmt: skip
+
+
+def interrupted_run(walk: Path, folder: Path) -> tuple[list[str], Path]:
+    """A run stopped by a full disk (a file size limit: no timing) after its first chunk,
+    OUT.partial and its progress record kept for --resume."""
+    table = folder / "pt.txt"
+    table.write_bytes(TEXT[:60000])
+    out = folder / "out.txt"
+    args = score_args(walk, table, out)
+    disk = SmallDisk(folder, 24 << 10, tmpfs=False)
+    expect_refusal(run(args, disk), str(out), says="--resume", absent=(out,))
+    assert Path(f"{out}.partial.json").exists()
+    return [*args, "--resume"], out
+
+
+def edit_record(out: Path, change: Callable[[Json], Json]) -> None:
+    record = Path(f"{out}.partial.json")
+    record.write_text(json.dumps(change(json.loads(record.read_text()))))
+
+
+def resume_inside_a_line(walk: Path, folder: Path) -> Hostile:
+    """A record whose offset falls inside a line silently dropped that line's first bytes."""
+    args, out = interrupted_run(walk, folder)
+    edit_record(out, lambda s: {**s, "offset": s["offset"] - 5})
+    return Hostile(args, (str(out),), "inside line", (Path(f"{out}.partial"),), (out,))
+
+
+def resume_record_of_the_wrong_type(walk: Path, folder: Path) -> Hostile:
+    """A hand-edited record (offset a string) gave a traceback."""
+    args, out = interrupted_run(walk, folder)
+    edit_record(out, lambda s: {**s, "offset": str(s["offset"])})
+    return Hostile(args, (str(out),), "offset: expected integer, found a string",
+                   (Path(f"{out}.partial"),), (out,))  # fmt: skip
+
+
+def pairs_of_unequal_length(walk: Path, folder: Path) -> Hostile:
+    """SRC with one more line than TGT trained on 2 pairs, exit 0."""
+    src, tgt = folder / "src.txt", folder / "tgt.txt"
+    src.write_text("a b\nc d\ne f\n")
+    tgt.write_text("x y\nz w\n")
+    model = folder / "model"
+    args = ["train", "--pairs", str(src), str(tgt), "-o", str(model), *TINY_TRAIN_FLAGS]
+    says = "more lines than the other --pairs file"
+    return Hostile(args, (f"{src}:3",), says, (src, tgt), (model,))
+
+
+def rerank_case(folder: Path, text: str, says: str) -> Hostile:
+    nbest, out = folder / "in.nbest", folder / "out.txt"
+    nbest.write_text(text)
+    args = ["rerank", str(nbest), "-o", str(out), "--weight", "LM0=1", "--weight", "WordPenalty0=1"]
+    return Hostile(args, (str(nbest),), says, (nbest,), (out,))
+
+
+def rerank_far_sentence_id(walk: Path, folder: Path) -> Hostile:
+    """A sentence id of 3*10^8 wrote 300 MB of blank lines."""
+    text = NBEST_LINE.format(id=0, total=-5) + NBEST_LINE.format(id=3 * 10**8, total=-5)
+    return rerank_case(folder, text, ":2: sentence id 300000000 after sentence 0")
+
+
+def rerank_nan_total(walk: Path, folder: Path) -> Hostile:
+    return rerank_case(folder, NBEST_LINE.format(id=0, total="nan"), ":1: total score 'nan'")
+
+
+def hostile_model(
+    walk: Path, folder: Path, file: str, edit: Callable[[Json], None], says: str
+) -> Hostile:
+    model = folder / "model"
+    shutil.copytree(walk / "model", model)
+    data = json.loads((model / file).read_text())
+    edit(data)
+    (model / file).write_text(json.dumps(data))
+    table, out = folder / "pt.txt", folder / "out.txt"
+    table.write_bytes(SMALL)
+    return Hostile(score_args(walk, table, out, model), (str(model), file), says, (table,), (out,))
+
+
+def model_hidden_size_huge(walk: Path, folder: Path) -> Hostile:
+    """hidden_size 10**12: it tried to allocate the model it described."""
+    huge = {"hidden_size": 10**12}
+    return hostile_model(walk, folder, "config.json", lambda d: d["model"].update(huge),
+                         "above the largest")  # fmt: skip
+
+
+def vocabulary_of_ints(walk: Path, folder: Path) -> Hostile:
+    return hostile_model(walk, folder, "vocab.src.json", lambda d: d.update(words=[1, 2]),
+                         "expected string, found an integer")  # fmt: skip
+
+
+def moses_ini_onto_itself(walk: Path, folder: Path) -> Hostile:
+    """moses-ini -o INI replaced its own input."""
+    ini, table = folder / "moses.ini", folder / "pt.txt"
+    ini.write_text(INI)
+    table.write_bytes(SMALL)
+    args = ["moses-ini", str(ini), "--phrase-table", str(table), "-o", str(ini)]
+    return Hostile(args, (str(ini),), "itself", (ini, table))
+
+
+def filter_onto_its_input(walk: Path, folder: Path) -> Hostile:
+    """filter -o FILE --input FILE replaced the sentences it filtered for."""
+    table, sentences = folder / "pt.txt", folder / "dev.en"
+    table.write_bytes(SMALL)
+    sentences.write_text("the house\n")
+    args = ["filter", str(table), "--input", str(sentences), "-o", str(sentences)]
+    return Hostile(args, (str(sentences),), "itself", (table, sentences))
+
+
+ISSUE_29_CASES: dict[str, Callable[[Path, Path], Hostile]] = {
+    "score-own-partial": own_partial,
+    "score-partial-linked-to-input": partial_linked_to_input,
+    "score-overflowing-weights": overflowing_weights,
+    "resume-inside-a-line": resume_inside_a_line,
+    "resume-record-of-the-wrong-type": resume_record_of_the_wrong_type,
+    "train-pairs-unequal": pairs_of_unequal_length,
+    "rerank-far-sentence-id": rerank_far_sentence_id,
+    "rerank-nan-total": rerank_nan_total,
+    "model-hidden-size-huge": model_hidden_size_huge,
+    "model-vocabulary-of-ints": vocabulary_of_ints,
+    "moses-ini-onto-itself": moses_ini_onto_itself,
+    "filter-onto-its-input": filter_onto_its_input,
+}
+
+
+@pytest.mark.parametrize("name", list(ISSUE_29_CASES))
+def test_issue_29_cases(walk: Path, tmp_path: Path, name: str) -> None:
+    """Each ran to exit 0 with an input destroyed, data lost or a nan written, or gave a
+    traceback (issue 29): now one line, exit 1, every input whole and no output."""
+    folder = tmp_path / name
+    folder.mkdir()
+    case = ISSUE_29_CASES[name](walk, folder)
+    before = {path: path.read_bytes() for path in case.kept}
+    done = run(case.args, timeout=60)
+    expect_refusal(done, *case.names, says=case.says, absent=case.absent)
+    assert {path: path.read_bytes() for path in case.kept} == before
+
+
+def held_by(path: Path, pid: int) -> bool:
+    """Whether process ``pid`` holds a flock on ``path`` (/proc/locks: read, never taken)."""
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return False
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if (
+            "FLOCK" in fields
+            and str(pid) in fields
+            and any(f.endswith(f":{inode}") for f in fields)
+        ):
+            return True
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the kernel's lock table")
+def test_issue_29_a_shared_skip_bad_lines_file(walk: Path, tmp_path: Path) -> None:
+    """Two runs, two outputs, one --skip-bad-lines FILE (issue 28 item 5): both exited 0 and
+    one run's bad lines were lost. The first run reads a pipe the test holds open, so it holds
+    FILE's lock for as long as the test wants, whatever the machine's speed; the second is
+    refused, and once the pipe closes the first finishes with its own bad line in FILE."""
+    bad = tmp_path / "bad.txt"
+    first_out, second_out = tmp_path / "one.txt", tmp_path / "two.txt"
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"the second run's bad line\n" + SMALL)
+    args = ["--skip-bad-lines", str(bad)]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", *score_args(walk, Path("-"), first_out), *args],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert first.stdin is not None
+    try:
+        first.stdin.write(b"the first run's bad line\n" + TEXT[:40000])  # more than a chunk
+        first.stdin.flush()
+        for _ in range(600):  # the lock is taken once a chunk is read: at most a minute
+            if held_by(Path(f"{bad}.lock"), first.pid) or first.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert held_by(Path(f"{bad}.lock"), first.pid), "the first run never took the lock"
+        done = run([*score_args(walk, table, second_out), *args], timeout=60)
+        expect_refusal(done, str(bad), says="another rescorer score", absent=(second_out,))
+        _, err = first.communicate(timeout=120)  # closes the pipe: the first run ends
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, err.decode()
+    assert bad.read_bytes() == b"the first run's bad line\n"
+    assert first_out.exists() and not Path(f"{bad}.lock").exists()
 
 
 def test_the_walk_runs_this_interpreter() -> None:
