@@ -14,7 +14,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import add, itemgetter
@@ -501,7 +501,7 @@ def _is_gzip(path: str) -> bool:
 
 def read_table(
     path: str, *, skip_bad_lines: str | None = None, progress: Progress | None = None
-) -> Iterator[PhraseEntry]:
+) -> Generator[PhraseEntry, None, None]:
     """Stream the entries of a phrase table (see TableReader)."""
     with TableReader(path, skip_bad_lines=skip_bad_lines, progress=progress) as reader:
         yield from reader

@@ -299,20 +299,26 @@ def combine_table(
     progress = Progress(
         f"rescorer combine {display_name(table_path)}", "lines", every=progress_every
     )
-    first, entries = peek(read_table(table_path, progress=progress))
-    if first is None:  # an empty table gives an empty output
-        with open_output(out_path):
-            return CombineStats(0)
-    combiner = Combiner(
-        weights.require().combiner_config(len(first.scores)), display_name(table_path)
-    )
-    lines = 0
-    with open_output(out_path) as out:
-        for line in combined_lines(entries, combiner, column_only=column_only):
-            out.write(line)
-            out.write("\n")
-            lines += 1
-    return CombineStats(lines)
+    # closed here, not by the garbage collector: an abandoned reader's gzip thread
+    # joined from a collection in another thread's start-up can deadlock
+    table = read_table(table_path, progress=progress)
+    try:
+        first, entries = peek(table)
+        if first is None:  # an empty table gives an empty output
+            with open_output(out_path):
+                return CombineStats(0)
+        combiner = Combiner(
+            weights.require().combiner_config(len(first.scores)), display_name(table_path)
+        )
+        lines = 0
+        with open_output(out_path) as out:
+            for line in combined_lines(entries, combiner, column_only=column_only):
+                out.write(line)
+                out.write("\n")
+                lines += 1
+        return CombineStats(lines)
+    finally:
+        table.close()
 
 
 def peek(entries: Iterator[PhraseEntry]) -> tuple[PhraseEntry | None, Iterator[PhraseEntry]]:

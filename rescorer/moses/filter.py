@@ -228,24 +228,30 @@ def filter_table(
     ngrams = input_ngrams(config.input_path, tokenize=tokenize) if config.input_path else None
     source_name = display_name(table_path)
     progress = Progress(f"rescorer filter {source_name}", "lines", every=config.progress_every)
-    first, entries = peek(read_table(table_path, progress=progress))
-    combiner = None
-    if first is not None:
-        _check_min_score_columns(config.min_scores, len(first.scores), source_name)
-        if config.top_k is not None:
-            if not weights.given:
-                raise RescorerError("--top-k needs weights: --weights moses.ini or --weight")
-            combiner = Combiner(weights.combiner_config(len(first.scores)), source_name)
-    stats = FilterStats()
-    with open_output(out_path) as out:
-        for entry in filter_entries(entries, config, stats, ngrams=ngrams, combiner=combiner):
-            out.write(entry.line())
-            out.write("\n")
-    if ini_out is not None and target_ini is not None:
-        source, feature = target_ini
-        with open_output(ini_out) as out:
-            out.write(with_table_path(source, feature, out_path))
-    return stats
+    # closed here, not by the garbage collector: an abandoned reader's gzip thread
+    # joined from a collection in another thread's start-up can deadlock
+    table = read_table(table_path, progress=progress)
+    try:
+        first, entries = peek(table)
+        combiner = None
+        if first is not None:
+            _check_min_score_columns(config.min_scores, len(first.scores), source_name)
+            if config.top_k is not None:
+                if not weights.given:
+                    raise RescorerError("--top-k needs weights: --weights moses.ini or --weight")
+                combiner = Combiner(weights.combiner_config(len(first.scores)), source_name)
+        stats = FilterStats()
+        with open_output(out_path) as out:
+            for entry in filter_entries(entries, config, stats, ngrams=ngrams, combiner=combiner):
+                out.write(entry.line())
+                out.write("\n")
+        if ini_out is not None and target_ini is not None:
+            source, feature = target_ini
+            with open_output(ini_out) as out:
+                out.write(with_table_path(source, feature, out_path))
+        return stats
+    finally:
+        table.close()
 
 
 def _check_min_score_columns(specs: Sequence[MinScore], num_columns: int, name: str) -> None:
