@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -99,3 +101,79 @@ def autocast(device: torch.device, precision: str) -> Iterator[None]:
             yield
     else:
         yield
+
+
+class CompileGuard:
+    """Shared by a group of compiled functions (a model's kernels): once compiling one of them
+    has failed, every one of them runs eagerly, so results never mix compiled and eager code
+    past the failure. A caller that must not mix them inside one unit of work (the scorer's
+    chunk) redoes the unit when ``failed`` turned true during it."""
+
+    def __init__(self, what: str = "torch.compile") -> None:
+        self.what = what
+        self.failed = False
+        self.error = ""  # "ExceptionType: first line of its message"
+
+    def fail(self, exc: BaseException) -> None:
+        """Switch the group to eager code and warn, once, naming the error."""
+        if self.failed:
+            return
+        self.failed = True
+        self.error = _describe(exc)
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__  # dynamo wraps errors
+        if isinstance(inner, BaseException) and inner is not exc:
+            self.error += " " + _describe(inner)
+        print(
+            f"rescorer: warning: {self.what} failed ({self.error}); continuing without "
+            "compiling (the same results as --compile no, slower)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters of it)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def soft_compile(fn: Callable[..., Any], guard: CompileGuard, **options: Any) -> Callable[..., Any]:
+    """``torch.compile(fn, **options)`` that falls back to ``fn`` itself when compiling fails.
+
+    Compiling happens at the first call of each new kind of input (torch.compile is lazy), and a
+    missing Triton, a C++ compiler that fails or an inductor bug on a new card raise there (or
+    already in ``torch.compile``). Then ``fn`` runs eagerly on the same inputs: if that works,
+    the failure was the compiler's, ``guard`` switches the whole group to eager code and warns
+    once; if ``fn`` fails too, the error is the inputs' and ``fn``'s own exception propagates.
+    Backward passes are compiled with their forward pass, not lazily at the first
+    ``backward()`` where no fall-back could catch a failure, so training falls back the same
+    way (this sets torch's switch for it process-wide: rescorer compiles nothing else)."""
+    _compile_backward_with_forward()
+    try:
+        compiled = torch.compile(fn, **options)
+    except Exception as exc:  # e.g. a Python or platform torch.compile does not support
+        guard.fail(exc)
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if guard.failed:
+            return fn(*args, **kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as exc:
+            result = fn(*args, **kwargs)  # raises fn's own error if the inputs are at fault
+            guard.fail(exc)
+            return result
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def _compile_backward_with_forward() -> None:
+    """AOTAutograd compiles a backward graph lazily at the first ``backward()`` unless this
+    private switch of torch is on (without the switch, as in other torch versions, nothing
+    changes but the place a backward compile error surfaces)."""
+    from torch._functorch import config as functorch_config
+
+    if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        functorch_config.force_non_lazy_backward_lowering = True

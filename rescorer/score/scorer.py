@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from rescorer.batching import pad_batch, pad_flat
-from rescorer.device import autocast, bound_kernel_caches
+from rescorer.device import CompileGuard, autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import (
     ROW_BUCKET,
@@ -86,11 +86,14 @@ class Scorer:
         share_targets: bool = True,
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
-        scorer keeps compiled kernels of its own and leaves the model unchanged."""
+        scorer keeps compiled kernels of its own and leaves the model unchanged. A compile
+        error warns once and the scorer goes on with the eager functions (``compile_guard``):
+        the chunk it happened in is scored again, so every score is the eager one from there."""
         bound_kernel_caches()
         self.model = model
         self.device = next(model.parameters()).device
-        self.kernels = compile_kernels(model) if compile else None
+        self.compile_guard = CompileGuard("torch.compile of the scoring kernels")
+        self.kernels = compile_kernels(model, self.compile_guard) if compile else None
         self.precision = precision
         self.batch_tokens = batch_tokens
         self.share_prefixes = share_prefixes
@@ -104,7 +107,11 @@ class Scorer:
         """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""
         if batch.num_pairs == 0:
             return np.empty(0, dtype=np.float64)
+        failed, work = self.compile_guard.failed, replace(self.work)
         logp = self.logprobs(batch)  # (N,)
+        if self.compile_guard.failed and not failed:  # part-way: the whole chunk eagerly
+            self.kernels, self.work = None, work
+            logp = self.logprobs(batch)
         with self.phase("d2h"):
             return logp.double().cpu().numpy()
 
