@@ -193,3 +193,12 @@ def test_training_goes_on_eagerly_with_the_eager_weights(
     assert inductor[1] == 1
     err = capsys.readouterr().err
     assert err.count(WARNING) == 1 and BROKEN in err, err
+
+
+def test_tf32_is_fp32_where_there_is_no_tf32() -> None:
+    from rescorer.device import resolve_precision
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("tf32", cpu, "score") == "fp32"
+    assert resolve_precision("auto", cpu, "score") == "fp32"
+    assert resolve_precision("fp32", cpu, "score") == "fp32"
