@@ -21,9 +21,10 @@
 #
 # Only the repository is needed: the table is ../shared/data/en-fr/phrase-table.gz where it
 # exists, else the bundled sample (rescorer/sample/en-fr.sample.gz, repeated to the line counts).
-# A machine without rescorer's dependencies gets them with pip (constraints.txt; without its torch
-# pin where a CUDA torch is installed); a machine without network needs them carried as wheels
-# (GPU_CHECK_WHEELS=DIR, installed with --no-index).
+# rescorer runs from this checkout (PYTHONPATH). A machine without its dependencies gets them
+# with pip install -c constraints.txt -e . (without the torch pin where a CUDA torch is
+# installed); a machine without network needs the missing ones carried as wheels
+# (GPU_CHECK_WHEELS=DIR: pip install --no-index --no-deps DIR/*.whl).
 #
 # Environment (defaults: the paper's sizes; about 25 minutes on an H100, most of it compiling
 # and training: run a few sections per call with GPU_CHECK_SECTIONS where calls are limited):
@@ -62,27 +63,29 @@ run_logged() { note "$*"; "$@" >>"$log" 2>&1; }
 # ------------------------------------------------------------------ the package and its needs
 deps='import torch, numpy, click, isal, safetensors, tqdm, rescorer.score.pipeline'
 if ! "$py" -c "$deps" >>"$log" 2>&1; then
-    constraints="$work/constraints.txt"
-    if "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-        note "a CUDA torch is installed: installing without constraints.txt's torch pin"
-        grep -v '^torch==' "$root/constraints.txt" >"$constraints"
+    if [ -n "${GPU_CHECK_WHEELS:-}" ]; then  # no network: the missing packages, carried
+        run_logged "$py" -m pip install -q --no-index --no-deps "$GPU_CHECK_WHEELS"/*.whl
     else
-        cp "$root/constraints.txt" "$constraints"
+        constraints="$work/constraints.txt"
+        if "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+            note "a CUDA torch is installed: installing without constraints.txt's torch pin"
+            grep -v '^torch==' "$root/constraints.txt" >"$constraints"
+        else
+            cp "$root/constraints.txt" "$constraints"
+        fi
+        run_logged "$py" -m pip install -q --retries 1 -c "$constraints" -e "$root"
     fi
-    pip_args=(-q -c "$constraints")
-    if [ -n "${GPU_CHECK_WHEELS:-}" ]; then
-        pip_args+=(--no-index --find-links "$GPU_CHECK_WHEELS" --no-build-isolation)
-    fi
-    run_logged "$py" -m pip install "${pip_args[@]}" -e "$root"
     if ! "$py" -c "$deps" >>"$log" 2>&1; then
         missing=$("$py" - <<'PY' 2>/dev/null
-import importlib
+import importlib.util
 names = ["torch", "numpy", "click", "isal", "safetensors", "tqdm"]
 print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
 PY
 )
-        echo "gpu_check.sh: rescorer cannot be imported (missing: ${missing:-see $log}); without" \
-            "network, download wheels elsewhere and set GPU_CHECK_WHEELS=DIR" >&2
+        echo "gpu_check.sh: rescorer cannot be imported (missing: ${missing:-see $log}). Without" \
+            "network, download their wheels where pip works (pip download --no-deps" \
+            "--only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d DIR" \
+            "NAME==VERSION, versions from constraints.txt) and set GPU_CHECK_WHEELS=DIR" >&2
         exit 1
     fi
 fi

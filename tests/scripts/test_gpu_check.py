@@ -77,3 +77,20 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert re.search(r"^\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M)
     assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
     assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
+
+
+def test_a_missing_dependency_is_named_and_nothing_is_measured(tmp_path: Path) -> None:
+    """isal made unimportable (a module of that name that raises), no wheels to install from:
+    exit 1 with what to carry, before any section."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "isal.py").write_text("raise ImportError('isal is not installed here')\n")
+    (tmp_path / "wheels").mkdir()
+    proc = gpu_check(
+        tmp_path / "check.md",
+        PYTHONPATH=str(shadow),
+        GPU_CHECK_WHEELS=str(tmp_path / "wheels"),
+    )
+    assert proc.returncode == 1
+    assert "rescorer cannot be imported" in proc.stderr and "GPU_CHECK_WHEELS=DIR" in proc.stderr
+    assert proc.stdout == ""
