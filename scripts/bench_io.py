@@ -37,7 +37,7 @@ from benchlib import cpu_name, git_commit
 from rescorer.io.chunks import Chunk, iter_chunks
 from rescorer.io.files import open_binary
 from rescorer.io.table import copy_table, read_table
-from rescorer.score.pipeline import ParsedChunk, format_chunk, init_worker, parse_chunk
+from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import Vocab, build_vocabs
 
 DEFAULT_TABLE = os.path.join(

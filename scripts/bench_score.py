@@ -41,8 +41,10 @@ from rescorer.io.files import open_binary
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.pipeline import ScoreConfig, init_worker, parse_chunk, score_table
+from rescorer.score.config import ScoreConfig
+from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer, Work, score_pairs_straightforward
+from rescorer.score.stages import init_worker, parse_chunk
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = os.path.join(

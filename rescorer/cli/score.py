@@ -15,7 +15,7 @@ from rescorer.cli.common import (
     score_precision_option,
     user_errors,
 )
-from rescorer.score.pipeline import ScoreConfig
+from rescorer.score.config import ScoreConfig
 
 SCORE = ScoreConfig()  # each default is written once, there
 
@@ -106,7 +106,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
       rescorer score model/phrase-table.gz -m rnn-model/ -o model/phrase-table.rnn.gz
       rescorer score pt.gz -m rnn-model/ -o pt.3of16.gz --shard 3/16 --resume
     """
-    from rescorer.score.pipeline import ScoreConfig, score_table
+    from rescorer.score.pipeline import score_table
 
     if table == "-" and (opts["resume"] or shard):
         raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")

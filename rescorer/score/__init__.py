@@ -1,2 +1,3 @@
 """rescorer score: numpy pair containers (pairs, no torch), the batched scorer (scorer) and the
-streaming driver with workers, resume and shards (pipeline)."""
+streaming driver (pipeline) with its options (config), worker stages (stages), durable output
+and resume (output) and shard manifests (shards)."""

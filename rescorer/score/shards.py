@@ -1,4 +1,5 @@
-"""Shard manifests and ``rescorer merge``: the owner of the ``OUT.manifest.json`` format.
+"""Shard manifests and ``rescorer merge``: the owner of the ``OUT.manifest.json`` format (built
+as a shard run starts, completed as it ends, read back by a re-run and by merge).
 
 A ``rescorer score --shard K/N`` run that ends well writes, beside its output, a manifest: which
 shard of which input it is (the input's fingerprint, the shard's byte range in the decompressed
@@ -19,10 +20,15 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rescorer.errors import RescorerError
+from rescorer.io.chunks import ShardRange
 from rescorer.io.files import atomic_path, read_json_object, write_json
+
+if TYPE_CHECKING:
+    from rescorer.score.config import ScoreConfig, ScoreStats
+    from rescorer.score.output import Output
 
 FORMAT = "rescorer-shard-manifest-1"
 SUFFIX = ".manifest.json"
@@ -63,6 +69,101 @@ def write_manifest(out: str, fields: dict[str, Any], *, data_path: str | None = 
     data = {"format": FORMAT, **fields, "output": {"file": os.path.basename(out)}}
     data["output"].update(bytes=size, sha256=sha)
     write_json(manifest_path(out), data, fsync=True)
+
+
+def shard_manifest(
+    config: ScoreConfig,
+    shard: tuple[int, int],
+    shard_range: ShardRange,
+    run_key: dict[str, Any],
+    out: str,
+    precision: str,
+    device: Any,
+    batch_tokens: int,
+    compile_: bool,
+) -> dict[str, Any]:
+    """A shard run's manifest as it starts: which shard of which input, the model, and every
+    option that changes the output's bytes (:func:`complete_manifest` adds what the run found)."""
+    options = {
+        "column": config.column,
+        "word_penalty": config.word_penalty,
+        "precision": precision,
+        "device_type": device.type,
+        "batch_tokens": batch_tokens,
+        "chunk_bytes": config.chunk_bytes,
+        "compile": compile_,
+        "gzip": out.endswith(".gz"),
+        "compresslevel": config.compresslevel if out.endswith(".gz") else None,
+        "skip_bad_lines": config.skip_bad_lines is not None,
+    }
+    return {
+        "shard": {"k": shard[0], "n": shard[1]},
+        "input": run_key["input"],
+        "input_path": run_key["table"],
+        "range": {
+            "start": shard_range.start,
+            "end": shard_range.end,
+            "first_line": shard_range.first_line,
+            "input_bytes": shard_range.input_bytes,
+        },
+        "model": {"sha256": run_key["model"]},
+        "model_path": run_key["model_dir"],
+        "options": options,
+    }
+
+
+def complete_manifest(manifest: dict[str, Any], stats: ScoreStats, device: Any) -> dict[str, Any]:
+    """The shard's manifest with what the finished run found."""
+    import platform
+
+    import torch
+
+    from rescorer import __version__
+
+    done = dict(manifest)
+    done["range"] = {**manifest["range"], "sha256_chain": stats.range_sha256}
+    done["lines"] = {"in": stats.lines_in, "out": stats.lines_out, "bad": stats.bad}
+    done["versions"] = {
+        "rescorer": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    done["host"] = platform.node()
+    done["device"] = _device_name(device)
+    done["seconds"] = round(stats.earlier_seconds + time.monotonic() - stats.started, 3)
+    done["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return done
+
+
+def _device_name(device: Any) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return "cpu"
+
+
+def finished_shard(output: Output, manifest: dict[str, Any], stats: ScoreStats) -> bool:
+    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
+    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
+    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
+        return False
+    try:
+        found = read_part(output.out).manifest
+    except RescorerError:
+        return False
+    for key in ("shard", "input", "model", "options"):
+        if found.get(key) != manifest[key]:
+            return False
+    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
+        return False
+    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
+        return False
+    lines = found["lines"]
+    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
+    stats.next_offset = manifest["range"]["end"]
+    stats.already_done = True
+    return True
 
 
 @dataclass

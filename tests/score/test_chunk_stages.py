@@ -12,22 +12,22 @@ import numpy as np
 import pytest
 from conftest import SLICE
 
-import rescorer.score.pipeline as pipeline
+import rescorer.score.stages as stages
 from rescorer.io.chunks import Chunk
 from rescorer.io.table import format_prob, format_score, parse_raw_line, read_table
-from rescorer.score.pipeline import ParsedChunk, format_chunk, init_worker, parse_chunk
+from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import build_vocabs
 
 
 def parse_both(chunk: Chunk, num_scores: int | None) -> tuple[ParsedChunk, ParsedChunk]:
     """parse_chunk's result, and the line parser's (the bulk path switched off)."""
     bulk = parse_chunk(chunk, num_scores, "t")
-    saved = pipeline.split_columns
-    pipeline.split_columns = lambda data, n: None  # type: ignore[assignment]
+    saved = stages.split_columns
+    stages.split_columns = lambda data, n: None  # type: ignore[assignment]
     try:
         by_line = parse_chunk(chunk, num_scores, "t")
     finally:
-        pipeline.split_columns = saved
+        stages.split_columns = saved
     return bulk, by_line
 
 
@@ -54,7 +54,7 @@ def slice_chunk() -> Chunk:
 
 
 def test_the_bulk_path_parses_a_real_chunk_as_the_line_parser_does(slice_chunk: Chunk) -> None:
-    assert pipeline.split_columns(slice_chunk.data, 4) is not None  # the bulk path is taken
+    assert stages.split_columns(slice_chunk.data, 4) is not None  # the bulk path is taken
     bulk, by_line = parse_both(slice_chunk, 4)
     assert_same(bulk, by_line)
     assert bulk.lines_in == 2090 and int(bulk.unk.sum()) > 100

@@ -75,7 +75,8 @@ def test_gpu_profile_and_auto_workers(tmp_path: pytest.TempPathFactory) -> None:
     from pathlib import Path
 
     from rescorer.model.checkpoint import save_model_dir
-    from rescorer.score.pipeline import ScoreConfig, score_table
+    from rescorer.score.config import ScoreConfig
+    from rescorer.score.pipeline import score_table
 
     model, _, src_vocab, tgt_vocab = tiny_model()
     folder = Path(str(tmp_path)) / "model"

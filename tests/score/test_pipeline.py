@@ -26,7 +26,8 @@ from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.pipeline import ScoreConfig, score_table
+from rescorer.score.config import ScoreConfig
+from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import score_pairs_straightforward
 from rescorer.vocab import build_vocabs
 
@@ -385,8 +386,8 @@ def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path, model_dir: P
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from rescorer.score.pipeline import _Output\n"
-         f"_Output({str(out)!r}, {{}}, None).lock()\n"
+         "from rescorer.score.output import Output\n"
+         f"Output({str(out)!r}, {{}}, None).lock()\n"
          "open(sys.argv[1] + '.partial', 'wb').write(b'the first run')\n"
          "print('locked', flush=True)\n"
          "time.sleep(60)\n",
@@ -439,22 +440,22 @@ def interrupt_after_checkpoints(
     monkeypatch: pytest.MonkeyPatch, table: Path, model_dir: Path, out: Path, n: int = 2
 ) -> None:
     """Run until ``n`` progress records were written, then stop as Ctrl-C would."""
-    from rescorer.score import pipeline
+    from rescorer.score import output
 
-    real = pipeline._Output.checkpoint
+    real = output.Output.checkpoint
     calls = [0]
 
-    def checkpoint(self: pipeline._Output, *args: object) -> None:
+    def checkpoint(self: output.Output, *args: object) -> None:
         real(self, *args)  # type: ignore[arg-type]
         calls[0] += 1
         if calls[0] == n:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline._Output, "checkpoint", checkpoint)
+    monkeypatch.setattr(output.Output, "checkpoint", checkpoint)
     config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192)
     with pytest.raises(KeyboardInterrupt):
         score_table(str(table), str(model_dir), str(out), config)
-    monkeypatch.setattr(pipeline._Output, "checkpoint", real)
+    monkeypatch.setattr(output.Output, "checkpoint", real)
     assert Path(f"{out}.partial.json").exists()
 
 

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from conftest import SLICE
 
 from rescorer.cli import cli
-from rescorer.score.pipeline import ScoreConfig, resolve_workers, score_table
+from rescorer.score.config import ScoreConfig, resolve_workers
+from rescorer.score.pipeline import score_table
 from rescorer.score.profile import PHASES
 
 

@@ -19,7 +19,8 @@ from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.pipeline import ScoreConfig, score_table
+from rescorer.score.config import ScoreConfig
+from rescorer.score.pipeline import score_table
 from rescorer.score.shards import file_sha256, manifest_path, merge
 from rescorer.vocab import build_vocabs
 

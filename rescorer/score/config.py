@@ -1,0 +1,97 @@
+"""``rescorer score``'s options and run counts, and the policies that resolve its ``auto``
+settings (worker processes, compilation). No torch here."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rescorer.constants import DEFAULT_GZIP_LEVEL
+from rescorer.errors import RescorerError
+from rescorer.io.files import GZIP_MEMBER_LEVELS
+from rescorer.io.progress import DEFAULT_EVERY
+from rescorer.score.profile import Phases
+
+DEFAULT_CHUNK_BYTES = 1 << 20
+# Options that do not change the output's bytes: a --resume run may change them.
+NOT_IN_RUN_KEY = ("resume", "quiet", "workers", "progress_every", "profile")
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """Options of ``rescorer score`` (flag names match field names)."""
+
+    column: str = "prob"  # "prob" (exp(log p), what Moses expects) or "logp"
+    word_penalty: bool = False  # also append exp(#target words outside the shortlist)
+    device: str = "auto"
+    precision: str = "auto"
+    batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
+    compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
+    shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
+    resume: bool = False
+    compresslevel: int = DEFAULT_GZIP_LEVEL
+    skip_bad_lines: str | None = None
+    quiet: bool = False
+    progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
+    profile: bool = False  # print where the time went (rescorer/score/profile.py)
+
+    def __post_init__(self) -> None:
+        """Out-of-range values are errors here too, not only on the command line."""
+        if isinstance(self.workers, str) and self.workers != "auto":
+            raise RescorerError(f"--workers {self.workers!r}: expected a count or auto")
+        for flag, value, low, high in (
+            ("--chunk-bytes", self.chunk_bytes, 1, None),
+            ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),
+            ("--batch-tokens", self.batch_tokens, 1, None),
+            ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
+        ):
+            if value is not None and (value < low or (high is not None and value > high)):
+                span = f"{low} to {high}" if high is not None else f"at least {low}"
+                raise RescorerError(f"{flag} {value}: expected {span}")
+
+
+@dataclass
+class ScoreStats:
+    lines_in: int = 0
+    lines_out: int = 0
+    bad: int = 0
+    pairs_scored: int = 0
+    seconds: float = 0.0
+    resumed_from_line: int = 0
+    device: str = ""
+    precision: str = ""
+    bad_examples: list[str] = field(default_factory=list)
+    next_offset: int = 0  # the input offset the output covers up to
+    range_sha256: str = ""  # chained over the chunks written (shards.chain_sha256)
+    earlier_seconds: float = 0.0  # spent by the runs this one resumed
+    started: float = field(default_factory=time.monotonic)
+    already_done: bool = False  # a finished shard found as its manifest says: nothing redone
+    phases: Phases | None = None  # with --profile: where the time went
+
+
+COMPILE_MIN_BYTES = 4 << 20
+
+
+def resolve_workers(workers: int | str, device: Any) -> int:
+    """``auto``: on a GPU one parse/format process per core but one (at most 16), so a
+    many-core host can feed the device; on the CPU none, as the model's threads need the cores
+    (and ScoreConfig's count as it is otherwise)."""
+    if workers != "auto":
+        return int(workers)
+    if getattr(device, "type", "cpu") != "cuda":
+        return 0
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
+
+
+def want_compile(choice: str, table: str) -> bool:
+    """``auto`` compiles for input files of at least 4 MiB: compiling costs tens of seconds once
+    and pays off after some ten thousand pairs."""
+    if choice not in ("auto", "yes", "no"):
+        raise RescorerError(f"--compile {choice!r}: expected auto, yes or no")
+    if choice != "auto":
+        return choice == "yes"
+    return table != "-" and os.path.isfile(table) and os.path.getsize(table) >= COMPILE_MIN_BYTES
