@@ -6,6 +6,8 @@
 #              of 15,000, random weights): model alone and end to end, against the GPU's bf16
 #              matrix-product peak measured at 8192^3; once per precision in GPU_CHECK_PRECISIONS
 #   workers    rescorer score end to end with --workers 0, 2, 4, 8, 15 (one process each)
+#   pipeline   bench_score.py --compare-pipeline: end to end with the defaults against no overlap
+#              and against a progress record per chunk, paired in turn
 #   precision  how this GPU's TF32 products round; with GPU_CHECK_MODEL (a trained model folder)
 #              scripts/bench_precision.py's error table (bf16 and TF32 against fp32)
 #   train      rescorer train at the paper's size for GPU_CHECK_TRAIN_SECONDS per run, compiled
@@ -28,15 +30,16 @@
 #
 # Environment (defaults: the paper's sizes; about 25 minutes on an H100, most of it compiling
 # and training: run a few sections per call with GPU_CHECK_SECTIONS where calls are limited):
-#   GPU_CHECK_SECTIONS      "tests score workers precision train"
+#   GPU_CHECK_SECTIONS      "tests score workers pipeline precision train"
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
-#   GPU_CHECK_LINES         100000 lines end to end (score), GPU_CHECK_BASELINE_LINES 5000
+#   GPU_CHECK_LINES         500000 lines end to end (score, pipeline; a GPU chunk is 16 MiB,
+#                           about 140,000 lines), GPU_CHECK_BASELINE_LINES 5000
 #   GPU_CHECK_REPEATS       2 (score's alternating model-alone / end-to-end pairs)
 #   GPU_CHECK_PRECISIONS    "bf16 tf32" (score)
 #   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
-#   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 300000 lines
+#   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
 #   GPU_CHECK_TRAIN_SECONDS 150 per training run (two runs: 5 minutes), GPU_CHECK_LOG_EVERY 100,
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run
 #   GPU_CHECK_MODEL         a trained model folder for the precision section's error table
@@ -92,7 +95,7 @@ fi
 
 cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
 device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
-sections="${GPU_CHECK_SECTIONS:-tests score workers precision train}"
+sections="${GPU_CHECK_SECTIONS:-tests score workers pipeline precision train}"
 table="${GPU_CHECK_TABLE:-}"
 if [ -z "$table" ]; then
     table="$root/../shared/data/en-fr/phrase-table.gz"
@@ -108,6 +111,7 @@ esac
 size_flags=(--hidden-size "${sizes[0]}" --embed-size "${sizes[1]}" --maxout-units "${sizes[2]}"
     --src-vocab-size "${sizes[3]}" --tgt-vocab-size "${sizes[3]}")
 read -r -a compiles <<<"${GPU_CHECK_COMPILE:-yes no}"
+precisions="${GPU_CHECK_PRECISIONS:-bf16 tf32}"
 gemm="${GPU_CHECK_GEMM:-$([ "$device" = cuda ] && echo 8192 || echo 512)}"
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 where=$("$py" - "$device" <<'PY' 2>>"$log"
@@ -184,11 +188,11 @@ section_score() {
     skip_without_cuda && return
     make_model || { say "FAILED to make the model (see $log)"; return; }
     local precision
-    for precision in ${GPU_CHECK_PRECISIONS:-bf16 tf32}; do
+    for precision in $precisions; do
         note "bench_score.py --precision $precision"
         if "$py" "$root/scripts/bench_score.py" --device "$device" --table "$table" \
             --model "$work/model" --precision "$precision" --compile "${compiles[0]}" \
-            --lines "${GPU_CHECK_LINES:-100000}" --baseline-lines "${GPU_CHECK_BASELINE_LINES:-5000}" \
+            --lines "${GPU_CHECK_LINES:-500000}" --baseline-lines "${GPU_CHECK_BASELINE_LINES:-5000}" \
             --repeats "${GPU_CHECK_REPEATS:-2}" --gemm-size "$gemm" \
             >"$work/score.md" 2>>"$log"; then
             sed 's/^### /##### /' "$work/score.md" | tee -a "$md"
@@ -205,7 +209,7 @@ section_workers() {
     say ""
     skip_without_cuda && return
     make_model || { say "FAILED to make the model (see $log)"; return; }
-    local lines="${GPU_CHECK_WORKER_LINES:-300000}"
+    local lines="${GPU_CHECK_WORKER_LINES:-2000000}"
     "$py" - "$root/scripts" "$table" "$lines" "$work/workers.gz" >>"$log" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
@@ -245,6 +249,23 @@ PY
             say "| $n | the output differs from the 0-worker run's! | | | |"
         fi
     done
+}
+
+section_pipeline() {
+    say ""
+    say "#### Overlap and progress records, end to end (bench_score.py --compare-pipeline)"
+    say ""
+    skip_without_cuda && return
+    make_model || { say "FAILED to make the model (see $log)"; return; }
+    note "bench_score.py --compare-pipeline"
+    if "$py" "$root/scripts/bench_score.py" --compare-pipeline --device "$device" \
+        --table "$table" --model "$work/model" --compile "${compiles[0]}" \
+        --precision "${precisions%% *}" --lines "${GPU_CHECK_LINES:-500000}" \
+        --repeats "${GPU_CHECK_REPEATS:-2}" >"$work/pipeline.md" 2>>"$log"; then
+        sed 's/^### /##### /' "$work/pipeline.md" | tee -a "$md"
+    else
+        say "bench_score.py --compare-pipeline FAILED (see $log)"
+    fi
 }
 
 section_precision() {
@@ -325,8 +346,9 @@ PY
 
 for section in $sections; do
     case "$section" in
-        tests | score | workers | precision | train) "section_$section" ;;
-        *) echo "gpu_check.sh: unknown section $section (tests score workers precision train)" >&2 ;;
+        tests | score | workers | pipeline | precision | train) "section_$section" ;;
+        *) echo "gpu_check.sh: unknown section $section (tests score workers pipeline" \
+            "precision train)" >&2 ;;
     esac
 done
 say ""

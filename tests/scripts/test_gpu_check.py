@@ -13,7 +13,7 @@ import torch
 from conftest import GOLDEN, ROOT, SLICE
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-SECTIONS = ("score", "workers", "precision", "train")
+SECTIONS = ("score", "workers", "pipeline", "precision", "train")
 
 
 def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +39,7 @@ def test_without_cuda_every_gpu_section_says_it_is_skipped(tmp_path: Path) -> No
     assert block.startswith("### GPU check (") and "no CUDA device" in block.splitlines()[0]
     assert re.search(r"`pytest tests/score/test_gpu.py` \(exit 0\): \d+ skipped", block)
     skipped = "skipped: no CUDA device here (torch.cuda.is_available() is False)"
-    assert block.count(skipped) == 4, block  # score, workers, precision, train
+    assert block.count(skipped) == 5, block  # score, workers, pipeline, precision, train
     assert (tmp_path / "check.log").exists()
 
 
@@ -75,6 +75,8 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert "| end to end, gzip to gzip (fp32), the same lines | 400 |" in block  # bench_score
     assert re.search(r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|$", block, re.M)  # workers
     assert re.search(r"^\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M)
+    assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
+    assert "outputs identical: True" in block
     assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
     assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
 
