@@ -25,6 +25,11 @@ PROVENANCE_FILE = "provenance.json"
 TRAIN_LOG_FILE = "train.log.jsonl"
 TRAIN_STATE_FILE = "train-state.pt"
 
+# What a model conditions on (config.json "direction"; absent: forward): forward scores
+# p(target | source), inverse p(source | target) (its encoder reads the table's target phrase).
+FORWARD, INVERSE = "forward", "inverse"
+DIRECTIONS = (FORWARD, INVERSE)
+
 # gzip magic bytes: input compression is detected by content, not by name.
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_GZIP_LEVEL = 1

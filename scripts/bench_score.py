@@ -10,9 +10,10 @@ Reports, for one table and one model on one device:
 - the fast path, model alone (pre-parsed chunks through ``Scorer.score``) on the same pairs;
 - the whole pipeline end to end (``score_table``: gzip table in, gzip table out) on
   ``--lines`` lines;
-- model FLOP/s: the multiply-adds the model needs for those pairs (counted from the model
-  built: the encoder once per distinct source, the per-source decoder terms, every target
-  token's recurrence and factorised softmax; no padding) per second, against the peaks.
+- model FLOP/s: the multiply-adds of the model's matrix products for those pairs, as the code
+  runs them (``model_macs``: the encoder steps run, the per-source decoder terms, the readout
+  at every decoder position, the recurrence at every position but a target's first, whose
+  state is s0; no padding) per second, against the peaks.
 
 Defaults: the real en-fr table (repeated if ``--lines`` exceeds it) and the paper's model sizes
 with random weights. Prints a Markdown block for BENCHMARKS.md.
@@ -43,6 +44,7 @@ from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.config import ScoreConfig, chunk_bytes_for
+from rescorer.score.pairs import token_batches
 from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer, Work, score_pairs_straightforward
 from rescorer.score.stages import init_worker, parse_chunk
@@ -74,15 +76,56 @@ def gemm_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float =
     return best
 
 
-def model_macs(cfg: ModelConfig, encoder_steps: int, sources: int, target_tokens: int) -> float:
-    """Multiply-adds of ``encoder_steps`` encoder steps, the per-source decoder terms of
-    ``sources`` sources and ``target_tokens`` decoder positions (EOS included, no padding)."""
-    H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_vocab_size + 1
+def model_macs(
+    cfg: ModelConfig,
+    encoder_steps: int,
+    sources: int,
+    positions: int,
+    starts: int,
+    *,
+    tree: bool,
+) -> float:
+    """Multiply-adds of the model's matrix products, as the code runs them (no padding):
+    ``encoder_steps`` encoder steps, the decoder terms of ``sources`` source rows, ``positions``
+    decoder positions (EOS included) of which ``starts`` begin a target; ``tree``: the prefix
+    tree decoder (``Scorer``'s default), else the padded one (``decoder_states``, also training).
+
+    rescorer/model/encdec.py and rescorer/score/scorer.py run:
+    - every encoder step (the first too: h_0 = 0 goes through the products): the input
+      projection [W_r; W_u; W] e (E x 3H), then [U_r; U_u] h and U (r h) (3 H x H);
+    - once per source row: s0 = tanh(W_init c + b) (H x H) and [C_r; C_u; C; O_c] c
+      (H x (3H+PM)); a row per source in the tree, per source and batch in the padded decoder;
+    - at every decoder position, the readout: O_h s (H x PM), O_y f(y_prev) (E x PM; f is zero
+      at a target's first word, the product runs all the same), W_1 m (M x E), W_2 (E x V);
+    - the decoder recurrence [U_r; U_u] s, U (r s) (3 H x H) at every position but those that
+      begin a target: there the state is s0 itself and no step runs (the tree's depth 0, row 0
+      of ``decoder_states``). ``starts`` is one per source in the tree (targets under a source
+      share their first position) and one per pair in the padded decoder;
+    - the decoder's input projection (E x 3H) with its step in the tree; the padded decoder
+      projects every target word at once, its last one too, whose step never runs.
+    """
+    H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_rows
     PM = cfg.maxout_units * cfg.maxout_pool
-    enc_token = E * 3 * H + 3 * H * H  # input projection + [U_r;U_u] h + U (r h)
-    per_source = H * H + H * (3 * H + PM)  # s0 and [C_r; C_u; C; O_c] c
-    dec_token = E * 3 * H + 3 * H * H + H * PM + E * PM + cfg.maxout_units * E + E * V
-    return float(enc_token * encoder_steps + per_source * sources + dec_token * target_tokens)
+    projection, recurrence = E * 3 * H, 3 * H * H
+    per_source = H * H + H * (3 * H + PM)
+    readout = H * PM + E * PM + cfg.maxout_units * E + E * V
+    steps = positions - starts
+    decoder = readout * positions + recurrence * steps
+    decoder += projection * (steps if tree else positions)
+    return float((projection + recurrence) * encoder_steps + per_source * sources + decoder)
+
+
+def padded_contexts(parsed: list[Any], batch_tokens: int) -> int:
+    """Source rows of ``decoder_context`` in the padded decoder: ``Scorer.logprobs`` computes
+    the terms of each source once per batch its targets fall in (its batching, repeated)."""
+    rows = 0
+    for chunk in parsed:
+        pairs = chunk.pairs
+        tgt_lens = np.diff(pairs.tgt_off)  # (N,)
+        order = np.lexsort((pairs.pair_src, tgt_lens))
+        for batch in token_batches(tgt_lens, order, batch_tokens):
+            rows += len(np.unique(pairs.pair_src[batch]))
+    return rows
 
 
 def main() -> None:
@@ -188,15 +231,24 @@ def main() -> None:
     src_lens = np.concatenate([np.diff(c.pairs.src_off) for c in chunks])
     tgt_lens = np.concatenate([np.diff(c.pairs.tgt_off) for c in chunks])
     pair_src_lens = np.concatenate([np.diff(c.pairs.src_off)[c.pairs.pair_src] for c in chunks])
-    macs = model_macs(cfg, work.encoder_steps, len(src_lens), work.decoder_positions)
+    # Decoder starts: one per source in the tree decoder (each source's s0 is its depth-0
+    # node), one per pair in the padded decoder (model_macs), which computes the per-source
+    # terms once per batch (padded_contexts).
+    n_src, n_pairs = len(src_lens), len(tgt_lens)
+    n_ctx = padded_contexts(chunks, args.batch_tokens)
+    macs = model_macs(cfg, work.encoder_steps, n_src, work.decoder_positions, n_src, tree=True)
     macs_unshared = model_macs(
-        cfg, unshared.encoder_steps, len(src_lens), unshared.decoder_positions
+        cfg, unshared.encoder_steps, n_ctx, unshared.decoder_positions, n_pairs, tree=False
     )
-    macs_per_pair = model_macs(cfg, int(pair_src_lens.sum()), len(tgt_lens), int(tgt_lens.sum()))
+    macs_per_pair = model_macs(
+        cfg, int(pair_src_lens.sum()), n_pairs, int(tgt_lens.sum()), n_pairs, tree=False
+    )
     max_diff = float(np.max(np.abs(fast_logp - base_logp)))
     max_diff_shared = float(np.max(np.abs(fast_logp - unshared_logp)))
     max_diff_targets = float(np.max(np.abs(fast_logp - sources_logp)))
-    macs_sources = model_macs(cfg, sources.encoder_steps, len(src_lens), sources.decoder_positions)
+    macs_sources = model_macs(
+        cfg, sources.encoder_steps, n_ctx, sources.decoder_positions, n_pairs, tree=False
+    )
     sources_rate = len(base_pairs) / sources_s
 
     out = os.path.join(tmp, "out.gz")
@@ -227,7 +279,9 @@ def main() -> None:
     all_s = float(np.median([a for a, _ in pairs_timed]))
     e2e_s = float(np.median([e for _, e in pairs_timed]))
     e2e_ratios = sorted(a / e for a, e in pairs_timed)  # end-to-end rate / model-alone rate
-    all_macs = model_macs(cfg, all_work.encoder_steps, all_sources, all_work.decoder_positions)
+    all_macs = model_macs(
+        cfg, all_work.encoder_steps, all_sources, all_work.decoder_positions, all_sources, tree=True
+    )
 
     n_base = len(base_pairs)
     base_rate, fast_rate, e2e_rate = n_base / base_s, n_base / fast_s, stats.pairs_scored / e2e_s

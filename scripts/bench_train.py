@@ -101,8 +101,11 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds = time.perf_counter() - start
-            # forward multiply-adds of the pairs (no padding), x3 for forward + backward, x2 FLOP
-            flops = 6 * model_macs(config, n_src, n_pairs, n_tokens)
+            # The forward pass's multiply-adds as it runs them (no padding): the padded decoder,
+            # one source row and one decoder start (s0, no step) per pair (bench_score's
+            # model_macs). x3 for forward + backward, x2 FLOP per multiply-add.
+            macs = model_macs(config, n_src, n_pairs, n_tokens, n_pairs, tree=False)
+            flops = 6 * macs
             record = {
                 "benchmark": "train",
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""The paper's Table 1 on a Moses system folder: baseline, +RNN, +RNN+WP, +RNN top-K table.
+"""The paper's Table 1 on a Moses system folder, second edition: one work folder for
+(a) the baseline, (b) +RNN for every model snapshot (the learning curve), (c) +RNN+WP and
+(d) the pruned table with the best snapshot, (e) +RNN in both directions with an inverse model,
+and (a) and the best (b) tuned again by batch MIRA.
 
 Thin over rescorer.experiments.table1: every step runs in its own folder of --work and is
-skipped when complete, so re-running the same command after a kill goes on where it stopped.
+skipped when complete, so re-running the same command after a kill goes on where it stopped;
+more snapshots, runs or systems can be added to the same folder later.
 
-Example (the en-fr system, a model trained before, 3 MERT runs per system):
+Example (the en-fr system, three snapshots of one training run, an inverse model):
 
-    python scripts/table1.py ../shared/data/en-fr --model runs/h256 --work runs/table1 --runs 3
+    python scripts/table1.py ../shared/data/en-fr --work runs/table1-2 \
+        --model runs/curve/fwd@1h --model runs/curve/fwd@3h --model runs/curve/fwd@6h \
+        --inverse-model runs/curve/inv@2h --runs 6 --runs-c 4 --runs-mira 3 \
+        --dev-lines 400 --max-iterations 8 --score-args "--precision fp32"
 """
 
 from __future__ import annotations
@@ -27,9 +34,26 @@ HERE = Path(__file__).resolve().parent
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("system", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
-@click.option("--model", type=click.Path(path_type=Path), help="A rescorer model directory.")
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A forward model directory: one system (b) each, labelled by its folder's name "
+    "(e.g. runs/curve/fwd@3h); repeatable.",
+)
 @click.option("--train", "train_budget", metavar="BUDGET", help="Train a model first (e.g. 2h).")
 @click.option("--train-args", default="", help="More `rescorer train` flags, one string.")
+@click.option(
+    "--best",
+    metavar="LABEL",
+    help="The model of (c), (d), (e) and MIRA's (b) [default: the lowest validation perplexity].",
+)
+@click.option(
+    "--inverse-model",
+    type=click.Path(path_type=Path),
+    help="An inverse-direction model: system (e), +RNN p(f|e) and p(e|f).",
+)
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
 @click.option(
     "--moses",
@@ -38,27 +62,43 @@ HERE = Path(__file__).resolve().parent
     show_default="../shared/tools/moses",
     help="The Moses toolkit (bin/, scripts/).",
 )
-@click.option("--runs", default=3, show_default=True, help="Tuning runs per system (K).")
+@click.option("--runs", default=3, show_default=True, help="K: tuning runs of (a), (b), (e).")
+@click.option("--runs-c", type=int, help="K of (c) and (d), 0 for none [default: --runs].")
+@click.option(
+    "--runs-mira",
+    default=0,
+    show_default=True,
+    help="K of (a) and the best (b) tuned by batch MIRA (kbmira); 0 for none.",
+)
 @click.option("--dev-lines", type=int, help="Tune on the first N dev sentences [default: all].")
 @click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
-@click.option("--tuner", type=click.Choice(["mert", "mira"]), default="mert", show_default=True)
 @click.option("--top-k", default=5, show_default=True, help="System (d): targets per source.")
 @click.option(
     "--new-weight",
     default=0.05,
     show_default=True,
-    help="Starting weight of the RNN (and WP) column for tuning.",
+    help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
 @click.option("--threads", default=os.cpu_count() or 1, show_default="all cores")
 @click.option("--seed", default=1, show_default=True, help="Run r tunes with seed SEED*1000+r.")
 @click.option("--src", default="en", show_default=True, help="Source suffix of dev/test files.")
 @click.option("--tgt", default="fr", show_default=True, help="Target suffix of dev/test files.")
 @click.option("--feature-name", help="The phrase-table feature when the ini has several.")
-@click.option("--trials", default=10000, show_default=True, help="Randomisation trials.")
-def main(system: Path, train_args: str, score_args: str, moses: Path, **opts: object) -> None:
-    """Tune and evaluate the four systems of Table 1 on SYSTEM (a Moses system folder)."""
+@click.option(
+    "--trials", default=10000, show_default=True, help="Randomisation and bootstrap trials."
+)
+def main(
+    system: Path,
+    models: tuple[Path, ...],
+    train_args: str,
+    score_args: str,
+    moses: Path,
+    **opts: object,
+) -> None:
+    """Tune and evaluate the systems of Table 1 on SYSTEM (a Moses system folder)."""
     config = Table1Config(
         system=system,
+        models=models,
         moses=moses,
         train_args=tuple(shlex.split(train_args)),
         score_args=tuple(shlex.split(score_args)),

@@ -72,3 +72,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_inverse_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As tiny_model_dir, trained in the inverse direction: p(source | target)."""
+    out = tmp_path_factory.mktemp("tiny-inverse-model") / "model"
+    table = TINY_SYSTEM / "phrase-table.gz"
+    flags = [*TINY_TRAIN_FLAGS, "--direction", "inverse"]
+    subprocess.run(
+        [sys.executable, "-m", "rescorer", "train", str(table), "-o", str(out), *flags],
+        check=True,
+    )
+    return out

@@ -23,13 +23,16 @@ ALLOWED: dict[str, set[str]] = {
     "vocab": BASE | {"io"},
     "device": BASE,
     "batching": BASE,
+    "verdict": BASE,
     "moses": BASE | {"io", "moses"},
-    "model": BASE | {"io", "vocab", "device", "batching", "model"},
-    "train": BASE | {"io", "vocab", "device", "batching", "model", "train"},
-    "score": BASE | {"io", "vocab", "device", "batching", "model", "score"},
-    "experiments": BASE | {"io", "moses", "experiments"},
-    "analysis": BASE | {"io", "vocab", "device", "batching", "model", "score", "analysis"},
-    "cli": BASE | {"io", "vocab", "device", "model", "moses", "train", "score", "analysis", "cli"},
+    "model": BASE | {"verdict", "io", "vocab", "device", "batching", "model"},
+    "train": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "train"},
+    "score": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "score"},
+    "experiments": BASE | {"verdict", "io", "moses", "experiments"},
+    "analysis": BASE
+    | {"verdict", "io", "vocab", "device", "batching", "model", "score", "analysis"},
+    "cli": BASE
+    | {"verdict", "io", "vocab", "device", "model", "moses", "train", "score", "analysis", "cli"},
     "__main__": {"cli"},
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.

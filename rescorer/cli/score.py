@@ -35,7 +35,14 @@ def parse_workers(value: str) -> int | str:
 
 @click.command()
 @click.argument("table")
-@click.option("-m", "--model", "model_dir", required=True, help="Model folder from rescorer train.")
+@click.option(
+    "-m",
+    "--model",
+    "model_dirs",
+    required=True,
+    multiple=True,
+    help="Model folder from rescorer train; repeat for one column per model, in this order.",
+)
 @click.option("-o", "--output", "out", required=True, help="Output table (.gz: gzip; - stdout).")
 @click.option(
     "--column",
@@ -45,7 +52,10 @@ def parse_workers(value: str) -> int | str:
     help="prob = exp(log p) (Moses takes ln of every column); logp = raw log p for other tools.",
 )
 @click.option(
-    "--word-penalty", is_flag=True, help="Also append exp(#target words not in shortlist)."
+    "--word-penalty",
+    is_flag=True,
+    help="Also append exp(#target words not in shortlist), last (the first forward model's "
+    "target shortlist).",
 )
 @device_option
 @score_precision_option
@@ -102,8 +112,15 @@ def parse_workers(value: str) -> int | str:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
-def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, **opts: Any) -> None:
+def score(
+    table: str, model_dirs: tuple[str, ...], out: str, shard: tuple[int, int] | None, **opts: Any
+) -> None:
     """Append log p(target|source) to the scores of every line of TABLE.
+
+    One column per -m model, in the order given: a forward model's p(target|source), an
+    inverse model's (train --direction inverse) p(source|target); --word-penalty comes last,
+    counted with the first forward model's target shortlist (with inverse models only, the
+    first one's source shortlist).
 
     TABLE is a Moses phrase table, plain or gzip (detected by content), - for stdin. Every byte
     outside the score field, the line count and the order stay as they are. Then raise
@@ -113,6 +130,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
     Example:
       rescorer score model/phrase-table.gz -m rnn-model/ -o model/phrase-table.rnn.gz
       rescorer score pt.gz -m rnn-model/ -o pt.3of16.gz --shard 3/16 --resume
+      rescorer score pt.gz -m rnn-model/ -m rnn-inverse/ --word-penalty -o pt.rnn2.gz
     """
     from rescorer.score.pipeline import score_table
 
@@ -130,7 +148,7 @@ def score(table: str, model_dir: str, out: str, shard: tuple[int, int] | None, *
             raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
-        stats = score_table(table, model_dir, out, config)
+        stats = score_table(table, list(model_dirs), out, config)
     except KeyboardInterrupt:
         if out == "-":
             click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)

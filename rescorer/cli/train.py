@@ -15,6 +15,7 @@ from rescorer.cli.common import (
     progress_option,
     user_errors,
 )
+from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import TrainConfig
 
@@ -159,6 +160,14 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     help="Batches regrouped by length.",
 )
 @click.option("--seed", default=TRAIN.seed, show_default=True, help="Data split, order and init.")
+@click.option(
+    "--direction",
+    type=click.Choice(DIRECTIONS),
+    default=TRAIN.direction,
+    show_default=True,
+    help="forward: p(target|source); inverse: p(source|target) (the encoder reads the target "
+    "phrase; --src-vocab-size is then the shortlist of the table's targets).",
+)
 @device_option
 @precision_option
 @compile_option("100,000 training pairs or more")
@@ -177,7 +186,8 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts: Any) -> None:
     """Train the RNN Encoder-Decoder on the phrase pairs of TABLE into MODEL_DIR (-o).
 
-    Paper defaults (Cho et al., 2014). Holds out --valid-fraction of the source phrases, keeps
+    Paper defaults (Cho et al., 2014); --direction inverse trains p(source|target) on the same
+    pairs, for a second column. Holds out --valid-fraction of the source phrases, keeps
     the weights with the best validation perplexity, stops on --max-updates, --max-time or
     --patience; SIGINT/SIGTERM save the state for --resume.
 
@@ -185,6 +195,7 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     Example:
       rescorer train model/phrase-table.gz -o rnn-model/ --max-time 3d
       rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
+      rescorer train model/phrase-table.gz -o rnn-inverse/ --direction inverse
     """
     from click.core import ParameterSource
 

@@ -1,24 +1,17 @@
-"""Corpus BLEU from per-sentence statistics, and significance over tuning replicas.
+"""Corpus BLEU from per-sentence statistics.
 
 BLEU here is sacreBLEU's with ``--tokenize none`` (the files are already tokenised by Moses'
 tokenizer): whitespace tokens, n-grams up to 4, clipped matches against one reference, the
 brevity penalty from the corpus lengths and sacreBLEU's default ``exp`` smoothing for an order
-with no match. Keeping the sufficient statistics per sentence makes the significance test cheap:
-a resampled corpus is a sum of rows.
-
-The test is approximate randomisation over optimiser replicas (Clark et al., 2011, "Better
-hypothesis testing for statistical machine translation: controlling for optimizer
-instability", as in their MultEval): the statistic is the difference of the mean BLEU over the
-K tuning runs of each system; a trial swaps, for a random half of the test sentences, the
-system's and the baseline's outputs in every replica pair at once; p = (c + 1) / (R + 1) with c
-the trials whose |difference| reaches the observed one.
+with no match, and 0 for a corpus with no match at any order. Keeping the sufficient statistics
+per sentence makes the significance tests cheap (:mod:`rescorer.experiments.significance`): a
+resampled corpus is a sum of rows.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -70,48 +63,10 @@ def bleu_from_totals(totals: np.ndarray) -> np.ndarray:
             )
             log_sum += np.log(np.where(valid, precision, 1.0))
         bp = np.where(hyp_len < ref_len, np.exp(1.0 - ref_len / np.maximum(hyp_len, 1.0)), 1.0)
+    # sacreBLEU stops early when no n-gram of any order matches (its issue #141): score 0, where
+    # exp smoothing would give every order a made-up precision
+    valid &= matches.sum(axis=-1) > 0
     return np.where(valid & (hyp_len > 0), 100.0 * bp * np.exp(log_sum / ORDER), 0.0)
-
-
-@dataclass(frozen=True)
-class Significance:
-    """Approximate randomisation of a system against a baseline over paired replicas."""
-
-    delta: float  # mean BLEU of the system minus the baseline's (over the paired replicas)
-    p_value: float
-    trials: int
-    replicas: int
-
-
-def approximate_randomization(
-    baseline: np.ndarray, system: np.ndarray, *, trials: int = 10000, seed: int = 1
-) -> Significance:
-    """Test mean BLEU over replicas: ``baseline`` and ``system`` are [K, S, STATS_WIDTH].
-
-    Replica k of the system is paired with replica k of the baseline (the first
-    min(K_baseline, K_system) of each); one coin per sentence, shared by all pairs, swaps them.
-    """
-    k = min(len(baseline), len(system))
-    if k == 0:
-        raise ValueError("no replicas to compare")
-    base, sys_ = baseline[:k].astype(np.int64), system[:k].astype(np.int64)  # [K, S, W]
-    if base.shape != sys_.shape:
-        raise ValueError(f"replica statistics differ in shape: {base.shape} vs {sys_.shape}")
-    base_tot, sys_tot = base.sum(axis=1), sys_.sum(axis=1)  # [K, W]
-    observed = float(bleu_from_totals(sys_tot).mean() - bleu_from_totals(base_tot).mean())
-    diff = (base - sys_).astype(np.float64)  # [K, S, W]: what a swap adds to the system
-    rng = np.random.default_rng(seed)
-    reached, done, block = 0, 0, 500
-    while done < trials:
-        n = min(block, trials - done)
-        swap = rng.integers(0, 2, size=(n, base.shape[1])).astype(np.float64)  # [B, S]
-        moved = np.einsum("bs,ksw->bkw", swap, diff)  # [B, K, W]
-        delta = bleu_from_totals(sys_tot + moved).mean(axis=1) - bleu_from_totals(
-            base_tot - moved
-        ).mean(axis=1)  # [B]
-        reached += int(np.count_nonzero(np.abs(delta) >= abs(observed) - 1e-9))
-        done += n
-    return Significance(observed, (reached + 1) / (trials + 1), trials, k)
 
 
 def sacrebleu_score(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:

@@ -1,11 +1,12 @@
 """The self-contained model directory (docs/contracts.md §3).
 
-``config.json`` (model and training configs), ``vocab.src.json``, ``vocab.tgt.json``,
-``model.safetensors`` (tensors only: loading it cannot run code), ``provenance.json`` (training
-file, its line count and sha256, versions, date, command line), the training log
-``train.log.jsonl`` and, while a run can be resumed, ``train-state.pt``. :class:`ModelDir` is
-the one owner of these files. Every file is written to a
-temporary name in the same folder and renamed into place, so a reader never sees half a file.
+``config.json`` (model and training configs, and the direction: ``forward`` p(target | source)
+or ``inverse`` p(source | target); a directory without it is forward), ``vocab.src.json``,
+``vocab.tgt.json``, ``model.safetensors`` (tensors only: loading it cannot run code),
+``provenance.json`` (training file, its line count and sha256, versions, date, command line),
+the training log ``train.log.jsonl`` and, while a run can be resumed, ``train-state.pt``.
+:class:`ModelDir` is the one owner of these files. Every file is written to a temporary name
+in the same folder and renamed into place, so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from safetensors.torch import load_file, save_file
 
 from rescorer.constants import (
     CONFIG_FILE,
+    DIRECTIONS,
+    FORWARD,
     PROVENANCE_FILE,
     SRC_VOCAB_FILE,
     TGT_VOCAB_FILE,
@@ -31,6 +34,7 @@ from rescorer.errors import RescorerError
 from rescorer.io import files
 from rescorer.io.files import write_json
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
+from rescorer.verdict import training_verdict
 from rescorer.vocab import Vocab
 
 __all__ = [
@@ -38,6 +42,7 @@ __all__ = [
     "ModelDir",
     "describe_model_dir",
     "load_model_dir",
+    "model_direction",
     "read_json",
     "save_model_dir",
     "save_weights",
@@ -53,6 +58,7 @@ class LoadedModel(NamedTuple):
     src_vocab: Vocab
     tgt_vocab: Vocab
     provenance: dict[str, Any]
+    direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
 
 
 def read_json(path: str | Path) -> Any:
@@ -97,8 +103,10 @@ class ModelDir:
         provenance: dict[str, Any],
         *,
         train_config: dict[str, Any] | None = None,
+        direction: str | None = None,
     ) -> ModelDir:
-        """A new model directory with everything but weights (and no old training log)."""
+        """A new model directory with everything but weights (and no old training log). The
+        direction is ``direction``, else the training config's, else forward."""
         if src_vocab.size != config.src_vocab_size or tgt_vocab.size != config.tgt_vocab_size:
             raise RescorerError(
                 f"vocabulary sizes {src_vocab.size}/{tgt_vocab.size} differ from the model's "
@@ -107,7 +115,15 @@ class ModelDir:
         model_dir = cls(folder)
         files.make_dir(model_dir.path)
         model_dir.log_path.unlink(missing_ok=True)
-        data: dict[str, Any] = {"format": CONFIG_FORMAT, "model": config.to_dict()}
+        if direction is None:
+            direction = (train_config or {}).get("direction", FORWARD)
+        if direction not in DIRECTIONS:
+            raise RescorerError(f"direction {direction!r}: expected {' or '.join(DIRECTIONS)}")
+        data: dict[str, Any] = {
+            "format": CONFIG_FORMAT,
+            "direction": direction,
+            "model": config.to_dict(),
+        }
         if train_config is not None:
             data["train"] = train_config
         write_json(model_dir.config_path, data)
@@ -148,24 +164,45 @@ def save_model_dir(
     provenance: dict[str, Any],
     *,
     train_config: dict[str, Any] | None = None,
+    direction: str | None = None,
 ) -> None:
     """Write a complete model directory, weights included (creating ``folder`` if needed)."""
     model_dir = ModelDir.create(
-        folder, model.config, src_vocab, tgt_vocab, provenance, train_config=train_config
+        folder,
+        model.config,
+        src_vocab,
+        tgt_vocab,
+        provenance,
+        train_config=train_config,
+        direction=direction,
     )
     model_dir.save_weights(model)
 
 
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
-    """The ModelConfig and the whole config.json of a model directory."""
+    """The ModelConfig and the whole config.json of a model directory (its direction checked:
+    :func:`model_direction`)."""
     path = Path(folder) / CONFIG_FILE
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
         raise RescorerError(f"{path}: not a rescorer model config (format {CONFIG_FORMAT})")
+    model_direction(data, path)
     try:
         return ModelConfig.from_dict(data["model"]), data
     except (KeyError, TypeError, ValueError) as exc:
         raise RescorerError(f"{path}: bad model config: {exc}") from exc
+
+
+def model_direction(data: dict[str, Any], path: str | Path) -> str:
+    """The direction of a config.json's ``data`` (absent: forward, as before 0.2); an unknown
+    one is refused, naming the file."""
+    direction = data.get("direction", FORWARD)
+    if direction not in DIRECTIONS:
+        raise RescorerError(
+            f"{path}: unknown model direction {direction!r}: expected "
+            f"{' or '.join(DIRECTIONS)} (a model from a newer rescorer?)"
+        )
+    return str(direction)
 
 
 def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
@@ -173,7 +210,8 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
     folder = Path(folder)
     if not folder.is_dir():
         raise RescorerError(f"{folder}: no such model directory")
-    config, _ = read_model_config(folder)
+    config, data = read_model_config(folder)
+    direction = model_direction(data, folder / CONFIG_FILE)
     src_vocab = Vocab.load(str(folder / SRC_VOCAB_FILE))
     tgt_vocab = Vocab.load(str(folder / TGT_VOCAB_FILE))
     if (src_vocab.size, tgt_vocab.size) != (config.src_vocab_size, config.tgt_vocab_size):
@@ -204,7 +242,7 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         if provenance_path.is_file()
         else {}
     )
-    return LoadedModel(model.eval(), config, src_vocab, tgt_vocab, provenance)
+    return LoadedModel(model.eval(), config, src_vocab, tgt_vocab, provenance, direction)
 
 
 def describe_model_dir(folder: str | Path) -> str:
@@ -221,11 +259,15 @@ def describe_model_dir(folder: str | Path) -> str:
         if provenance_path.is_file()
         else {}
     )
-    lines = [f"model directory: {folder}", "model:"]
+    direction = model_direction(data, folder / CONFIG_FILE)
+    conditions = "p(target | source)" if direction == FORWARD else "p(source | target)"
+    lines = [f"model directory: {folder}", f"direction: {direction} ({conditions})", "model:"]
     lines += [f"  {k}: {v}" for k, v in config.to_dict().items()]
     lines.append(f"  parameters: {num_params:,}")
     lines.append("vocabularies:")
-    for side, vocab in (("source", src_vocab), ("target", tgt_vocab)):
+    for side, vocab, other in (("source", src_vocab, "target"), ("target", tgt_vocab, "source")):
+        if direction != FORWARD:  # the model's sides are the table's other ones
+            side = f"{side} (the table's {other} phrases)"
         lines.append(
             f"  {side}: shortlist {vocab.size} ({len(vocab.words)} words + UNK + reserved id 0),"
             f" EOS id {vocab.eos_id}, {vocab.num_rows} rows"
@@ -235,6 +277,8 @@ def describe_model_dir(folder: str | Path) -> str:
         lines += [f"  {k}: {v}" for k, v in data["train"].items()]
     lines.append("provenance:")
     lines += _flatten(provenance, indent=1)
+    verdict = training_verdict(provenance)
+    lines.append(f"verdict: {verdict.text if verdict else 'unknown (trained without validation)'}")
     weights = folder / WEIGHTS_FILE
     lines.append(f"weights: {weights.name} ({'present' if weights.is_file() else 'MISSING'})")
     return "\n".join(lines)

@@ -75,6 +75,7 @@ class ScoreStats:
     lines_out: int = 0
     bad: int = 0
     pairs_scored: int = 0
+    pairs_inside: int = 0  # pairs with every word inside the model's shortlists
     seconds: float = 0.0
     resumed_from_line: int = 0
     device: str = ""

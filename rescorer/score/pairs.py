@@ -124,6 +124,34 @@ def encode_columns(
     return GroupedPairs(src_ids, src_off, pair_src, tgt_ids, tgt_off), unk
 
 
+def count_unknown(vocab: Vocab, phrases: Sequence[bytes]) -> np.ndarray:
+    """(P,) int32 the tokens of each plain phrase outside ``vocab``'s shortlist."""
+    return _encode_plain(vocab, phrases)[2]
+
+
+def encode_inverse(
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    src: Sequence[bytes],
+    tgt: Sequence[bytes],
+    group: bool = True,
+) -> tuple[GroupedPairs, np.ndarray]:
+    """An inverse model's pairs of a chunk's columns: (target phrase, source phrase), the
+    model's ``src_vocab`` reading the table's targets. A table comes sorted by source, so its
+    equal targets are scattered: with ``group`` the pairs are put in target order (stable), so
+    that pairs with one target share its encoding and the decoder's prefix tree under it, as a
+    forward model's pairs share their source. Returns the pairs and ``order`` (N,) int64: the
+    i-th pair is input line order[i] (scores go back with ``out[order] = scores``)."""
+    if group:
+        order = np.asarray(sorted(range(len(tgt)), key=tgt.__getitem__), dtype=np.int64)
+    else:
+        order = np.arange(len(tgt), dtype=np.int64)
+    flipped_src = [tgt[i] for i in order.tolist()]
+    flipped_tgt = [src[i] for i in order.tolist()]
+    pairs, _ = encode_columns(src_vocab, tgt_vocab, flipped_src, flipped_tgt)
+    return pairs, order
+
+
 def token_batches(lengths: np.ndarray, order: np.ndarray, max_tokens: int) -> Iterator[np.ndarray]:
     """Cut ``order`` (indices sorted by length) into batches of at most ``max_tokens`` padded
     tokens (rows x longest row); a row longer than the budget gets a batch of its own."""
@@ -183,3 +211,13 @@ def prefix_tree(ids: np.ndarray, off: np.ndarray) -> list[PrefixLevel]:
             )
         )
     return levels
+
+
+def pairs_inside_shortlists(pairs: GroupedPairs) -> int:
+    """How many pairs have every word of both phrases inside the shortlists (no UNK id)."""
+    if pairs.num_pairs == 0:
+        return 0
+    # every sequence ends with EOS, so no segment is empty
+    src_unk = np.add.reduceat(pairs.src_ids == UNK_ID, pairs.src_off[:-1])  # (U,)
+    tgt_unk = np.add.reduceat(pairs.tgt_ids == UNK_ID, pairs.tgt_off[:-1])  # (N,)
+    return int(np.count_nonzero((src_unk[pairs.pair_src] == 0) & (tgt_unk == 0)))

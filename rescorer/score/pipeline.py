@@ -1,4 +1,4 @@
-"""``rescorer score``: stream a phrase table through the model and append the feature column(s).
+"""``rescorer score``: stream a phrase table through the model(s) and append the feature columns.
 
 Stages (docs/contracts.md §2, §4, §8):
 
@@ -6,10 +6,12 @@ Stages (docs/contracts.md §2, §4, §8):
   (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);
 - workers parse and validate each chunk and turn it into id arrays
   (:func:`~rescorer.score.stages.parse_chunk`);
-- the main process scores the chunk on the device (:class:`rescorer.score.Scorer`): it submits
-  chunk k+1 before it collects chunk k's scores, so on a GPU the device works on chunk k while
-  the host parses chunk k+1, builds its trees and formats chunk k-1 (the synchronisation
-  points: rescorer/score/scorer.py);
+- the main process scores the chunk on the device (:class:`rescorer.score.Scorer`), one scorer
+  per ``-m`` model in the order given (each chunk is still read, parsed and formatted once; an
+  inverse model's pairs come grouped by target phrase and its scores go back to line order).
+  It submits chunk k+1 before it collects chunk k's scores, so on a GPU the device works on
+  chunk k while the host parses chunk k+1, builds its trees and formats chunk k-1 (the
+  synchronisation points: rescorer/score/scorer.py);
 - workers format the new columns into the lines and compress them, one gzip member per chunk
   (a multi-member gzip file, which zcat, Python and Moses read as one stream);
 - the main process writes chunks in input order to ``OUT.partial`` and records its progress in
@@ -34,9 +36,10 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -62,7 +65,7 @@ from rescorer.score.output import (
     model_fingerprint,
     same_file,
 )
-from rescorer.score.pairs import GroupedPairs
+from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
 from rescorer.score.shards import (
     chain_sha256,
@@ -72,6 +75,7 @@ from rescorer.score.shards import (
 )
 from rescorer.score.stages import (
     Inline,
+    ModelSides,
     ParsedChunk,
     first_num_scores,
     format_chunk,
@@ -79,10 +83,15 @@ from rescorer.score.stages import (
     num_scores_of,
     parse_chunk,
 )
+from rescorer.verdict import coverage_warning, unlearned_warning
 
 
-def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> ScoreStats:
-    """Append the log p(y|x) feature column(s) to every line of ``table``; write ``out``.
+def score_table(
+    table: str, model_dir: str | Sequence[str], out: str, config: ScoreConfig
+) -> ScoreStats:
+    """Append one log-probability column per model of ``model_dir`` (a folder or a list, in
+    that order; each in its direction: p(target | source) or p(source | target)), then the word
+    penalty if asked, to every line of ``table``; write ``out``.
 
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
@@ -100,17 +109,36 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
-    loaded = load_model_dir(model_dir, device=device)
+    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    if not model_dirs:
+        raise RescorerError("score: no model given (-m)")
+    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+    for folder, m in zip(model_dirs, loaded, strict=True):
+        unlearned = unlearned_warning(m.provenance, folder)
+        if unlearned:
+            print(f"rescorer score: {unlearned}", file=sys.stderr)
+
+    def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+        def coverage(inside: int, pairs: int) -> bool:
+            message = coverage_warning(provenance, folder, inside, pairs)
+            if message:
+                print(f"rescorer score: {message}", file=sys.stderr)
+            return message is not None
+
+        return coverage
+
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
-    scorer = Scorer(loaded.model, precision, batch_tokens, compile_)
+    scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+    sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     workers = resolve_workers(config.workers, device)
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     phases = Phases(device) if config.profile else None
-    if phases is not None:
-        scorer.phase = phases
+    if phases is not None:  # every model's encoder, decoder and readout time together
+        for scorer in scorers:
+            scorer.phase = phases
     stats = ScoreStats(device=str(device), precision=precision)
     start, first_line, end = 0, 1, None
     shard_range = None
@@ -121,8 +149,9 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
     run_key = {
         "table": os.path.abspath(table) if table != "-" else "-",
         "input": input_fingerprint(table) if regular else None,
-        "model_dir": os.path.abspath(model_dir),
-        "model": model_fingerprint(model_dir),
+        # One model: its folder and hash, as before multi-model runs; several: lists, in order.
+        "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
+        "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
         "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
     }
     manifest: dict[str, Any] | None = None
@@ -188,12 +217,12 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 pool = multiprocessing.get_context("spawn").Pool(
                     workers,
                     initializer=init_worker,
-                    initargs=(loaded.src_vocab, loaded.tgt_vocab, True),
+                    initargs=(sides, None, True),
                 )
             finally:
                 signal.signal(signal.SIGINT, handler)
         else:
-            init_worker(loaded.src_vocab, loaded.tgt_vocab)
+            init_worker(sides)
         with open_binary(table, meter) as stream:
             chunks = iter_chunks(
                 stream, chunk_bytes, start=resume.offset, first_line=resume.first_line
@@ -208,7 +237,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
             _run(
                 chunks,
                 pool,
-                scorer,
+                scorers,
                 output,
                 config,
                 num_scores,
@@ -217,6 +246,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
+                [coverage_of(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -249,7 +279,7 @@ def score_table(table: str, model_dir: str, out: str, config: ScoreConfig) -> Sc
 def _run(
     chunks: Iterator[Chunk],
     pool: Any,
-    scorer: Any,
+    scorers: Sequence[Any],
     output: Output,
     config: ScoreConfig,
     num_scores: int | None,
@@ -258,16 +288,20 @@ def _run(
     progress: Callable[[], None],
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
+    coverage: Sequence[Callable[[int, int], bool]] = (),
 ) -> None:
     """Parse ahead in the pool, score in order (chunk k+1 submitted before chunk k's scores are
-    collected), format in the pool, write in order, record progress by time."""
+    collected), format in the pool, write in order, record progress by time. ``coverage[k]``
+    hears of model k's pairs inside its shortlists until it has warned."""
+    warn: list[Callable[[int, int], bool] | None] = list(coverage)
+    inside = [0] * len(scorers)  # pairs inside each model's shortlists
     gz_level = config.compresslevel if out.endswith(".gz") else None
     workers, chunk_bytes = config.workers, config.chunk_bytes
     assert isinstance(workers, int) and chunk_bytes is not None  # resolved by score_table
     # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
     ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
     parsing: deque[Any] = deque()
-    scoring: deque[tuple[Any, ParsedChunk]] = deque()  # submitted, scores not yet collected
+    scoring: deque[tuple[list[Any], ParsedChunk]] = deque()  # submitted, not yet collected
     formatting: deque[tuple[Any, ParsedChunk]] = deque()
 
     def submit_parse() -> None:
@@ -285,11 +319,18 @@ def _run(
         formatter."""
         pending, parsed = scoring.popleft()
         with phase("d2h"):
-            logp = pending.result()
+            logp = _collect_models(pending, parsed)  # (N,) or (N,M)
         stats.pairs_scored += len(logp)
+        for k, pairs in enumerate(parsed.by_model):
+            inside[k] += pairs_inside_shortlists(pairs)
+            callback = warn[k] if k < len(warn) else None
+            if callback is not None and callback(inside[k], stats.pairs_scored):
+                warn[k] = None  # warned once
+        stats.pairs_inside = inside[0]  # the first model's
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
+        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
         formatting.append((result, parsed))
         write_ready(limit=max(1, workers))
 
@@ -320,8 +361,8 @@ def _run(
         if parsed.bad and config.skip_bad_lines is None:
             lineno, message, _ = parsed.bad[0]
             raise InputError(name, lineno, message)
-        scoring.append((scorer.submit(parsed.pairs), parsed))
-        parsed.pairs = _EMPTY_PAIRS  # only what the writer needs stays in memory
+        models = zip(scorers, parsed.by_model, strict=True)
+        scoring.append(([scorer.submit(pairs) for scorer, pairs in models], parsed))
         while len(scoring) > (1 if config.overlap else 0):
             collect()
     while scoring:
@@ -331,10 +372,19 @@ def _run(
         output.checkpoint()  # the end: everything written is on disk before OUT is renamed
 
 
-_EMPTY_PAIRS = GroupedPairs(
-    np.zeros(0, np.int32),
-    np.zeros(1, np.int64),
-    np.zeros(0, np.int64),
-    np.zeros(0, np.int32),
-    np.zeros(1, np.int64),
-)
+def _collect_models(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
+    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order,
+    from each model's submitted scoring (``Scorer.submit``'s results, waited for here)."""
+    columns = []
+    for scores, order in zip(pending, parsed.orders, strict=True):
+        logp = scores.result()  # (N,) in the model's pair order
+        if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
+            in_lines = np.empty_like(logp)
+            in_lines[order] = logp
+            logp = in_lines
+        columns.append(logp)
+    return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)
+
+
+def _one_or_list(values: list[Any]) -> Any:
+    return values[0] if len(values) == 1 else values

@@ -7,27 +7,64 @@ from __future__ import annotations
 
 import hashlib
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
 from rescorer.io.files import gzip_member, iter_raw_lines, open_binary
-from rescorer.io.table import column_texts, insert_columns, parse_raw_line, split_columns
-from rescorer.score.pairs import GroupedPairs, GroupedPairsBuilder, encode_columns
+from rescorer.io.table import (
+    column_texts,
+    insert_columns,
+    parse_raw_line,
+    split_columns,
+    split_tokens,
+)
+from rescorer.score.pairs import (
+    GroupedPairs,
+    GroupedPairsBuilder,
+    count_unknown,
+    encode_columns,
+    encode_inverse,
+)
 from rescorer.vocab import Vocab
 
-_vocabs: tuple[Vocab, Vocab] | None = None
+
+@dataclass(frozen=True)
+class ModelSides:
+    """What a worker needs of one model: its shortlists and what it conditions on."""
+
+    src_vocab: Vocab  # the model's encoder side (an inverse model's: the table's targets)
+    tgt_vocab: Vocab
+    direction: str = FORWARD
 
 
-def init_worker(src_vocab: Vocab, tgt_vocab: Vocab, in_pool: bool = False) -> None:
-    """The worker's vocabularies. A pool worker ignores SIGINT: Ctrl-C reaches the whole
-    process group, and the parent alone handles it (keeps OUT.partial, terminates the pool);
-    a worker interrupted inside the pool's queue lock would leave the parent hanging."""
-    global _vocabs
-    _vocabs = (src_vocab, tgt_vocab)
+def word_penalty_model(models: Sequence[ModelSides]) -> int:
+    """The model whose shortlist of the table's target words counts --word-penalty's unknown
+    words: the first forward model (its target shortlist, as with one model), else the first
+    model (an inverse model's source shortlist holds the table's target words)."""
+    return next((i for i, m in enumerate(models) if m.direction == FORWARD), 0)
+
+
+_models: list[ModelSides] | None = None
+
+
+def init_worker(
+    models: Sequence[ModelSides] | Vocab, tgt_vocab: Vocab | None = None, in_pool: bool = False
+) -> None:
+    """The worker's models' shortlists: a list of ModelSides, or one forward model's source and
+    target shortlists (as the benchmarks call it). A pool worker ignores SIGINT: Ctrl-C reaches
+    the whole process group, and the parent alone handles it (keeps OUT.partial, terminates the
+    pool); a worker interrupted inside the pool's queue lock would leave the parent hanging."""
+    global _models
+    if isinstance(models, Vocab):
+        assert tgt_vocab is not None
+        _models = [ModelSides(models, tgt_vocab)]
+    else:
+        _models = list(models)
     if in_pool:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -40,32 +77,62 @@ class ParsedChunk:
     lines_in: int
     lines: list[bytes]  # good lines without newline
     cuts: list[int]  # byte offset of the end of each good line's score field
-    pairs: GroupedPairs
-    unk: np.ndarray  # (N,) int32 target words outside the shortlist
+    by_model: list[GroupedPairs]  # one per model, in its direction
+    orders: list[np.ndarray | None]  # per model: None (line order) or (N,) the line of each pair
+    unk: np.ndarray  # (N,) int32 target words outside the shortlist (word_penalty_model's)
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
     chunk_sha256: str = ""  # of the chunk's input bytes
+
+    @property
+    def pairs(self) -> GroupedPairs:
+        """The first model's pairs (what a one-model caller reads)."""
+        return self.by_model[0]
 
 
 def parse_chunk(
     chunk: Chunk, num_scores: int | None, name: str, digest: bool = False
 ) -> ParsedChunk:
-    """Validate and encode a chunk (runs in a worker); with ``digest`` also hash its bytes (for
-    a shard's manifest)."""
-    assert _vocabs is not None
-    src_vocab, tgt_vocab = _vocabs
+    """Validate and encode a chunk (runs in a worker) once for every model: a forward model's
+    pairs in line order, an inverse model's grouped by target (:func:`encode_inverse`); with
+    ``digest`` also hash its bytes (for a shard's manifest)."""
+    assert _models is not None
+    models = _models
+    wp = word_penalty_model(models)
+    wp_vocab = models[wp].tgt_vocab if models[wp].direction == FORWARD else models[wp].src_vocab
     bad: list[tuple[int, str, bytes]] = []
+    pairs: list[GroupedPairs] = []
+    orders: list[np.ndarray | None] = []
+    unk: np.ndarray | None = None
     columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
     if columns is not None:
         raw_lines = lines = columns.lines
         cuts = columns.cuts
-        pairs, unk = encode_columns(src_vocab, tgt_vocab, columns.src, columns.tgt)
+        src_col, tgt_col = columns.src, columns.tgt
+        for i, m in enumerate(models):
+            if m.direction == FORWARD:
+                grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+                pairs.append(grouped)
+                orders.append(None)
+                if i == wp:
+                    unk = tgt_unk
+            else:
+                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+                pairs.append(grouped)
+                orders.append(order)
+        if unk is None:
+            unk = count_unknown(wp_vocab, tgt_col)
     else:  # some line is bad or unusual: line by line, naming the bad ones
         raw_lines = chunk.data.split(b"\n")
         if raw_lines and raw_lines[-1] == b"":
             raw_lines.pop()
         lines, cuts = [], []
-        builder = GroupedPairsBuilder(src_vocab, tgt_vocab)
+        builders = [
+            GroupedPairsBuilder(m.src_vocab, m.tgt_vocab) if m.direction == FORWARD else None
+            for m in models
+        ]
+        plain_src: list[bytes] = []  # the phrases with single spaces, for the inverse models
+        plain_tgt: list[bytes] = []
         unk_counts: list[int] = []
         for i, raw in enumerate(raw_lines):
             lineno = chunk.first_line + i
@@ -77,9 +144,21 @@ def parse_chunk(
             rest = entry.rest.encode("utf-8")
             cuts.append(len(raw) - len(rest))
             tgt_tokens = entry.tgt_tokens
-            builder.add(entry.src, tgt_tokens)
-            unk_counts.append(tgt_vocab.unk_count(tgt_tokens))
-        pairs = builder.build()
+            for builder in builders:
+                if builder is not None:
+                    builder.add(entry.src, tgt_tokens)
+            if None in builders:
+                plain_src.append(" ".join(split_tokens(entry.src)).encode("utf-8"))
+                plain_tgt.append(" ".join(tgt_tokens).encode("utf-8"))
+            unk_counts.append(wp_vocab.unk_count(tgt_tokens))
+        for m, builder in zip(models, builders, strict=True):
+            if builder is not None:
+                pairs.append(builder.build())
+                orders.append(None)
+            else:
+                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, plain_src, plain_tgt)
+                pairs.append(grouped)
+                orders.append(order)
         unk = np.asarray(unk_counts, dtype=np.int32)
     unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
@@ -91,6 +170,7 @@ def parse_chunk(
         lines,
         cuts,
         pairs,
+        orders,
         unk,
         bad,
         last_kept,
@@ -108,9 +188,19 @@ def format_chunk(
     compresslevel: int | None,
     last_unterminated: bool = False,
 ) -> bytes:
-    """The chunk's lines with the new column(s) in the score field; gzip member if asked. With
-    ``last_unterminated`` the last line gets no newline, as the input's last line had none."""
-    texts = column_texts(logp.tolist(), column, unk.tolist() if word_penalty else None)
+    """The chunk's lines with the new column(s) in the score field; gzip member if asked.
+    ``logp`` is (N,) for one model or (N,M) for M, one column each in that order, then the word
+    penalty. With ``last_unterminated`` the last line gets no newline, as the input's last line
+    had none."""
+    by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
+    last = by_model.shape[1] - 1
+    per_model = [
+        column_texts(
+            by_model[:, k].tolist(), column, unk.tolist() if word_penalty and k == last else None
+        )
+        for k in range(last + 1)
+    ]
+    texts = per_model[0] if last == 0 else list(map(b" ".join, zip(*per_model, strict=True)))
     data = insert_columns(lines, cuts, texts)
     if last_unterminated and data:
         data = data[:-1]

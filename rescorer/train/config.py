@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rescorer.constants import DIRECTIONS, FORWARD
 from rescorer.errors import RescorerError, check
 from rescorer.model.config import ModelConfig
 
@@ -37,6 +38,7 @@ class TrainConfig:
     progress_every: float = 30.0  # at most this many seconds between progress lines (0: off)
     quiet: bool = False
     skip_bad_lines: str | None = None
+    direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (
@@ -49,6 +51,7 @@ class TrainConfig:
         "rho",
         "eps",
         "clip_norm",
+        "direction",
     )
 
     def __post_init__(self) -> None:
@@ -60,6 +63,10 @@ class TrainConfig:
         check(self.patience is None or self.patience >= 1, "--patience must be at least 1")
         check(self.sort_batches >= 1, "--sort-batches must be at least 1")
         check(self.compile in ("auto", "yes", "no"), "--compile: expected auto, yes or no")
+        check(
+            self.direction in DIRECTIONS,
+            f"--direction {self.direction!r}: expected {' or '.join(DIRECTIONS)}",
+        )
 
     def wants_compile(self, train_pairs: int) -> bool:
         """``auto`` compiles for runs of at least COMPILE_MIN_PAIRS training pairs: compiling

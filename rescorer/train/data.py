@@ -1,5 +1,9 @@
 """Training data: the held-out split by source phrase, the pair readers, the shortlists of the
 training split and the unigram baseline.
+
+An inverse model (TrainConfig.direction) learns p(source | target): its pairs are the input's
+pairs with the sides swapped, so everything below (the held-out split by the conditioning
+phrase, the shortlists, the encoding) reads "source" as the side the model conditions on.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.batching import PairArrays, PairArraysBuilder
+from rescorer.constants import INVERSE
 from rescorer.errors import InputError, RescorerError, check
 from rescorer.io.files import open_text
 from rescorer.io.progress import Progress
@@ -62,6 +67,20 @@ def iter_pairs(
         counter[0] = lineno
 
 
+def model_pairs(
+    source: Source,
+    cfg: TrainConfig,
+    counter: list[int],
+    progress: Progress | None = None,
+) -> Iterator[tuple[str, str]]:
+    """(conditioning phrase, predicted phrase) of every input line in the model's direction:
+    iter_pairs as they are for a forward model, swapped for an inverse one."""
+    pairs = iter_pairs(source, cfg.skip_bad_lines, counter, progress)
+    if cfg.direction == INVERSE:
+        return ((tgt, src) for src, tgt in pairs)
+    return pairs
+
+
 def fingerprint(source: Source) -> dict[str, Any]:
     paths = [source] if isinstance(source, str) else list(source)
     files = []
@@ -97,11 +116,13 @@ def read_training_data(
     """Encode every pair (EOS appended on both sides) into the training or the validation split."""
     train, valid = PairArraysBuilder(), PairArraysBuilder()
     counter = [0]
-    last_src, last_held, held_sources = None, False, 0
-    for src, tgt in iter_pairs(source, cfg.skip_bad_lines, counter, progress):
+    last_src, last_held = None, False
+    held: set[str] = set()  # the held-out conditioning phrases (an inverse model's are unsorted)
+    for src, tgt in model_pairs(source, cfg, counter, progress):
         if src != last_src:
             last_src, last_held = src, is_heldout(src, cfg.seed, cfg.valid_fraction)
-            held_sources += last_held
+            if last_held:
+                held.add(src)
         side = valid if last_held else train
         side.add(src_vocab.encode_eos(split_tokens(src)), tgt_vocab.encode_eos(split_tokens(tgt)))
     check(len(train) > 0, "no training pairs left (is --valid-fraction too large?)")
@@ -112,17 +133,18 @@ def read_training_data(
         scored = heldout.subset(pick)
     else:
         scored = heldout
-    return TrainingData(train.build(), scored, counter[0], len(heldout), held_sources)
+    return TrainingData(train.build(), scored, counter[0], len(heldout), len(held))
 
 
 def build_training_vocabs(
     source: Source, model_cfg: ModelConfig, cfg: TrainConfig, progress: Progress | None = None
 ) -> tuple[Vocab, Vocab]:
-    """Shortlists counted over the training split only (validation sources excluded)."""
+    """Shortlists counted over the training split only (validation sources excluded), each
+    side's for the model's own side (an inverse model's source shortlist: the table's targets)."""
     counter = [0]
     pairs = (
         (s, t)
-        for s, t in iter_pairs(source, cfg.skip_bad_lines, counter, progress)
+        for s, t in model_pairs(source, cfg, counter, progress)
         if not is_heldout(s, cfg.seed, cfg.valid_fraction)
     )
     return build_vocabs(pairs, model_cfg.src_vocab_size, model_cfg.tgt_vocab_size)

@@ -11,41 +11,24 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rescorer import __version__
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
-from rescorer.device import autocast, bound_kernel_caches, resolve_device, resolve_precision
-from rescorer.errors import RescorerError, check
-from rescorer.io.progress import Progress
-from rescorer.model.checkpoint import ModelDir
-from rescorer.model.encdec import (
-    EncoderDecoder,
-    Kernels,
-    ModelConfig,
-    compile_kernels,
-    init_weights_,
-    sequence_logprobs,
-)
+from rescorer.device import autocast
+from rescorer.errors import RescorerError
+from rescorer.model.encdec import EncoderDecoder, Kernels, ModelConfig, sequence_logprobs
 from rescorer.train.config import TrainConfig, TrainResult
-from rescorer.train.data import (
-    Source,
-    build_training_vocabs,
-    fingerprint,
-    read_training_data,
-    unigram_logprob_sum,
-)
-from rescorer.train.distributed import World
-from rescorer.train.state import RunState, load_state, save_state
+from rescorer.train.data import Source
+from rescorer.train.setup import RunSetup
+from rescorer.train.state import save_state
+from rescorer.verdict import LEARNED_RATIO, Verdict
 
 
 def batch_loss(
@@ -149,152 +132,14 @@ def train(
     return _Trainer(source, Path(out_dir), model_cfg, train_cfg, resume, command_line, echo).run()
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-class _Trainer:
-    """One invocation of a training run: setup, the update loop, checkpoints."""
-
-    def __init__(
-        self,
-        source: Source,
-        out: Path,
-        model_cfg: ModelConfig,
-        cfg: TrainConfig,
-        resume: bool,
-        command_line: list[str] | None,
-        echo: Callable[[str], None] | None,
-    ) -> None:
-        self.started = time.monotonic()
-        self.cfg, self.out = cfg, out
-        self.world = World()
-        self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
-        if cfg.quiet or not self.world.is_main:
-            self.say = lambda msg: None
-        check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
-        self.model_dir = ModelDir(out)
-        self.state_path = self.model_dir.state_path
-        if resume:
-            check(self.state_path.is_file(), f"{self.state_path}: missing: nothing to resume")
-        else:
-            check(
-                not self.model_dir.has_weights() and not self.state_path.exists(),
-                f"{out}: already holds a model; use --resume or a new directory",
-            )
-        self.device = resolve_device(self.world.device_name(cfg.device))
-        self.precision = resolve_precision(cfg.precision, self.device)
-        bound_kernel_caches()
-        self.world.start(self.device)
-        self._load_data(source, model_cfg, resume)
-
-        self.model = EncoderDecoder(model_cfg)
-        init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
-        self.model.to(self.device).train()
-        # Compiled steps and readout (forward and backward), the scorer's kernels.
-        compiled = cfg.wants_compile(len(self.data.train))
-        self.kernels = compile_kernels(self.model) if compiled else None
-        self.trained: torch.nn.Module = self.model  # what the updates run through
-        if self.world.distributed:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            self.trained = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
-        self.optim = torch.optim.Adadelta(
-            self.model.parameters(), lr=cfg.learning_rate, rho=cfg.rho, eps=cfg.eps
-        )
-        self.run_state = RunState()
-        self.saved_update = 0  # the update of the training state on disk
-        if resume:
-            saved = load_state(self.state_path, self.device)
-            self.model.load_state_dict(saved["model"])
-            self.optim.load_state_dict(saved["optimizer"])
-            self.run_state = RunState(**saved["run"])
-            self.saved_update = self.run_state.update
-            self.provenance = self.model_dir.read_provenance()
-            resumed = {"date": _now(), "update": self.run_state.update}
-            if self.world.distributed:
-                resumed["world_size"] = self.world.size
-            self.provenance.setdefault("resumed", []).append(resumed)
-            if self.world.is_main:
-                self.model_dir.update_provenance(self.provenance)
-                self.model_dir.update_train_config(cfg.to_dict())
-            self.say(
-                f"rescorer train: resuming at update {self.run_state.update:,}"
-                f" (epoch {self.run_state.epoch + 1})"
-            )
-        else:
-            self.provenance = {
-                "data": self.fingerprint,
-                "train_pairs": len(self.data.train),
-                "valid_pairs_heldout": self.data.heldout_pairs,
-                "valid_pairs_scored": len(self.data.valid),
-                "rescorer_version": __version__,
-                "torch_version": torch.__version__,
-                "python_version": sys.version.split()[0],
-                "date": _now(),
-                "command_line": command_line if command_line is not None else sys.argv,
-            }
-            if self.world.distributed:
-                self.provenance["world_size"] = self.world.size
-            self.world.barrier()  # every rank has checked the folder before rank 0 fills it
-            if self.world.is_main:  # no weights until the first checkpoint
-                ModelDir.create(
-                    out,
-                    model_cfg,
-                    self.src_vocab,
-                    self.tgt_vocab,
-                    self.provenance,
-                    train_config=cfg.to_dict(),
-                )
-
-    def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
-        cfg = self.cfg
-        self.fingerprint = fingerprint(source)
-        if resume:
-            old = self.model_dir.read_provenance().get("data", {})
-            check(
-                [f["sha256"] for f in old.get("files", [])]
-                == [f["sha256"] for f in self.fingerprint["files"]],
-                f"--resume: the training data differ from the saved run's"
-                f" ({self.model_dir.provenance_path})",
-            )
-            self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
-        else:
-            self.say("rescorer train: counting the vocabularies")
-            self.src_vocab, self.tgt_vocab = build_training_vocabs(
-                source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
-            )
-        self.say("rescorer train: encoding the pairs")
-        data = self.data = read_training_data(
-            source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
-        )
-        self.fingerprint["lines"] = data.lines
-        self.unigram_ppl = None
-        if len(data.valid):
-            logp = unigram_logprob_sum(data.train, data.valid, self.tgt_vocab)
-            self.unigram_ppl = math.exp(-logp / len(data.valid.tgt))
-        self.say(
-            f"rescorer train: {data.lines:,} lines, {len(data.train):,} training pairs,"
-            f" {data.heldout_pairs:,} held out ({data.heldout_sources:,} sources;"
-            f" {len(data.valid):,} scored); device {self.device}"
-            + (f" x {self.world.size} ranks" if self.world.distributed else "")
-            + f", precision {self.precision}"
-            + (", compiled steps" if cfg.wants_compile(len(data.train)) else "")
-            + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
-        )
+class _Trainer(RunSetup):
+    """One invocation of a training run: the update loop and checkpoints, on the pieces
+    :class:`~rescorer.train.setup.RunSetup` built."""
 
     # ----------------------------------------------------------------------- pieces
     @property
     def epochs(self) -> float:
         return self.run_state.pairs_seen / len(self.data.train)
-
-    def reading_progress(self, what: str) -> Progress:
-        """Progress lines of one pass over the data (off with --quiet, on ranks > 0)."""
-        return Progress(
-            f"rescorer train: {what}",
-            "lines",
-            every=self.cfg.progress_every,
-            enabled=not self.cfg.quiet and self.world.is_main,
-        )
 
     def budget(self) -> str:
         """How much of --max-updates/--max-time is used, and the time left by the nearer one
@@ -370,6 +215,7 @@ class _Trainer:
                 "epochs": round(self.epochs, 4),
                 "valid_ppl": run.best_valid_ppl,
                 "unigram_ppl": self.unigram_ppl,
+                "shortlist_coverage": self.shortlist_coverage,
             }
             self.model_dir.update_provenance(self.provenance)
         else:
@@ -493,6 +339,13 @@ class _Trainer:
             )
             + ("; continue with --resume" if stopped_by == "interrupted" else "")
         )
+        if run.best_valid_ppl is not None and self.unigram_ppl:
+            verdict = Verdict(
+                run.best_valid_ppl < LEARNED_RATIO * self.unigram_ppl,
+                run.best_valid_ppl,
+                self.unigram_ppl,
+            )
+            self.say(f"rescorer train: verdict: the model {verdict.text}")
         return TrainResult(
             out_dir=str(self.out),
             updates=run.update,

@@ -1,8 +1,9 @@
-"""scripts/table1.py on a tiny real Moses system with the real decoder and tuner.
+"""scripts/table1.py on a tiny real Moses system with the real decoder and tuners.
 
 The system (tests/data/tiny-system, see its build.py) is a slice of the real en-fr system: 10 dev
-and 10 test sentences, the table's pairs for them, a small ARPA LM. Tuning is one MERT iteration;
-the model is a tiny one trained here. Skipped when ../shared/tools/moses is absent.
+and 10 test sentences, the table's pairs for them, a small ARPA LM. Tuning is one MERT (or batch
+MIRA) iteration; the models are tiny ones trained here: two snapshots of one training run (after
+10 and 20 updates). Skipped when ../shared/tools/moses is absent.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MOSES, ROOT, TINY_SYSTEM
+from conftest import MOSES, ROOT, TINY_SYSTEM, TINY_TRAIN_FLAGS
 
-from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
-from rescorer.experiments.table1 import Table1Config, check_config
+from rescorer.experiments.models import read_model, sha256_file
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "table1.py"
+TABLE = TINY_SYSTEM / "phrase-table.gz"
+TM = "TranslationModel0"
 
 needs_moses = pytest.mark.skipif(
     not (MOSES / "bin" / "moses").exists(),
@@ -34,11 +36,30 @@ needs_moses = pytest.mark.skipif(
 pytestmark = [pytest.mark.slow, needs_moses]
 
 
-def table1_argv(system: Path, model: Path, work: Path, runs: int = 2) -> list[str]:
+def train_tiny(out: Path, *flags: str) -> Path:
+    subprocess.run(
+        [sys.executable, "-m", "rescorer", "train", str(TABLE), "-o", str(out), *flags],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> list[Path]:
+    """tiny_model_dir's training run after 10 updates and after 20, labelled by snapshot."""
+    root = tmp_path_factory.mktemp("curve")
+    flags = [f if f != "20" else "10" for f in TINY_TRAIN_FLAGS]  # --max-updates 10
+    early = train_tiny(root / "tiny@10", *flags)
+    late = root / "tiny@20"
+    shutil.copytree(tiny_model_dir, late)
+    return [early, late]
+
+
+def table1_argv(system: Path, models: list[Path], work: Path, *more: str) -> list[str]:
     return [
-        sys.executable, str(SCRIPT), str(system), "--model", str(model), "--work", str(work),
-        "--moses", str(MOSES), "--runs", str(runs), "--max-iterations", "1", "--trials", "300",
-        "--threads", "2", "--score-args", "--compile no",
+        sys.executable, str(SCRIPT), str(system), *(a for m in models for a in ("--model", str(m))),
+        "--work", str(work), "--moses", str(MOSES), "--max-iterations", "1", "--trials", "300",
+        "--threads", "2", "--score-args", "--compile no", *more,
     ]  # fmt: skip
 
 
@@ -50,46 +71,89 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model_dir: Path) -> None:
+def scores_per_line(table: Path) -> int:
+    with subprocess.Popen(["zcat", str(table)], stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.kill()
+    return len(first.split(" ||| ")[2].split())
+
+
+def test_the_whole_second_edition_on_a_tiny_real_system(
+    tmp_path: Path, snapshots: list[Path]
+) -> None:
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work))
+    argv = table1_argv(TINY_SYSTEM, snapshots, work, "--runs", "2", "--runs-c", "1")
+    proc = run_table1(*argv, "--runs-mira", "1")
     assert proc.returncode == 0, proc.stderr
     results = json.loads((work / "results.json").read_text())
-    assert [s["system"] for s in results["systems"]] == ["a", "b", "c", "d"]
-    assert all(s["runs"] == 2 for s in results["systems"])
+    systems = {s["system"]: s for s in results["systems"]}
+    assert list(systems) == [
+        "a", "b-tiny@10", "b-tiny@20", "c-tiny@20", "d-tiny@20", "a-mira", "b-mira-tiny@20",
+    ]  # fmt: skip
+    assert [s["runs"] for s in systems.values()] == [2, 2, 2, 1, 1, 1, 1]
+    assert results["best"] == "tiny@20"  # the lower validation perplexity
     assert results["sentences"] == {"dev": 10, "test": 10, "tune": 10}
-    assert "| (d) +RNN, top-K table |" in proc.stdout  # results.md printed
+    assert "| (d) +RNN tiny@20, top-5 table |" in proc.stdout  # results.md printed
 
-    # the tables: filtered to dev+test, scored with 1 and 2 more columns, pruned for (d)
-    assert results["tables"]["full_lines"] == 1414
-    assert 0 < results["tables"]["filtered_lines"] <= 1414
-    assert read_ini(str(work / "score-rnn" / "b.ini")).weights()["TranslationModel0"][4] == 0.05
-    c_weights = read_ini(str(work / "score-rnn-wp" / "c.ini")).weights()["TranslationModel0"]
-    assert c_weights[4:] == (0.05, 0.05)
-    for run in results["runs"]:
-        if run["system"] == "d":
-            assert run["table_lines"] < results["tables"]["filtered_lines"]
-    # every path in the inis the decoder read is absolute and exists
-    for ini_path in (work / "filter" / "a.ini", work / "prune-d-1" / "d.ini"):
-        for feature in read_ini(str(ini_path)).features:
-            path = feature.get("path")
-            assert path is None or (os.path.isabs(path) and os.path.exists(path)), path
+    # every model by the sha256 of its weights, with what it says of its training
+    for model, path in zip(results["models"], snapshots, strict=True):
+        info = read_model(path)
+        assert model["label"] == path.name
+        assert model["weights_sha256"] == sha256_file(path / "model.safetensors")
+        assert (model["updates"], model["valid_ppl"]) == (info.updates, info.valid_ppl)
+    assert results["models"][1]["systems"] == [
+        "b-tiny@20", "c-tiny@20", "d-tiny@20", "b-mira-tiny@20",
+    ]  # fmt: skip
+    # neither tiny model has learned: said on stderr before any tuning, and in results.md
+    for path in snapshots:
+        warning = f"model {path}: best validation perplexity"
+        assert warning in proc.stderr.split("tune-a-1")[0]
+        assert warning in (work / "results.md").read_text()
+    assert len(results["warnings"]) == 2
+
+    # every tuned system starts from the shipped weights and 0.05 per new column
+    shipped = read_ini(str(TINY_SYSTEM / "moses.ini")).weights()
+    starts = {
+        "a": work / "filter" / "a.ini",
+        "b-tiny@10": work / "score-tiny@10" / "start.ini",
+        "b-tiny@20": work / "score-tiny@20" / "start.ini",
+        "c-tiny@20": work / "score-tiny@20-wp" / "start.ini",
+        "a-mira": work / "filter" / "a.ini",
+        "b-mira-tiny@20": work / "score-tiny@20" / "start.ini",
+    }
+    for key, ini in starts.items():
+        weights = read_ini(str(ini)).weights()
+        new = {"a": 0, "c-tiny@20": 2}.get(key.removesuffix("-mira"), 1)
+        assert weights[TM] == shipped[TM] + (0.05,) * new
+        assert {k: v for k, v in weights.items() if k != TM} == {
+            k: v for k, v in shipped.items() if k != TM
+        }
+        log = (work / f"tune-{key}-1" / "log").read_text()
+        assert f"{work / 'prepare' / 'tune.src'} {work / 'prepare' / 'tune.ref'}" in log
+        assert f" {ini} " in log
+    assert scores_per_line(work / "score-tiny@20-wp" / "phrase-table.gz") == 6
 
     seeds = set()
     for row in results["runs"]:
-        system, run = row["system"], row["run"]
-        tuned_from = "b" if system == "d" else system
+        key, run = row["system"], row["run"]
+        tuned_from = "b-tiny@20" if key == "d-tiny@20" else key
         tuned = read_ini(str(work / f"tune-{tuned_from}-{run}" / "tuned.ini")).weights()
         assert row["weights"] == {k: list(v) for k, v in tuned.items()}
-        if system in "bcd":  # the RNN (and WP) weights are the tuned ones
-            assert row["rnn_weight"] == tuned["TranslationModel0"][4]
-        if system == "c":
-            assert row["wp_weight"] == tuned["TranslationModel0"][5]
+        names = {"a": [], "c-tiny@20": ["RNN", "WP"]}.get(key.removesuffix("-mira"), ["RNN"])
+        assert row["new_weights"] == dict(zip(names, tuned[TM][4:], strict=True))
         seeds.add(row["seed"])
-        log = (work / f"tune-{tuned_from}-{run}" / "mert" / "run1.mert.log").read_text()
-        assert f"Seeding random numbers with {row['seed']}" in log
+        mert = work / f"tune-{tuned_from}-{run}" / "mert"
+        log = (mert / "run1.mert.log").read_text()
+        if "mira" in key:
+            assert log.startswith("kbmira with ")
+            assert f"Initialising random seed to {row['seed']}" in log
+        else:
+            assert f"Seeding random numbers with {row['seed']}" in log
+        if key == "d-tiny@20":
+            assert row["table_lines"] < results["tables"]["filtered_lines"]
         for part in ("dev", "test"):
-            hyps = lines(work / f"decode-{system}-{run}" / f"{part}.hyp")
+            hyps = lines(work / f"decode-{key}-{run}" / f"{part}.hyp")
             refs = lines(TINY_SYSTEM / f"{part}.fr")
             assert len(hyps) == 10
             ours = float(bleu_from_totals(corpus_stats(hyps, refs).sum(axis=0)))
@@ -98,21 +162,38 @@ def test_the_whole_driver_on_a_tiny_real_system(tmp_path: Path, tiny_model_dir: 
                 # multi-bleu.perl rounds to 2 decimals and does not smooth
                 assert row[f"{part}_multi_bleu"] == pytest.approx(ours, abs=0.006)
     assert seeds == {1001, 1002}
-    for s in results["systems"][1:]:
-        assert 0 < s["test_vs_a"]["p"] <= 1
-        assert s["test_vs_a"]["trials"] == 300
-    assert set(results["step_seconds"]) >= {"prepare", "filter", "tune-a-2", "decode-d-2"}
+
+    # each system against its own tuner's baseline, with both tests and the interval
+    assert systems["a"].get("test_vs_baseline") is None
+    assert systems["a-mira"].get("test_vs_baseline") is None
+    for key, s in systems.items():
+        if key in ("a", "a-mira"):
+            continue
+        assert s["baseline"] == ("a-mira" if "mira" in key else "a")
+        sig = s["test_vs_baseline"]
+        base = systems[s["baseline"]]
+        assert sig["delta"] == pytest.approx(s["test_mean"] - base["test_mean"], abs=1e-6)
+        assert sig["interval"][0] <= sig["interval"][1]
+        assert 0 < sig["p"] <= 1 and 0 < sig["p_shared_coin"] <= 1 and sig["trials"] == 300
+    assert "p (test, shared coin, ours)" in proc.stdout
+
+    # the curve: one point per MERT (b), at its model's training time
+    assert (work / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = json.loads((work / "curve.json").read_text())
+    assert [p["model"] for p in points] == ["tiny@10", "tiny@20"]
+    for point, model in zip(points, results["models"], strict=True):
+        assert point["hours"] == model["train_hours"]
+        assert point["gain"] == systems[point["system"]]["test_vs_baseline"]["delta"]
+    assert "![test BLEU gain against training hours](curve.png)" in proc.stdout
 
 
-def test_a_killed_driver_resumed_does_not_redo_finished_steps(
-    tmp_path: Path, tiny_model_dir: Path
+def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_snapshot(
+    tmp_path: Path, snapshots: list[Path]
 ) -> None:
     work = tmp_path / "work"
+    argv = table1_argv(TINY_SYSTEM, snapshots[1:], work, "--runs", "1", "--runs-c", "0")
     proc = subprocess.Popen(
-        table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1),
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
+        argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.monotonic() + 120
     while not (work / "tune-a-1" / "log").exists():
@@ -121,11 +202,11 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps(
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver, mert-moses.pl and the decoder
     proc.wait()
-    finished = ("prepare", "filter", "score-rnn", "score-rnn-wp")
+    finished = ("prepare", "filter", "score-tiny@20")
     before = {name: (work / name / "done.json").read_bytes() for name in finished}
     mtimes = {name: (work / name / "done.json").stat().st_mtime_ns for name in finished}
 
-    again = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
+    again = run_table1(*argv)
     assert again.returncode == 0, again.stderr
     for name in finished:
         assert f"table1: {name}: done before" in again.stderr
@@ -134,9 +215,70 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps(
     assert "table1: tune-a-1: running" in again.stderr  # the cut-short step ran again
     assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 1
 
-    third = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
+    third = run_table1(*argv)
     assert third.returncode == 0
     assert "running" not in third.stderr  # everything was done
+
+    # a snapshot added later: its steps run, nothing else
+    more = run_table1(*table1_argv(TINY_SYSTEM, snapshots, work, "--runs", "1", "--runs-c", "0"))
+    assert more.returncode == 0, more.stderr
+    ran = [line.split(":")[1].strip() for line in more.stderr.splitlines() if "running" in line]
+    assert ran == ["score-tiny@10", "tune-b-tiny@10-1", "decode-b-tiny@10-1"]
+    results = json.loads((work / "results.json").read_text())
+    assert [s["system"] for s in results["systems"]] == ["a", "b-tiny@10", "b-tiny@20"]
+
+
+def two_model_scoring_missing(tmp_path: Path, model: Path) -> str | None:
+    """Why system (e) cannot run with this rescorer (issue 24), or None."""
+    train_help = subprocess.run(
+        [sys.executable, "-m", "rescorer", "train", "--help"], capture_output=True, text=True
+    ).stdout
+    if "--direction" not in train_help:
+        return "rescorer train has no --direction yet (issue 24): no inverse model for (e)"
+    out = tmp_path / "probe.gz"
+    argv = [
+        sys.executable, "-m", "rescorer", "score", str(TABLE), "-m", str(model), "-m",
+        str(model), "-o", str(out), "-q", "--compile", "no",
+    ]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, check=False)
+    if proc.returncode != 0 or scores_per_line(out) != scores_per_line(TABLE) + 2:
+        return "rescorer score does not add one column per -m yet (issue 24)"
+    return None
+
+
+def test_system_e_adds_both_directions(tmp_path: Path, tiny_model_dir: Path) -> None:
+    reason = two_model_scoring_missing(tmp_path, tiny_model_dir)
+    if reason is not None:
+        pytest.skip(reason)
+    inverse = train_tiny(tmp_path / "inverse", *TINY_TRAIN_FLAGS, "--direction", "inverse")
+    work = tmp_path / "work"
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
+    proc = run_table1(*argv, "--inverse-model", str(inverse))
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((work / "results.json").read_text())
+    key = f"e-{tiny_model_dir.name}+inverse"
+    assert [s["system"] for s in results["systems"]] == ["a", f"b-{tiny_model_dir.name}", key]
+    score = work / f"score-{tiny_model_dir.name}+inverse"
+    assert f"-m {tiny_model_dir} -m {inverse} " in (score / "log").read_text()
+    assert scores_per_line(score / "phrase-table.gz") == scores_per_line(TABLE) + 2
+    shipped = read_ini(str(TINY_SYSTEM / "moses.ini")).weights()[TM]
+    assert read_ini(str(score / "start.ini")).weights()[TM] == (*shipped, 0.05, 0.05)
+    (row,) = [r for r in results["runs"] if r["system"] == key]
+    assert list(row["new_weights"]) == ["RNN", "RNN inverse"]
+    assert [m["direction"] for m in results["models"]] == ["forward", "inverse"]
+
+
+def test_a_model_of_the_wrong_direction_is_refused(tmp_path: Path, tiny_model_dir: Path) -> None:
+    forward = tmp_path / "inv@2h"
+    shutil.copytree(tiny_model_dir, forward)
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], tmp_path / "work")
+    proc = run_table1(*argv, "--inverse-model", str(forward))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"table1: error: --inverse-model {forward}: a forward-direction model; expected "
+        "an inverse one (rescorer train --direction inverse)"
+    )
+    assert not (tmp_path / "work" / "prepare").exists()  # refused before any step
 
 
 def copy_system(tmp_path: Path) -> Path:
@@ -149,13 +291,13 @@ def test_a_decoder_error_names_the_step_and_its_log(tmp_path: Path, tiny_model_d
     system = copy_system(tmp_path)
     (system / "lm.arpa").write_text("this is not an ARPA file\n")
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(system, tiny_model_dir, work, runs=1))
+    proc = run_table1(*table1_argv(system, [tiny_model_dir], work, "--runs", "1"))
     assert proc.returncode == 1
     error = proc.stderr.strip().splitlines()[-1]
     assert error.startswith("table1: error: step tune-a-1: perl exited with status")
     assert error.endswith(f"see {work / 'tune-a-1' / 'log'}")
     assert "Traceback" not in proc.stderr
-    assert (work / "score-rnn" / "done.json").exists()  # the steps before it are kept
+    assert (work / "score-model-wp" / "done.json").exists()  # the steps before it are kept
     assert not (work / "tune-a-1" / "done.json").exists()
 
 
@@ -163,7 +305,7 @@ def test_a_missing_table_names_the_step(tmp_path: Path, tiny_model_dir: Path) ->
     system = copy_system(tmp_path)
     (system / "reordering-table.gz").unlink()
     work = tmp_path / "work"
-    proc = run_table1(*table1_argv(system, tiny_model_dir, work, runs=1))
+    proc = run_table1(*table1_argv(system, [tiny_model_dir], work, "--runs", "1"))
     assert proc.returncode == 1
     assert f"step filter: missing {system / 'reordering-table.gz'}" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -173,60 +315,57 @@ def test_a_missing_output_of_a_finished_step_names_the_next_step(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     work = tmp_path / "work"
-    assert run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1)).returncode == 0
-    (work / "score-rnn" / "b.ini").unlink()
-    shutil.rmtree(work / "tune-b-1")
-    proc = run_table1(*table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1))
-    assert proc.returncode == 1
-    assert f"step tune-b-1: missing {work / 'score-rnn' / 'b.ini'}" in proc.stderr
-
-
-def test_a_work_dir_made_with_other_settings_is_refused(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
-    work = tmp_path / "work"
-    argv = table1_argv(TINY_SYSTEM, tiny_model_dir, work, runs=1)
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
     assert run_table1(*argv).returncode == 0
-    other = [*argv[:-2], "--top-k", "3", *argv[-2:]]
-    proc = run_table1(*other)
+    (work / "score-model" / "start.ini").unlink()
+    shutil.rmtree(work / "tune-b-model-1")
+    proc = run_table1(*argv)
+    assert proc.returncode == 1
+    assert f"step tune-b-model-1: missing {work / 'score-model' / 'start.ini'}" in proc.stderr
+
+
+def test_a_work_dir_made_with_other_settings_or_weights_is_refused(
+    tmp_path: Path, snapshots: list[Path]
+) -> None:
+    work, model = tmp_path / "work", tmp_path / "fwd@1h"
+    shutil.copytree(snapshots[0], model)
+    argv = table1_argv(TINY_SYSTEM, [model], work, "--runs", "1", "--runs-c", "0")
+    assert run_table1(*argv).returncode == 0
+    proc = run_table1(*argv, "--top-k", "3")
     assert proc.returncode == 1
     assert "was made with other settings (top_k)" in proc.stderr
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"model": None}, "give a model directory (--model) or --train BUDGET"),
-        ({"runs": 0}, "--runs 0: expected at least 1"),
-        ({"src": "de"}, "no dev.de"),
-        ({"tuner": "pro"}, "--tuner pro: expected one of mert, mira"),
-    ],
-)
-def test_config_errors(tmp_path: Path, tiny_model_dir: Path, change: dict, message: str) -> None:
-    base = {"system": TINY_SYSTEM, "work": tmp_path, "moses": MOSES, "model": tiny_model_dir}
-    with pytest.raises(RescorerError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        check_config(Table1Config(**{**base, **change}))  # type: ignore[arg-type]
+    # the model went on training: its label now names other weights
+    shutil.copyfile(snapshots[1] / "model.safetensors", model / "model.safetensors")
+    proc = run_table1(*argv)
+    assert proc.returncode == 1
+    old, new = (sha256_file(p / "model.safetensors")[:12] for p in snapshots)
+    assert (
+        f"scored with model fwd@1h of weights sha256 {old}; this fwd@1h has {new} (still "
+        "training, or another model?)"
+    ) in proc.stderr
 
 
 def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     work = tmp_path / "work"
     argv = [
-        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "20s", "--work", str(work),
-        "--moses", str(MOSES), "--runs", "1", "--max-iterations", "1", "--trials", "100",
-        "--score-args", "--compile no", "--dev-lines", "6",
+        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "5m", "--work", str(work),
+        "--moses", str(MOSES), "--runs", "1", "--runs-c", "0", "--max-iterations", "1",
+        "--trials", "100", "--score-args", "--compile no", "--dev-lines", "6",
         "--train-args", "--hidden-size 8 --embed-size 6 --maxout-units 5 --src-vocab-size 200 "
         "--tgt-vocab-size 200 --batch-size 16 --max-updates 20 --valid-every 10 -q",
     ]  # fmt: skip
     proc = run_table1(*argv)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((work / "results.json").read_text())
-    assert results["model"]["model"] == str(work / "train" / "model")
-    assert results["model"]["updates"] == 20
-    assert results["model"]["model_config"]["hidden_size"] == 8
+    (model,) = results["models"]
+    assert (model["label"], model["path"]) == ("train", str(work / "train" / "model"))
+    assert model["updates"] == 20
+    assert model["model_config"]["hidden_size"] == 8
+    assert [s["system"] for s in results["systems"]] == ["a", "b-train"]
     # tuned on dev 1-6: BLEU of both dev parts, from the same statistics as the whole
     assert results["sentences"]["tune"] == 6
     for s in results["systems"]:
         assert {"dev_tuned_mean", "dev_rest_mean"} <= set(s)
     assert "Dev split: the 6 sentences tuned on" in proc.stdout
-    score_log = (work / "score-rnn" / "log").read_text()
+    score_log = (work / "score-train" / "log").read_text()
     assert f"-m {work / 'train' / 'model'}" in score_log

@@ -13,9 +13,10 @@ import pytest
 from conftest import SLICE
 
 import rescorer.score.stages as stages
+from rescorer.constants import INVERSE
 from rescorer.io.chunks import Chunk
 from rescorer.io.table import format_prob, format_score, parse_raw_line, read_table
-from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
+from rescorer.score.stages import ModelSides, ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import build_vocabs
 
 
@@ -34,10 +35,17 @@ def parse_both(chunk: Chunk, num_scores: int | None) -> tuple[ParsedChunk, Parse
 def assert_same(a: ParsedChunk, b: ParsedChunk) -> None:
     for f in fields(ParsedChunk):
         x, y = getattr(a, f.name), getattr(b, f.name)
-        if f.name == "pairs":
-            for g in fields(x):
-                np.testing.assert_array_equal(getattr(x, g.name), getattr(y, g.name), g.name)
-                assert getattr(x, g.name).dtype == getattr(y, g.name).dtype, g.name
+        if f.name == "by_model":
+            assert len(x) == len(y)
+            for p, q in zip(x, y, strict=True):
+                for g in fields(p):
+                    np.testing.assert_array_equal(getattr(p, g.name), getattr(q, g.name), g.name)
+                    assert getattr(p, g.name).dtype == getattr(q, g.name).dtype, g.name
+        elif f.name == "orders":
+            assert [o is None for o in x] == [o is None for o in y]
+            for p, q in zip(x, y, strict=True):
+                if p is not None:
+                    np.testing.assert_array_equal(p, q)
         elif f.name == "unk":
             np.testing.assert_array_equal(x, y)
             assert x.dtype == y.dtype
@@ -47,9 +55,12 @@ def assert_same(a: ParsedChunk, b: ParsedChunk) -> None:
 
 @pytest.fixture(scope="module")
 def slice_chunk() -> Chunk:
-    """The real slice as one chunk, with shortlists of 300 words so many words fall outside."""
+    """The real slice as one chunk, with shortlists of 300 words so many words fall outside;
+    a forward model and an inverse one (issue 24), each with its own shortlists."""
     entries = list(read_table(str(SLICE)))
-    init_worker(*build_vocabs([(e.src, e.tgt) for e in entries], 300, 300))
+    forward = ModelSides(*build_vocabs([(e.src, e.tgt) for e in entries], 300, 300))
+    inverse = ModelSides(*build_vocabs([(e.tgt, e.src) for e in entries], 250, 280), INVERSE)
+    init_worker([forward, inverse])
     return Chunk(0, 1, gzip.decompress(SLICE.read_bytes()))
 
 
@@ -58,7 +69,14 @@ def test_the_bulk_path_parses_a_real_chunk_as_the_line_parser_does(slice_chunk: 
     bulk, by_line = parse_both(slice_chunk, 4)
     assert_same(bulk, by_line)
     assert bulk.lines_in == 2090 and int(bulk.unk.sum()) > 100
-    assert len(bulk.pairs.src_off) - 1 < bulk.pairs.num_pairs  # sources are shared
+    forward, inverse = bulk.by_model
+    assert len(forward.src_off) - 1 < forward.num_pairs  # sources are shared
+    # The inverse model's pairs are grouped by target: each distinct target phrase once.
+    targets = [e.tgt for e in read_table(str(SLICE))]
+    assert len(inverse.src_off) - 1 == len(set(targets)) < len(targets)
+    order = bulk.orders[1]
+    assert order is not None and sorted(order.tolist()) == list(range(len(targets)))
+    assert [targets[i] for i in order] == sorted(targets, key=lambda t: t.encode())
 
 
 @pytest.mark.parametrize(
@@ -100,3 +118,10 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
         expected.append(entry.line_with_columns(texts) + "\n")
     assert gzip.decompress(data) == "".join(expected).encode("utf-8")
     assert format_chunk([], [], logp[:0], parsed.unk[:0], column, True, None) == b""
+    # Two models: two columns in that order, then the word penalty.
+    two = np.stack([logp, logp[::-1]], axis=1)  # (N,2)
+    data = format_chunk(parsed.lines, parsed.cuts, two, parsed.unk, column, True, None)
+    for i, line in enumerate(data.decode("utf-8").splitlines()):
+        values = [format_prob(v) if column == "prob" else f"{v:.8g}" for v in two[i]]
+        penalty = format_score(math.exp(int(parsed.unk[i])))
+        assert line.split(" ||| ")[2].split(" ")[-3:] == [*values, penalty]

@@ -1,13 +1,15 @@
 """scripts/slurm/*.sbatch on a real single-node Slurm on localhost, started by this test.
 
-The fixture installs Debian's slurm-wlm and munge when they are missing (scripts/slurm/
-install-debian.sh; root and apt needed), writes its own slurm.conf and munge key in a temp dir,
-starts munged, slurmctld and slurmd, and stops them by their pids at the end. Where that cannot
-be done the tests skip and say why.
+Slurm and munge must be installed already: .ci/run installs Debian's slurm-wlm and munge before
+the tests (scripts/slurm/install-debian.sh, as root); a test never installs anything. Without
+them the tests skip and say why. The fixture writes its own slurm.conf and munge key in a temp
+dir, starts munged, slurmctld and slurmd, and at the end cancels what jobs are left and stops
+the daemons by their pids. Where that cannot be done the tests skip and say why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -42,18 +44,16 @@ def find(name: str) -> str | None:
     )
 
 
-def ensure_installed() -> str | None:
-    """None when every program is there (installing them if we can), else why not."""
-    if all(find(name) for name in DAEMONS):
+def missing() -> str | None:
+    """None when every program is there, else why the tests skip (.ci/run says why it could not
+    install them in RESCORER_SLURM_MISSING)."""
+    absent = [name for name in DAEMONS if not find(name)]
+    if not absent:
         return None
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return "Slurm is not installed and this is not root on a Debian-like system with apt-get"
-    proc = subprocess.run(
-        ["bash", str(SLURM_DIR / "install-debian.sh")], capture_output=True, text=True, timeout=900
+    why = os.environ.get("RESCORER_SLURM_MISSING") or (
+        "install it as root with scripts/slurm/install-debian.sh (.ci/run does)"
     )
-    if proc.returncode != 0 or not all(find(name) for name in DAEMONS):
-        return f"installing slurm-wlm and munge failed: {proc.stderr[-500:]}"
-    return None
+    return f"Slurm is not installed (no {', '.join(absent)}): {why}"
 
 
 class Cluster:
@@ -156,6 +156,13 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         return proc.stdout
 
     def stop(self) -> None:
+        """Cancel the jobs still queued or running (a failed test leaves them; their steps run
+        in slurmstepd processes of their own, which stopping slurmd would leave behind), then
+        stop the daemons, last started first."""
+        if len(self.procs) == 3 and all(proc.poll() is None for proc in self.procs):
+            self.run("scancel", "--partition=test", check=False)
+            with contextlib.suppress(RuntimeError):
+                self.wait_for(lambda: not self.run("squeue", "-h", check=False).strip(), "", 60)
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -178,7 +185,7 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    why = ensure_installed()
+    why = missing()
     if why:
         pytest.skip(why)
     folder = tmp_path_factory.mktemp("slurm")

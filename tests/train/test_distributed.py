@@ -40,10 +40,15 @@ def log_of(model: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("direction", ["forward", "inverse"])
+def test_two_ranks_train_as_one_process_with_twice_the_batch(
+    tmp_path: Path, direction: str
+) -> None:
     """Each rank takes its own half of every group of batches and the loss is scaled so the
-    summed gradient is the single process's: same weights after 30 updates, loss falling."""
+    summed gradient is the single process's: same weights after 30 updates, loss falling. An
+    inverse model (issue 24) trains under torchrun the same way."""
     flags = ["--max-updates", "30", "--valid-every", "30", "--log-every", "10"]
+    flags += ["--direction", direction]
     ddp, single = tmp_path / "ddp", tmp_path / "single"
     proc = subprocess.run(
         torchrun("-o", str(ddp), "--batch-size", "8", *flags),
@@ -66,6 +71,7 @@ def test_two_ranks_train_as_one_process_with_twice_the_batch(tmp_path: Path) -> 
     assert len(losses) == 3 and losses[-1] < losses[0]
     assert [r["update"] for r in log_of(ddp)] == [r["update"] for r in log_of(single)]
     assert json.loads((ddp / "provenance.json").read_text())["world_size"] == 2
+    assert json.loads((ddp / "config.json").read_text())["direction"] == direction
 
 
 def rank_pid(rank: int, parent: int) -> int | None:

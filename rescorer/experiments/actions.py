@@ -1,0 +1,237 @@
+"""The steps of a Table 1 run: prepare, train, filter, score, tune, decode, prune.
+
+Each action runs in its step's folder (:mod:`rescorer.experiments.steps`) and returns what
+``done.json`` records; the files the steps pass to each other are named by
+:class:`~rescorer.experiments.layout.Layout`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
+from rescorer.experiments.layout import Context, count_lines, read_lines
+from rescorer.experiments.models import sha256_file
+from rescorer.experiments.steps import Step, StepError
+from rescorer.experiments.systems import System
+from rescorer.experiments.tools import rescorer_argv
+from rescorer.io.files import open_text, write_text
+from rescorer.moses.ini import (
+    MosesIni,
+    absolute_paths,
+    pick_table_feature,
+    read_ini,
+    with_feature_paths,
+)
+
+REORDERING = "LexicalReordering"
+
+
+def prepare(ctx: Context, step: Step) -> dict[str, Any]:
+    """base.ini with absolute paths; the dev, tuning and test sets; dev+test for filtering."""
+    cfg, out = ctx.cfg, step.folder
+    ini = read_ini(str(cfg.system / "moses.ini"))
+    write_text(out / "base.ini", absolute_paths(ini))
+    sets: dict[str, int] = {}
+    for part in ("dev", "test"):
+        src = read_lines(cfg.system / f"{part}.{cfg.src}")
+        ref = read_lines(cfg.system / f"{part}.{cfg.tgt}")
+        if len(src) != len(ref):
+            raise StepError(
+                f"step prepare: {part}.{cfg.src} has {len(src)} lines, "
+                f"{part}.{cfg.tgt} has {len(ref)}: expected parallel files"
+            )
+        shutil.copyfile(cfg.system / f"{part}.{cfg.src}", out / f"{part}.src")
+        shutil.copyfile(cfg.system / f"{part}.{cfg.tgt}", out / f"{part}.ref")
+        sets[part] = len(src)
+    dev_src, dev_ref = read_lines(out / "dev.src"), read_lines(out / "dev.ref")
+    n = len(dev_src) if cfg.dev_lines is None else min(cfg.dev_lines, len(dev_src))
+    write_text(out / "tune.src", "".join(f"{line}\n" for line in dev_src[:n]))
+    write_text(out / "tune.ref", "".join(f"{line}\n" for line in dev_ref[:n]))
+    with open(out / "devtest.src", "wb") as f:
+        for part in ("dev", "test"):
+            f.write((out / f"{part}.src").read_bytes())
+    sets["tune"] = n
+    return {"sentences": sets}
+
+
+def train(ctx: Context, step: Step) -> dict[str, Any]:
+    """`rescorer train` on the system's phrase table; a killed training run is resumed."""
+    cfg = ctx.cfg
+    model = step.folder / "model"
+    table = _phrase_table(ctx)
+    argv = rescorer_argv(
+        "train", table, "-o", model, "--max-time", str(cfg.train_budget), *cfg.train_args
+    )
+    if (model / TRAIN_STATE_FILE).is_file():
+        argv.append("--resume")
+    step.run(argv)
+    return {"model": str(model)}
+
+
+def _phrase_table(ctx: Context) -> Path:
+    ini = read_ini(str(ctx.paths.prepare / "base.ini"))
+    return Path(phrase_table_feature(ini, ctx.cfg.feature_name)[1])
+
+
+def phrase_table_feature(ini: MosesIni, feature_name: str | None) -> tuple[str, str]:
+    """The name and the table path of the phrase table the experiment scores."""
+    feature = pick_table_feature(ini, feature_name)
+    path = feature.get("path")
+    if path is None or feature.kind != "PhraseDictionaryMemory":
+        raise StepError(
+            f"{ini.path}:{feature.lineno}: {feature.name} is a {feature.kind}; the experiment "
+            "needs a text phrase table (PhraseDictionaryMemory with path=)"
+        )
+    return feature.name, ini.resolve(path)
+
+
+def filter_tables(ctx: Context, step: Step) -> dict[str, Any]:
+    """Phrase and reordering tables filtered to dev+test by `rescorer filter --input`."""
+    cfg, out, prep = ctx.cfg, step.folder, ctx.paths.prepare
+    base = read_ini(str(prep / "base.ini"))
+    name, table = phrase_table_feature(base, cfg.feature_name)
+    step.need(Path(table))
+    step.run(
+        rescorer_argv(
+            "filter", table, "--input", prep / "devtest.src", "--moses-ini", prep / "base.ini",
+            "--feature-name", name, "--ini-out", out / "a.ini", "-o", out / "phrase-table.gz",
+        )
+    )  # fmt: skip
+    reordering: dict[str, str] = {}
+    for i, feature in enumerate(base.features_of_kind(REORDERING)):
+        path = feature.get("path")
+        if path is None:
+            continue
+        source = Path(base.resolve(path))
+        if not source.is_file() and Path(f"{source}.gz").is_file():
+            source = Path(f"{source}.gz")  # Moses also tries the name with .gz
+        if not source.is_file():
+            if Path(f"{source}.minlexr").is_file():
+                continue  # a compact (binarised) table: used as it is
+            raise StepError(f"step filter: missing {source}, the table of {feature.name}")
+        target = out / f"reordering-{i}.gz"
+        step.run(rescorer_argv("filter", source, "--input", prep / "devtest.src", "-o", target))
+        reordering[feature.name] = str(target)
+    if reordering:
+        write_text(out / "a.ini", with_feature_paths(read_ini(str(out / "a.ini")), reordering))
+    return {
+        "phrase_table": table,
+        "phrase_table_sha256": sha256_file(Path(table)),
+        "full_lines": count_lines(Path(table)),
+        "filtered_lines": count_lines(out / "phrase-table.gz"),
+        "reordering_tables": reordering,
+    }
+
+
+def _scores_per_line(table: Path) -> int:
+    """The number of scores on a phrase table's first line (0 for an empty table)."""
+    with open_text(str(table)) as lines:
+        for line in lines:
+            fields = line.split(FIELD_SEP)
+            return len(fields[2].split()) if len(fields) > 2 else 0
+    return 0
+
+
+def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
+    """`rescorer score` of the filtered table with the system's models (one ``-m`` each, in
+    order, ``--word-penalty`` last), then `rescorer moses-ini`: the shipped weights and
+    ``--new-weight`` for every new column."""
+    out, filtered = step.folder, ctx.paths.filter / "phrase-table.gz"
+    table, ini = ctx.paths.scored_table(system), ctx.paths.start_ini(system)
+    models = [ctx.models[label].path for label in system.models]
+    step.need(filtered, *models)
+    wp = ["--word-penalty"] if system.word_penalty else []
+    models_argv = [arg for m in models for arg in ("-m", m)]
+    step.run(
+        rescorer_argv("score", filtered, *models_argv, "-o", table, "-q", *wp, *ctx.cfg.score_args)
+    )
+    added = _scores_per_line(table) - _scores_per_line(filtered)
+    columns = len(models) + len(wp)
+    if added != columns:
+        raise StepError(
+            f"step {step.name}: rescorer score added {added} column(s) for {len(models)} "
+            f"model(s){' and --word-penalty' if wp else ''}, expected {columns}: this rescorer "
+            f"does not score with several -m (rescorer score TABLE -m FWD -m INV); see {step.log}"
+        )
+    weights = [str(ctx.cfg.new_weight)] * columns
+    step.run(
+        rescorer_argv(
+            "moses-ini", ctx.paths.filter / "a.ini", "--phrase-table", table, "-o", ini,
+            *(arg for w in weights for arg in ("--new-weight", w)),
+        )
+    )  # fmt: skip
+    return {"table": str(table), "ini": str(out / ini.name), "models": list(system.models)}
+
+
+def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
+    """mert-moses.pl in a fresh working directory, with this replica's seed: MERT (``mert -r``)
+    or batch MIRA (``kbmira --random-seed``, with ``--return-best-dev`` as the Moses manual
+    advises for MIRA, whose last iteration need not be its best)."""
+    cfg, tools, prep = ctx.cfg, ctx.tools, ctx.paths.prepare
+    ini = ctx.paths.start_ini(system)
+    step.need(ini, prep / "tune.src", prep / "tune.ref")
+    seed = cfg.tuner_seed(run)
+    argv: list[str | os.PathLike[str]] = [
+        "perl", tools.mert_moses, prep / "tune.src", prep / "tune.ref", tools.moses, ini,
+        "--mertdir", tools.mertdir, "--decoder-flags", f"-threads {cfg.threads}",
+        "--working-dir", step.folder / "mert", "--maximum-iterations", str(cfg.max_iterations),
+        "--no-filter-phrase-table",
+    ]  # fmt: skip
+    if system.tuner == "mira":
+        argv += ["--batch-mira", "--return-best-dev", "--batch-mira-args", f"--random-seed {seed}"]
+    else:
+        argv += ["--mertmertargs", f"-r {seed} "]  # mert-moses.pl appends "--sctype" unspaced
+    step.run(argv, cwd=step.folder)
+    tuned = step.folder / "mert" / "moses.ini"
+    step.need(tuned)
+    shutil.copyfile(tuned, step.folder / "tuned.ini")
+    iterations = len(list((step.folder / "mert").glob("run*.moses.ini")))
+    return {"seed": seed, "iterations": iterations, "weights": _weights(step.folder / "tuned.ini")}
+
+
+def _weights(ini_path: Path) -> dict[str, list[float]]:
+    return {k: list(v) for k, v in read_ini(str(ini_path)).weights().items()}
+
+
+def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
+    """The real decoder on dev and test with the tuned (or pruned) ini."""
+    cfg, prep = ctx.cfg, ctx.paths.prepare
+    ini = ctx.paths.decode_ini(system, run)
+    step.need(ini)
+    lines = {}
+    for part in ("dev", "test"):
+        hyp = step.folder / f"{part}.hyp"
+        step.run(
+            [ctx.tools.moses, "-f", ini, "-threads", str(cfg.threads)],
+            stdin=prep / f"{part}.src",
+            stdout=hyp,
+        )
+        lines[part] = count_lines(hyp)
+        expected = count_lines(prep / f"{part}.src")
+        if lines[part] != expected:
+            raise StepError(
+                f"step {step.name}: the decoder wrote {lines[part]} lines for {expected} "
+                f"{part} sentences; see {step.log}"
+            )
+    return {"ini": str(ini), "lines": lines}
+
+
+def prune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
+    """(d): the +RNN table cut to the top K per source by (b)'s tuned score (`filter --top-k`)."""
+    assert system.pruned_from is not None
+    tuned = ctx.paths.tuned_ini(system.pruned_from, run)
+    table = ctx.paths.scored_table(ctx.system(system.pruned_from))
+    step.need(tuned, table)
+    pruned = step.folder / "phrase-table.gz"
+    ini = ctx.paths.pruned_ini(system.key, run)
+    step.run(
+        rescorer_argv(
+            "filter", table, "--top-k", str(ctx.cfg.top_k), "--weights", tuned,
+            "--ini-out", ini, "-o", pruned,
+        )
+    )  # fmt: skip
+    return {"table_lines": count_lines(pruned), "ini": str(ini)}

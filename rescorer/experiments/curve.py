@@ -1,0 +1,103 @@
+"""The learning curve: does the RNN column's gain grow as the model learns?
+
+One point per system (b) tuned by MERT: its model's training hours (to the saved weights, from
+the model's own training log) against the mean test-BLEU gain over (a) with its bootstrap 95%
+interval, each point labelled with its model and validation perplexity, the unigram model's in
+the title. ``curve.png`` is drawn with matplotlib's Agg backend, an optional dependency
+(``pip install 'rescorer[analysis]'``) imported only here; the points themselves are written
+beside it (``curve.json``), so what the picture shows can be read and checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rescorer.io.files import atomic_path, write_json
+
+DPI = 100
+MISSING = "no curve.png: drawing it needs matplotlib (pip install 'rescorer[analysis]')"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    system: str
+    model: str
+    hours: float  # training time of the model's weights
+    gain: float  # mean test BLEU minus (a)'s
+    low: float  # the bootstrap 95% interval of the gain
+    high: float
+    p: float  # MultEval's
+    valid_ppl: float | None
+    unigram_ppl: float | None
+
+
+def curve_points(results: dict[str, Any]) -> list[CurvePoint]:
+    """The (b) systems tuned by MERT whose model recorded its training time, by hours."""
+    models = {m["label"]: m for m in results["models"]}
+    points = []
+    for s in results["systems"]:
+        sig = s.get("test_vs_baseline")
+        if s["letter"] != "b" or s["tuner"] != "mert" or sig is None:
+            continue
+        model = models[s["models"][0]]
+        if model.get("train_hours") is None:
+            continue
+        points.append(
+            CurvePoint(
+                s["system"], model["label"], model["train_hours"], sig["delta"],
+                sig["interval"][0], sig["interval"][1], sig["p"], model["valid_ppl"],
+                model["unigram_ppl"],
+            )
+        )  # fmt: skip
+    return sorted(points, key=lambda p: p.hours)
+
+
+def draw_curve(points: list[CurvePoint]) -> Any:
+    """The figure (matplotlib), or an ImportError without matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), dpi=DPI)
+    ax = fig.add_subplot()
+    hours = [p.hours for p in points]
+    gains = [p.gain for p in points]
+    errors = [[p.gain - p.low for p in points], [p.high - p.gain for p in points]]
+    ax.errorbar(hours, gains, yerr=errors, fmt="o-", capsize=4, label="(b) +RNN")
+    ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
+    for p in points:
+        ppl = "–" if p.valid_ppl is None else f"{p.valid_ppl:.1f}"
+        ax.annotate(
+            f"{p.model}\nppl {ppl}", (p.hours, p.gain), xytext=(6, 6),
+            textcoords="offset points", fontsize=8,
+        )  # fmt: skip
+    unigrams = sorted({round(p.unigram_ppl, 1) for p in points if p.unigram_ppl is not None})
+    ax.set_title(
+        "Test BLEU gain of +RNN over the baseline, mean and 95% interval\n"
+        f"labels: validation perplexity; a unigram model's: {', '.join(map(str, unigrams)) or '–'}",
+        fontsize=9,
+    )
+    ax.set_xlabel("training time of the model (hours)")
+    ax.set_ylabel("test BLEU gain over (a)")
+    span = max(hours) or 1.0
+    ax.set_xlim(left=-0.03 * span, right=1.2 * span)
+    fig.tight_layout()
+    return fig
+
+
+def write_curve(results: dict[str, Any], path: Path) -> str | None:
+    """curve.png and curve.json from results.json's data; a warning when it cannot draw."""
+    points = curve_points(results)
+    if not points:
+        return None
+    write_json(path.with_suffix(".json"), [asdict(p) for p in points])
+    try:
+        fig = draw_curve(points)
+    except ImportError:
+        return MISSING
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    return None

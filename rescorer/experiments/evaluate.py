@@ -1,0 +1,171 @@
+"""The evaluation of a Table 1 run: BLEU of every decoded run, means, spreads, significance."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rescorer.experiments.actions import phrase_table_feature
+from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
+from rescorer.experiments.config import Table1Config
+from rescorer.experiments.layout import Context, read_lines
+from rescorer.experiments.significance import (
+    gain_interval,
+    mean_gain,
+    pooled_randomization,
+    shared_coin_randomization,
+)
+from rescorer.experiments.systems import TUNERS, System, column_names
+from rescorer.experiments.tools import multi_bleu
+from rescorer.moses.ini import read_ini
+
+PARTS = ("dev", "test")
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _new_weights(weights: dict[str, list[float]], feature: str, base_columns: int) -> list[float]:
+    return weights.get(feature, [])[base_columns:]
+
+
+def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict[str, Any]:
+    """A system against the baseline: ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
+    pooled = pooled_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    shared = shared_coin_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    low, high = gain_interval(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    return {
+        "delta": mean_gain(baseline, system),  # every replica of each system
+        "interval": [low, high],
+        "p": pooled.p_value,  # MultEval's test
+        "reached": pooled.reached,
+        "pooled_delta": pooled.delta,
+        "p_shared_coin": shared.p_value,  # our first edition's test
+        "reached_shared_coin": shared.reached,
+        "trials": cfg.trials,
+        "pairs": pooled.replicas,
+    }
+
+
+def evaluate(ctx: Context) -> dict[str, Any]:
+    """BLEU of every decoded run, means and spreads, each system against its baseline."""
+    cfg, prep, records = ctx.cfg, ctx.paths.prepare, ctx.records
+    refs = {part: read_lines(prep / f"{part}.ref") for part in PARTS}
+    feature, _ = phrase_table_feature(read_ini(str(prep / "base.ini")), cfg.feature_name)
+    base_columns = len(read_ini(str(prep / "base.ini")).weights()[feature])
+    runs: list[dict[str, Any]] = []
+    stats: dict[tuple[str, str], list[np.ndarray]] = {}  # (system, part) -> K x [S, W]
+    signature = ""
+    for system in ctx.systems:
+        tuned_from = system.pruned_from or system.key
+        names = column_names(system, ctx.models)
+        for run in range(1, system.runs + 1):
+            tune = records[f"tune-{tuned_from}-{run}"]
+            row: dict[str, Any] = {"system": system.key, "run": run, "seed": tune["seed"]}
+            for part in PARTS:
+                hyp_path = ctx.paths.hyp(system.key, run, part)
+                hyps = read_lines(hyp_path)
+                row[f"{part}_bleu"], signature = sacrebleu_score(hyps, refs[part])
+                row[f"{part}_multi_bleu"] = multi_bleu(ctx.tools, prep / f"{part}.ref", hyp_path)
+                stats.setdefault((system.key, part), []).append(corpus_stats(hyps, refs[part]))
+            added = _new_weights(tune["weights"], feature, base_columns)
+            row["new_weights"] = dict(zip(names, added, strict=False))
+            row["weights"] = tune["weights"]
+            row["iterations"] = tune["iterations"]
+            row["table_lines"] = (
+                records[f"prune-{system.key}-{run}"]["table_lines"]
+                if system.pruned_from
+                else records["filter"]["filtered_lines"]
+            )
+            row["tune_seconds"] = tune["seconds"] if system.tuned else None
+            row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
+            runs.append(row)
+    n_tune = records["prepare"]["sentences"]["tune"]
+    systems = [
+        _system_entry(ctx, system, [r for r in runs if r["system"] == system.key], stats, n_tune)
+        for system in ctx.systems
+    ]
+    models = []
+    for label in ctx.models:
+        users = [s.key for s in ctx.systems if label in s.models]
+        models.append({"label": label, **ctx.infos[label].to_json(), "systems": users})
+    tuners = sorted({s.tuner for s in ctx.systems}, key=list(TUNERS).index)
+    return {
+        "config": cfg.settings(),
+        "tuners": {t: TUNERS[t] for t in tuners},
+        "start": (
+            f"every tuned system starts from the shipped weights of {cfg.system / 'moses.ini'} "
+            f"and {cfg.new_weight:g} for each new column, and tunes on dev sentences 1-{n_tune}"
+        ),
+        "sentences": records["prepare"]["sentences"],
+        "tables": {
+            "phrase_table": records["filter"]["phrase_table"],
+            "phrase_table_sha256": records["filter"].get("phrase_table_sha256"),
+            "full_lines": records["filter"]["full_lines"],
+            "filtered_lines": records["filter"]["filtered_lines"],
+        },
+        "best": ctx.best,
+        "models": models,
+        "sacrebleu_signature": signature,
+        "systems": systems,
+        "runs": runs,
+        "step_seconds": {name: rec["seconds"] for name, rec in records.items()},
+        "significance": (
+            "p: MultEval's approximate randomisation (Clark et al. 2011), each system's "
+            "replicas pooled, one coin per (sentence, replica), pooled BLEU; p shared coin (ours): "
+            "one coin per sentence for every replica pair, mean BLEU; both over the first "
+            f"min(K) replica pairs, {cfg.trials} trials, p = (c+1)/(R+1); interval: bootstrap "
+            f"95% of the mean gain over sentences and replicas, {cfg.trials} trials"
+        ),
+        "warnings": list(ctx.warnings),
+    }
+
+
+def _system_entry(
+    ctx: Context,
+    system: System,
+    rows: list[dict[str, Any]],
+    stats: dict[tuple[str, str], list[np.ndarray]],
+    n_tune: int,
+) -> dict[str, Any]:
+    """A system's line of the table: means, spreads, and the tests against its baseline."""
+    entry: dict[str, Any] = {
+        "system": system.key,
+        "letter": system.letter,
+        "name": system.name,
+        "tuner": system.tuner,
+        "runs": len(rows),
+        "models": list(system.models),
+        "baseline": system.baseline,
+    }
+    base = system.baseline
+    for part in PARTS:
+        entry[f"{part}_mean"], entry[f"{part}_sd"] = _mean_sd([r[f"{part}_bleu"] for r in rows])
+        entry[f"{part}_multi_bleu_mean"], _ = _mean_sd([r[f"{part}_multi_bleu"] for r in rows])
+        if base is not None:
+            entry[f"{part}_vs_baseline"] = _versus(
+                np.stack(stats[(base, part)]), np.stack(stats[(system.key, part)]), ctx.cfg
+            )
+    # With --dev-lines, dev BLEU mixes sentences the weights were tuned on with unseen ones:
+    # both halves separately (the baseline's starting weights may have seen all of dev).
+    n_dev = len(stats[(system.key, "dev")][0])
+    if n_tune < n_dev:
+        for part, rows_of in (("dev_tuned", slice(0, n_tune)), ("dev_rest", slice(n_tune, None))):
+            ours = np.stack(stats[(system.key, "dev")])[:, rows_of]  # [K, S', W]
+            bleus = [float(bleu_from_totals(x.sum(axis=0))) for x in ours]
+            entry[f"{part}_mean"], entry[f"{part}_sd"] = _mean_sd(bleus)
+            if base is not None:
+                theirs = np.stack(stats[(base, "dev")])[:, rows_of]
+                entry[f"{part}_vs_baseline"] = _versus(theirs, ours, ctx.cfg)
+    entry["new_weight_means"] = {
+        name: statistics.fmean(r["new_weights"][name] for r in rows)
+        for name in column_names(system, ctx.models)
+        if all(name in r["new_weights"] for r in rows)
+    }
+    entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
+    return entry

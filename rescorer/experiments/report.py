@@ -1,0 +1,124 @@
+"""results.md: warnings, the models, the systems, the dev split and every run of results.json."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rescorer.experiments.significance import format_p
+
+COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
+
+
+def _p(sig: dict[str, Any] | None, which: str = "") -> str:
+    """A p cell: MultEval's (``which`` empty) or the shared-coin test's (``_shared_coin``)."""
+    if sig is None:
+        return "–"
+    return format_p(sig[f"p{which}"], sig["trials"], sig[f"reached{which}"])
+
+
+def _interval(sig: dict[str, Any] | None) -> str:
+    return "–" if sig is None else f"[{sig['interval'][0]:+.2f}, {sig['interval'][1]:+.2f}]"
+
+
+def _fmt(value: float | int | None, spec: str = ".2f") -> str:
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else format(value, spec)
+    )
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _models_table(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "| model | direction | updates | epochs | valid ppl | unigram ppl | training h "
+        "| weights sha256 | systems |",
+        "|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for m in results["models"]:
+        best = " (best)" if m["label"] == results["best"] else ""
+        cells = [
+            f"{m['label']}{best}", m["direction"], _fmt(m["updates"], ","),
+            _fmt(m["epochs"]), _fmt(m["valid_ppl"]), _fmt(m["unigram_ppl"]),
+            _fmt(m["train_hours"]), f"`{m['weights_sha256']}`", ", ".join(m["systems"]),
+        ]  # fmt: skip
+        lines.append(_row(cells))
+    return lines
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    """Every table of results.json, in Markdown."""
+    sents = results["sentences"]
+    lines = [f"**Warning:** {w}" for w in results.get("warnings", [])]
+    lines += [""] if lines else []
+    lines += [
+        f"Tuners: {'; '.join(results['tuners'].values())}. Start: {results['start']}; test "
+        f"{sents['test']} sentences. BLEU = sacreBLEU ({results['sacrebleu_signature']}); "
+        f"± = sample standard deviation over runs (K); Δ: mean BLEU minus the baseline's "
+        f"((a), or (a) by the same tuner); {results['significance']}.",
+        "",
+        *_models_table(results),
+    ]
+    if results.get("curve"):
+        lines += ["", f"![test BLEU gain against training hours]({results['curve']})"]
+    lines += [
+        "",
+        "| system | K | table lines | dev BLEU | test BLEU | Δ test | 95% interval | p (test) "
+        "| p (test, shared coin, ours) | Δ dev | p (dev) | RNN weight | RNN inverse weight "
+        "| WP weight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in results["systems"]:
+        test, dev = s.get("test_vs_baseline"), s.get("dev_vs_baseline")
+        weights = s["new_weight_means"]
+        cells = [
+            f"({s['letter']}) {s['name']}", str(s["runs"]), f"{s['table_lines']:,}",
+            f"{_fmt(s['dev_mean'])} ± {_fmt(s['dev_sd'])}",
+            f"{_fmt(s['test_mean'])} ± {_fmt(s['test_sd'])}",
+            _fmt(test["delta"], "+.2f") if test else "–", _interval(test), _p(test),
+            _p(test, "_shared_coin"), _fmt(dev["delta"], "+.2f") if dev else "–",
+            _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
+        ]  # fmt: skip
+        lines.append(_row(cells))
+    if "dev_rest_mean" in results["systems"][0]:
+        n = sents["tune"]
+        lines += [
+            "",
+            f"Dev split: the {n} sentences tuned on, and the other {sents['dev'] - n} (which "
+            "the baseline's starting weights may have been tuned on):",
+            "",
+            f"| system | dev 1-{n} | Δ | p | dev {n + 1}-{sents['dev']} | Δ | p |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in results["systems"]:
+            cells = [f"({s['letter']}) {s['name']}"]
+            for part in ("dev_tuned", "dev_rest"):
+                sig = s.get(f"{part}_vs_baseline")
+                cells += [
+                    f"{_fmt(s[f'{part}_mean'])} ± {_fmt(s[f'{part}_sd'])}",
+                    _fmt(sig["delta"], "+.2f") if sig else "–",
+                    _p(sig),
+                ]
+            lines.append(_row(cells))
+    lines += [
+        "",
+        "| system | run | seed | iterations | dev BLEU | test BLEU | dev multi-bleu | test "
+        "multi-bleu | RNN weight | RNN inverse weight | WP weight | table lines | tune s "
+        "| decode s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["runs"]:
+        cells = [
+            r["system"], str(r["run"]), str(r["seed"]), str(r["iterations"]),
+            f"{r['dev_bleu']:.2f}", f"{r['test_bleu']:.2f}",
+            f"{r['dev_multi_bleu']:.2f}", f"{r['test_multi_bleu']:.2f}",
+            *(_fmt(r["new_weights"].get(c), ".4f") for c in COLUMNS),
+            f"{r['table_lines']:,}", _fmt(r["tune_seconds"], ".0f"),
+            _fmt(r["decode_seconds"], ".0f"),
+        ]  # fmt: skip
+        lines.append(_row(cells))
+    return "\n".join(lines) + "\n"

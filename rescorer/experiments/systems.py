@@ -1,0 +1,101 @@
+"""The systems of Table 1's second edition, and the models they add columns from.
+
+- (a) the baseline;
+- (b) +RNN, one system per forward model (the snapshots of one training run: the curve);
+- (c) +RNN+WP and (d) the +RNN table pruned to the top K targets per source by (b)'s tuned
+  weights (decoded with them, not tuned), both with the best model;
+- (e) +RNN p(f|e) and p(e|f): the best model's column and an inverse-direction model's;
+- (a) and the best (b) tuned again by batch MIRA, a second tuner.
+
+Every tuned system starts from the shipped weights of the system's moses.ini, plus the same
+starting weight for each new column, and tunes on the same dev sentences. A system's key names
+its steps' folders (``tune-KEY-RUN``); the columns a system adds name the scoring step that
+writes its table (``score-COLUMNS``), shared by systems with the same columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rescorer.experiments.config import Table1Config
+
+TUNERS = {"mert": "MERT (mert-moses.pl, mert)", "mira": "batch MIRA (mert-moses.pl, kbmira)"}
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model directory a system scores with."""
+
+    label: str
+    path: Path
+    direction: str  # forward: p(target|source), the RNN column; inverse: p(source|target)
+
+
+@dataclass(frozen=True)
+class System:
+    """One row of the table: what it adds to the baseline, how it is tuned, how often."""
+
+    key: str  # its steps' folder names: a, b-fwd@3h, c-fwd@6h, a-mira, ...
+    letter: str  # the paper's row: a to e
+    name: str
+    tuner: str  # a key of TUNERS
+    runs: int  # K
+    baseline: str | None  # the key of the system it is compared with (None for a baseline)
+    models: tuple[str, ...] = ()  # labels of the models whose columns it adds, in order
+    word_penalty: bool = False  # and the paper's word penalty column, last
+    pruned_from: str | None = None  # (d): the system whose table and tuned weights it prunes
+
+    @property
+    def score_step(self) -> str | None:
+        """The step that writes this system's table and starting ini (None for the baseline)."""
+        if not self.models:
+            return None
+        return "score-" + "+".join(self.models) + ("-wp" if self.word_penalty else "")
+
+    @property
+    def tuned(self) -> bool:
+        return self.pruned_from is None
+
+
+def column_names(system: System, models: dict[str, Model]) -> list[str]:
+    """The new columns' names, in the table's order: RNN, RNN inverse, WP."""
+    names = [
+        "RNN inverse" if models[label].direction == "inverse" else "RNN" for label in system.models
+    ]
+    return names + (["WP"] if system.word_penalty else [])
+
+
+def plan(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
+    """The systems of ``cfg``, in the order their runs are made (a system before those that
+    use its tuned weights)."""
+    forward = [m for m in models if m.direction == "forward"]
+    inverse = [m for m in models if m.direction == "inverse"]
+    systems = [System("a", "a", "baseline", "mert", cfg.runs, None)]
+    for m in forward:
+        name = f"+RNN {m.label}"
+        systems.append(System(f"b-{m.label}", "b", name, "mert", cfg.runs, "a", (m.label,)))
+    if cfg.cd_runs:
+        systems += [
+            System(f"c-{best}", "c", f"+RNN+WP {best}", "mert", cfg.cd_runs, "a", (best,), True),
+            System(
+                f"d-{best}", "d", f"+RNN {best}, top-{cfg.top_k} table", "mert", cfg.cd_runs,
+                "a", (best,), pruned_from=f"b-{best}",
+            ),
+        ]  # fmt: skip
+    for m in inverse:
+        systems.append(
+            System(
+                f"e-{best}+{m.label}", "e", f"+RNN p(f|e) {best} and p(e|f) {m.label}", "mert",
+                cfg.runs, "a", (best, m.label),
+            )
+        )  # fmt: skip
+    if cfg.runs_mira:
+        systems += [
+            System("a-mira", "a", "baseline, batch MIRA", "mira", cfg.runs_mira, None),
+            System(
+                f"b-mira-{best}", "b", f"+RNN {best}, batch MIRA", "mira", cfg.runs_mira,
+                "a-mira", (best,),
+            ),
+        ]  # fmt: skip
+    return systems

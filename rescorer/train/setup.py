@@ -1,0 +1,191 @@
+"""What a ``rescorer train`` run builds before its first update: the model folder checked, the
+device and precision, the distributed group, the data and vocabularies, the model (compiled
+steps, DDP), the optimiser, the state of a resumed run and the provenance.
+
+:class:`RunSetup` holds these pieces; the update loop (``loop.py``) runs on them.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rescorer import __version__
+from rescorer.batching import PairArrays
+from rescorer.constants import UNK_ID
+from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision
+from rescorer.errors import check
+from rescorer.io.progress import Progress
+from rescorer.model.checkpoint import ModelDir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
+from rescorer.train.config import TrainConfig
+from rescorer.train.data import (
+    Source,
+    build_training_vocabs,
+    fingerprint,
+    read_training_data,
+    unigram_logprob_sum,
+)
+from rescorer.train.distributed import World
+from rescorer.train.state import RunState, load_state
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class RunSetup:
+    """The pieces of one invocation of a training run, built in order (module docstring)."""
+
+    def __init__(
+        self,
+        source: Source,
+        out: Path,
+        model_cfg: ModelConfig,
+        cfg: TrainConfig,
+        resume: bool,
+        command_line: list[str] | None,
+        echo: Callable[[str], None] | None,
+    ) -> None:
+        self.started = time.monotonic()
+        self.cfg, self.out = cfg, out
+        self.world = World()
+        self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        if cfg.quiet or not self.world.is_main:
+            self.say = lambda msg: None
+        check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
+        self.model_dir = ModelDir(out)
+        self.state_path = self.model_dir.state_path
+        if resume:
+            check(self.state_path.is_file(), f"{self.state_path}: missing: nothing to resume")
+        else:
+            check(
+                not self.model_dir.has_weights() and not self.state_path.exists(),
+                f"{out}: already holds a model; use --resume or a new directory",
+            )
+        self.device = resolve_device(self.world.device_name(cfg.device))
+        self.precision = resolve_precision(cfg.precision, self.device)
+        bound_kernel_caches()
+        self.world.start(self.device)
+        self._load_data(source, model_cfg, resume)
+
+        self.model = EncoderDecoder(model_cfg)
+        init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
+        self.model.to(self.device).train()
+        # Compiled steps and readout (forward and backward), the scorer's kernels.
+        compiled = cfg.wants_compile(len(self.data.train))
+        self.kernels = compile_kernels(self.model) if compiled else None
+        self.trained: torch.nn.Module = self.model  # what the updates run through
+        if self.world.distributed:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.trained = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        self.optim = torch.optim.Adadelta(
+            self.model.parameters(), lr=cfg.learning_rate, rho=cfg.rho, eps=cfg.eps
+        )
+        self.run_state = RunState()
+        self.saved_update = 0  # the update of the training state on disk
+        if resume:
+            saved = load_state(self.state_path, self.device)
+            self.model.load_state_dict(saved["model"])
+            self.optim.load_state_dict(saved["optimizer"])
+            self.run_state = RunState(**saved["run"])
+            self.saved_update = self.run_state.update
+            self.provenance = self.model_dir.read_provenance()
+            resumed = {"date": _now(), "update": self.run_state.update}
+            if self.world.distributed:
+                resumed["world_size"] = self.world.size
+            self.provenance.setdefault("resumed", []).append(resumed)
+            if self.world.is_main:
+                self.model_dir.update_provenance(self.provenance)
+                self.model_dir.update_train_config(cfg.to_dict())
+            self.say(
+                f"rescorer train: resuming at update {self.run_state.update:,}"
+                f" (epoch {self.run_state.epoch + 1})"
+            )
+        else:
+            self.provenance = {
+                "data": self.fingerprint,
+                "train_pairs": len(self.data.train),
+                "valid_pairs_heldout": self.data.heldout_pairs,
+                "valid_pairs_scored": len(self.data.valid),
+                "rescorer_version": __version__,
+                "torch_version": torch.__version__,
+                "python_version": sys.version.split()[0],
+                "date": _now(),
+                "command_line": command_line if command_line is not None else sys.argv,
+            }
+            if self.world.distributed:
+                self.provenance["world_size"] = self.world.size
+            self.world.barrier()  # every rank has checked the folder before rank 0 fills it
+            if self.world.is_main:  # no weights until the first checkpoint
+                ModelDir.create(
+                    out,
+                    model_cfg,
+                    self.src_vocab,
+                    self.tgt_vocab,
+                    self.provenance,
+                    train_config=cfg.to_dict(),
+                )
+
+    def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
+        cfg = self.cfg
+        self.fingerprint = fingerprint(source)
+        if resume:
+            old = self.model_dir.read_provenance().get("data", {})
+            check(
+                [f["sha256"] for f in old.get("files", [])]
+                == [f["sha256"] for f in self.fingerprint["files"]],
+                f"--resume: the training data differ from the saved run's"
+                f" ({self.model_dir.provenance_path})",
+            )
+            self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
+        else:
+            self.say("rescorer train: counting the vocabularies")
+            self.src_vocab, self.tgt_vocab = build_training_vocabs(
+                source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
+            )
+        self.say("rescorer train: encoding the pairs")
+        data = self.data = read_training_data(
+            source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
+        )
+        self.fingerprint["lines"] = data.lines
+        self.shortlist_coverage = shortlist_coverage(data.train)
+        self.unigram_ppl = None
+        if len(data.valid):
+            logp = unigram_logprob_sum(data.train, data.valid, self.tgt_vocab)
+            self.unigram_ppl = math.exp(-logp / len(data.valid.tgt))
+        self.say(
+            f"rescorer train: {data.lines:,} lines, {len(data.train):,} training pairs,"
+            f" {data.heldout_pairs:,} held out ({data.heldout_sources:,} sources;"
+            f" {len(data.valid):,} scored); device {self.device}"
+            + (f" x {self.world.size} ranks" if self.world.distributed else "")
+            + f", precision {self.precision}"
+            + (", compiled steps" if cfg.wants_compile(len(data.train)) else "")
+            + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
+        )
+
+    def reading_progress(self, what: str) -> Progress:
+        """Progress lines of one pass over the data (off with --quiet, on ranks > 0)."""
+        return Progress(
+            f"rescorer train: {what}",
+            "lines",
+            every=self.cfg.progress_every,
+            enabled=not self.cfg.quiet and self.world.is_main,
+        )
+
+
+def shortlist_coverage(pairs: PairArrays) -> float | None:
+    """The share of ``pairs`` with every word of both phrases inside the shortlists."""
+    if len(pairs) == 0:
+        return None
+    # every sequence ends with EOS, so no segment is empty
+    src_unk = np.add.reduceat(pairs.src == UNK_ID, pairs.src_offsets[:-1])  # (n,)
+    tgt_unk = np.add.reduceat(pairs.tgt == UNK_ID, pairs.tgt_offsets[:-1])  # (n,)
+    return float(np.mean((src_unk == 0) & (tgt_unk == 0)))

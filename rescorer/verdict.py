@@ -1,0 +1,87 @@
+"""Has a model learned anything, and does a table fit its shortlists? (torch-free)
+
+A model whose validation perplexity is not clearly below a unigram model's (the target words'
+training frequencies, scored on the same held-out pairs) has learned nothing a tuned Moses
+system can use: its column costs BLEU (a new user measured -0.87 with such a model). ``train``
+ends with this verdict, ``info`` shows it, and ``score`` and the Table 1 driver warn about it.
+
+"Clearly below" is :data:`LEARNED_RATIO`: the best validation perplexity under 0.5 times the
+unigram's (at least 0.69 nats a word better). Between the two a model is "barely learned". The
+training table's shortlist coverage (the share of training pairs with every word of both phrases
+inside the shortlists) is recorded in the provenance; a table scored with much lower coverage
+(:data:`COVERAGE_GAP` or more below) was most likely not the one the model was trained on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+LEARNED_RATIO = 0.5  # best validation ppl < this x unigram ppl (0.69 nats a word better): "learned"
+COVERAGE_GAP = 0.05  # a scored table's coverage this far under the training table's: warn
+COVERAGE_MIN_PAIRS = 10_000  # pairs seen before a coverage warning is given
+
+
+class Verdict(NamedTuple):
+    learned: bool
+    valid_ppl: float
+    unigram_ppl: float
+
+    @property
+    def text(self) -> str:
+        ratio = self.valid_ppl / self.unigram_ppl
+        if self.learned:
+            what = "learned"
+        elif ratio < 1.0:
+            what = "barely learned (not clearly better than a unigram model)"
+        else:
+            what = "NOT LEARNED (not better than a unigram model)"
+        return (
+            f"{what}: best validation perplexity {self.valid_ppl:,.2f}"
+            f" against the unigram's {self.unigram_ppl:,.2f} ({ratio:.2f}x)"
+        )
+
+
+def training_verdict(provenance: dict[str, Any]) -> Verdict | None:
+    """The verdict from a model directory's provenance (None: trained without validation)."""
+    training = provenance.get("training")
+    if not isinstance(training, dict):
+        return None
+    valid, unigram = training.get("valid_ppl"), training.get("unigram_ppl")
+    if not isinstance(valid, (int, float)) or not isinstance(unigram, (int, float)):
+        return None
+    if not unigram > 0:
+        return None
+    return Verdict(valid < LEARNED_RATIO * unigram, float(valid), float(unigram))
+
+
+def unlearned_warning(provenance: dict[str, Any], model_dir: str) -> str | None:
+    """One warning line for a model that has not clearly learned, else None."""
+    verdict = training_verdict(provenance)
+    if verdict is None or verdict.learned:
+        return None
+    return f"warning: {model_dir}: the model is {verdict.text}; its column may cost BLEU"
+
+
+def training_coverage(provenance: dict[str, Any]) -> float | None:
+    """The training table's share of pairs inside both shortlists (None: not recorded)."""
+    training = provenance.get("training")
+    value = training.get("shortlist_coverage") if isinstance(training, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def coverage_warning(
+    provenance: dict[str, Any], model_dir: str, inside: int, pairs: int
+) -> str | None:
+    """A warning when ``inside`` of ``pairs`` scored pairs fit the shortlists far less often
+    than the training table's pairs did (None below :data:`COVERAGE_MIN_PAIRS` pairs)."""
+    trained = training_coverage(provenance)
+    if trained is None or pairs < COVERAGE_MIN_PAIRS:
+        return None
+    seen = inside / pairs
+    if seen > trained - COVERAGE_GAP:
+        return None
+    return (
+        f"warning: {model_dir}: {seen:.1%} of the pairs scored so far have every word inside the"
+        f" model's shortlists, against {trained:.1%} of its training table's pairs: was it"
+        " trained on another table?"
+    )

@@ -1,0 +1,100 @@
+"""What results.md and the curve show of a results.json (the shape evaluate writes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rescorer.experiments.curve import curve_points, draw_curve, write_curve
+from rescorer.experiments.report import results_markdown
+
+
+def versus(delta: float, low: float, high: float, reached: int) -> dict[str, Any]:
+    return {
+        "delta": delta, "interval": [low, high], "p": (reached + 1) / 301, "reached": reached,
+        "pooled_delta": delta, "p_shared_coin": 0.5, "reached_shared_coin": 149,
+        "trials": 300, "pairs": 2,
+    }  # fmt: skip
+
+
+def system(key: str, letter: str, tuner: str, models: list[str], **more: Any) -> dict[str, Any]:
+    return {
+        "system": key, "letter": letter, "name": key, "tuner": tuner, "runs": 2,
+        "models": models, "baseline": None, "dev_mean": 60.0, "dev_sd": 0.1, "test_mean": 61.0,
+        "test_sd": 0.2, "new_weight_means": {}, "table_lines": 1000, **more,
+    }  # fmt: skip
+
+
+def model(label: str, hours: float | None, ppl: float) -> dict[str, Any]:
+    return {
+        "label": label, "direction": "forward", "updates": 1000, "epochs": 0.5,
+        "valid_ppl": ppl, "unigram_ppl": 322.9, "train_hours": hours,
+        "weights_sha256": label.encode().hex().ljust(64, "0"), "systems": [f"b-{label}"],
+    }  # fmt: skip
+
+
+RESULTS: dict[str, Any] = {
+    "tuners": {"mert": "MERT (mert-moses.pl, mert)"},
+    "start": "every tuned system starts from the shipped weights",
+    "sentences": {"dev": 800, "test": 800, "tune": 400},
+    "sacrebleu_signature": "nrefs:1|tok:none",
+    "significance": "p: MultEval's",
+    "best": "fwd@3h",
+    "warnings": ["model fwd@1h: best validation perplexity 200.00 is not clearly below"],
+    "curve": "curve.png",
+    "models": [
+        model("fwd@3h", 3.1, 9.5),
+        model("fwd@1h", 1.05, 200.0),
+        model("old", None, 50.0),  # a model without a training log: no time, no point
+    ],
+    "systems": [
+        system("a", "a", "mert", []),
+        system("b-fwd@3h", "b", "mert", ["fwd@3h"], test_vs_baseline=versus(0.6, 0.1, 1.1, 0)),
+        system("b-fwd@1h", "b", "mert", ["fwd@1h"], test_vs_baseline=versus(-0.2, -0.9, 0.4, 80)),
+        system("b-old", "b", "mert", ["old"], test_vs_baseline=versus(0.1, -0.5, 0.7, 150)),
+        system("b-mira-fwd@3h", "b", "mira", ["fwd@3h"], test_vs_baseline=versus(1, 0, 2, 3)),
+    ],
+    "runs": [],
+}
+
+
+def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
+    text = results_markdown(RESULTS)
+    assert text.startswith("**Warning:** model fwd@1h: best validation perplexity 200.00")
+    row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@3h |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5:9] == ["+0.60", "[+0.10, +1.10]", "< 1/301", "0.500"]
+    row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@1h |"))
+    assert "| -0.20 | [-0.90, +0.40] | 0.269 | 0.500 |" in row
+    models = next(line for line in text.splitlines() if line.startswith("| fwd@3h (best) |"))
+    assert "| forward | 1,000 | 0.50 | 9.50 | 322.90 | 3.10 |" in models
+    assert f"`{RESULTS['models'][0]['weights_sha256']}`" in models
+    assert "![test BLEU gain against training hours](curve.png)" in text
+
+
+def test_the_curve_has_a_point_per_timed_mert_snapshot(tmp_path: Path) -> None:
+    points = curve_points(RESULTS)
+    expected = [("fwd@1h", 1.05, -0.2), ("fwd@3h", 3.1, 0.6)]  # by hours; no MIRA, no "old"
+    assert [(p.model, p.hours, p.gain) for p in points] == expected
+    pytest.importorskip("matplotlib")
+    ax = draw_curve(points).axes[0]
+    (line,) = ax.lines[:1]
+    assert list(line.get_xdata()) == [1.05, 3.1]
+    assert list(line.get_ydata()) == [-0.2, 0.6]
+    assert [t.get_text() for t in ax.texts] == ["fwd@1h\nppl 200.0", "fwd@3h\nppl 9.5"]
+    assert "a unigram model's: 322.9" in ax.get_title()
+    assert ax.get_xlabel() == "training time of the model (hours)"
+    assert ax.get_ylabel() == "test BLEU gain over (a)"
+    # the error bars span each point's interval
+    bars = ax.collections[0].get_segments()
+    ends = [y for seg in bars for y in (seg[0][1], seg[1][1])]
+    assert ends == pytest.approx([-0.9, 0.4, 0.1, 1.1])
+    assert write_curve(RESULTS, tmp_path / "curve.png") is None
+    assert (tmp_path / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert [p["model"] for p in json.loads((tmp_path / "curve.json").read_text())] == [
+        "fwd@1h",
+        "fwd@3h",
+    ]

@@ -1,0 +1,100 @@
+"""Has the model learned: train's closing verdict, info's line, score's warnings (issue 27, 3)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rescorer.constants import PROVENANCE_FILE
+from rescorer.verdict import (
+    COVERAGE_MIN_PAIRS,
+    coverage_warning,
+    training_verdict,
+    unlearned_warning,
+)
+from tests.conftest import ROOT, SLICE, TINY_TRAIN_FLAGS
+
+SAMPLE = ROOT / "rescorer" / "sample" / "en-fr.sample.gz"  # 24,245 real pairs
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rescorer", *args], capture_output=True, text=True, check=True
+    )
+
+
+def provenance(valid: float, unigram: float, coverage: float | None = None) -> dict:
+    training = {"valid_ppl": valid, "unigram_ppl": unigram, "shortlist_coverage": coverage}
+    return {"training": training}
+
+
+def test_the_verdict_reads_the_best_validation_against_the_unigram() -> None:
+    assert training_verdict(provenance(10.0, 300.0)).learned  # type: ignore[union-attr]
+    barely = training_verdict(provenance(290.0, 300.0))
+    assert barely is not None and not barely.learned and barely.text.startswith("barely")
+    worse = training_verdict(provenance(395.8, 322.9))
+    assert worse is not None and worse.text.startswith("NOT LEARNED")
+    assert training_verdict({}) is None  # trained without validation: no verdict
+    assert unlearned_warning(provenance(10.0, 300.0), "m") is None
+    assert "NOT LEARNED" in (unlearned_warning(provenance(395.8, 322.9), "m") or "")
+
+
+def test_coverage_far_below_the_training_tables_warns() -> None:
+    prov = provenance(10.0, 300.0, coverage=0.98)
+    n = COVERAGE_MIN_PAIRS
+    assert coverage_warning(prov, "m", int(0.84 * n), n) is not None  # the issue's 84% vs 98%
+    assert coverage_warning(prov, "m", int(0.96 * n), n) is None
+    assert coverage_warning(prov, "m", 0, n - 1) is None  # too few pairs to say
+    assert coverage_warning(provenance(10.0, 300.0), "m", 0, n) is None  # not recorded
+
+
+@pytest.fixture(scope="module")
+def slice_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A tiny model trained for 20 updates on the real slice: it has not learned."""
+    out = tmp_path_factory.mktemp("verdict") / "model"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rescorer", "train", str(SLICE), "-o", str(out),
+         *[f for f in TINY_TRAIN_FLAGS if f != "-q"]],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return out, proc.stderr
+
+
+def test_train_ends_with_a_verdict_and_info_shows_it(slice_model: tuple[Path, str]) -> None:
+    model, stderr = slice_model
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("rescorer train: verdict: the model "), last
+    prov = json.loads((model / PROVENANCE_FILE).read_text())
+    verdict = training_verdict(prov)
+    assert verdict is not None and verdict.text in last
+    coverage = prov["training"]["shortlist_coverage"]
+    assert 0.0 < coverage < 1.0  # 200-word shortlists on the slice: some pairs fall outside
+    info = run("info", str(model)).stdout
+    assert f"verdict: {verdict.text}" in info
+
+
+def test_score_warns_once_on_an_unlearned_model(
+    slice_model: tuple[Path, str], tmp_path: Path
+) -> None:
+    model, _ = slice_model
+    prov = json.loads((model / PROVENANCE_FILE).read_text())
+    verdict = training_verdict(prov)
+    assert verdict is not None and not verdict.learned  # 20 updates learn nothing clear
+    stderr = run("score", str(SLICE), "-m", str(model), "-o", str(tmp_path / "o.gz"), "-q").stderr
+    assert stderr.count("the model is") == 1 and verdict.text in stderr
+
+
+def test_score_warns_when_the_table_is_not_the_training_tables(
+    slice_model: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The model's 200-word shortlists fit its own slice far better than the 24,245-pair
+    sample of other sources; scoring the sample warns once, scoring the slice does not."""
+    model, _ = slice_model
+    other = run("score", str(SAMPLE), "-m", str(model), "-o", str(tmp_path / "s.gz"), "-q")
+    assert other.stderr.count("have every word inside the model's shortlists") == 1
+    own = run("score", str(SLICE), "-m", str(model), "-o", str(tmp_path / "o.gz"), "-q")
+    assert "shortlists" not in own.stderr  # 2,090 pairs: too few to judge, and its own table
