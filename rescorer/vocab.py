@@ -26,9 +26,26 @@ from rescorer.constants import (
 )
 from rescorer.errors import RescorerError, check
 from rescorer.io.files import make_dir, read_json, write_json
+from rescorer.io.schema import schema_problem
 from rescorer.io.table import split_tokens
 
 VOCAB_FORMAT = "rescorer-vocab-1"
+MAX_VOCAB_SIZE = 1 << 24  # ids per shortlist; the paper's is 15,000
+# What Vocab.load accepts (checked before use: a vocabulary is read from a model folder a user
+# may have edited or been given).
+VOCAB_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "required": ["format", "size", "words"],
+    "properties": {
+        "format": {"const": VOCAB_FORMAT},
+        "size": {"type": "integer", "minimum": FIRST_WORD_ID, "maximum": MAX_VOCAB_SIZE},
+        "words": {
+            "type": "array",
+            "maxItems": MAX_VOCAB_SIZE,
+            "items": {"type": "string", "minLength": 1},
+        },
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,13 @@ class Vocab:
         data = read_json(path, what="a rescorer vocabulary")
         if not isinstance(data, dict) or data.get("format") != VOCAB_FORMAT:
             raise RescorerError(f"{path}: not a rescorer vocabulary (format {VOCAB_FORMAT})")
-        return cls(words=tuple(data["words"]), size=int(data["size"]))
+        problem = schema_problem(data, VOCAB_SCHEMA)
+        if problem:
+            raise RescorerError(f"{path}: not a valid rescorer vocabulary: {problem}")
+        try:
+            return cls(words=tuple(data["words"]), size=data["size"])
+        except RescorerError as exc:  # more words than ids, a word twice
+            raise RescorerError(f"{path}: not a valid rescorer vocabulary: {exc}") from None
 
     @classmethod
     def from_counts(cls, counts: Counter[str], size: int) -> Vocab:

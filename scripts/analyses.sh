@@ -3,7 +3,8 @@
 #   bash scripts/analyses.sh MODEL_DIR [TABLE] [OUT]
 # writes OUT/table2.md (compare), OUT/table3.txt (sample), OUT/table3-beam.txt (beam search),
 # OUT/samples.moses.txt, OUT/samples-vs-table.txt and the figures OUT/fig3-scatter.png, fig4-words.png,
-# fig5-phrases.png. Every step is seeded: the same model gives the same files.
+# fig5-phrases.png, each with its .json (what it shows: points, words or phrases, labels).
+# Every step is seeded: the same model gives the same files.
 set -euo pipefail
 MODEL=${1:?usage: analyses.sh MODEL_DIR [TABLE] [OUT]}
 TABLE=${2:-../shared/data/en-fr/phrase-table.gz}

@@ -159,6 +159,8 @@ CASES: dict[str, Case] = {
         str(t / "no.nbest"),
         "--weights",
         str(REAL_INI),
+        "-o",
+        "-",
     ],
     "moses-ini: ini missing": lambda t: [
         "moses-ini",
@@ -195,7 +197,8 @@ def test_a_user_error_is_one_line_and_leaves_nothing(tmp_path: Path, name: str) 
     assert result.exit_code in (1, 2), (name, result.exit_code, result.output)
     lines = result.stderr.strip().splitlines()
     if result.exit_code == 1:
-        assert len(lines) == 1 and lines[0].startswith("rescorer: error: "), lines
+        command = " ".join(args[:2]) if args[0] == "plot" else args[0]
+        assert len(lines) == 1 and lines[0].startswith(f"rescorer {command}: error: "), lines
     else:  # click's usage error: usage, hint and one 'Error:' line
         assert lines[-1].startswith("Error: "), lines
     assert "Traceback" not in result.output

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rescorer.errors import RescorerError
+from rescorer.io.progress import Stages
 from rescorer.io.table import TableReader, split_tokens
 
 DIRECT_COLUMN = 2  # p(f|e) lex(f|e) p(e|f) lex(e|f): train-model.perl's four scores
@@ -58,7 +59,9 @@ class Comparison:
         return sorted(self.candidates, key=lambda c: -c.rnn)
 
 
-def long_sources(path: str, min_words: int, min_targets: int) -> list[SourceInfo]:
+def long_sources(
+    path: str, min_words: int, min_targets: int, stages: Stages | None = None
+) -> list[SourceInfo]:
     """Every source of at least ``min_words`` words and ``min_targets`` targets, in file order."""
     found: list[SourceInfo] = []
     current: str | None = None
@@ -72,7 +75,9 @@ def long_sources(path: str, min_words: int, min_targets: int) -> list[SourceInfo
         ):
             found.append(SourceInfo(current, count, targets))
 
-    with TableReader(path) as reader:
+    with TableReader(
+        path, progress=stages.reading(path, "long sources") if stages else None
+    ) as reader:
         for entry in reader:
             if entry.src != current:
                 flush()
@@ -98,13 +103,18 @@ def choose_sources(
 
 
 def collect_candidates(
-    path: str, wanted: Iterable[str], direct_column: int = DIRECT_COLUMN
+    path: str,
+    wanted: Iterable[str],
+    direct_column: int = DIRECT_COLUMN,
+    stages: Stages | None = None,
 ) -> dict[str, tuple[float, list[Candidate]]]:
     """The source count and the targets (file order, with the table's p(e|f)) of each wanted
     source found in the table."""
     want = set(wanted)
     found: dict[str, tuple[float, list[Candidate]]] = {}
-    with TableReader(path) as reader:
+    with TableReader(
+        path, progress=stages.reading(path, "their targets") if stages else None
+    ) as reader:
         for entry in reader:
             if entry.src not in want:
                 continue
@@ -202,16 +212,18 @@ def compare_table(
     summary_sources: int = 1000,
     seed: int = 1,
     direct_column: int = DIRECT_COLUMN,
+    stages: Stages | None = None,
 ) -> tuple[list[Comparison], LengthSummary | None]:
     """Table 2 for ``phrases`` (when given) or a seeded random choice of frequent and rare long
     sources, and the length summary over ``summary_sources`` random long sources (0: none).
-    ``score`` maps (source, target) pairs to the RNN's ln p(e|f)."""
+    ``score`` maps (source, target) pairs to the RNN's ln p(e|f). Each pass over the table is
+    a stage of ``stages``."""
     chosen: list[tuple[SourceInfo, str]]
     pool: list[SourceInfo] = []
     if phrases:
         chosen = [(SourceInfo(p, 0.0, 0), "given") for p in phrases]
     else:
-        pool = long_sources(path, min_words, min_targets)
+        pool = long_sources(path, min_words, min_targets, stages)
         if not pool:
             raise RescorerError(
                 f"{path}: no source phrase of >= {min_words} words with >= {min_targets} targets"
@@ -219,13 +231,13 @@ def compare_table(
         chosen = choose_sources(pool, frequent, rare, band, seed)
     if summary_sources:
         if not pool:
-            pool = long_sources(path, min_words, min_targets)
+            pool = long_sources(path, min_words, min_targets, stages)
         rng = random.Random(seed + 1)
         summary_pool = rng.sample(pool, min(summary_sources, len(pool))) if pool else []
     else:
         summary_pool = []
     wanted = {info.src for info, _ in chosen} | {info.src for info in summary_pool}
-    candidates = collect_candidates(path, wanted, direct_column)
+    candidates = collect_candidates(path, wanted, direct_column, stages)
     if phrases:
         missing = [p for p in phrases if p not in candidates]
         if missing:

@@ -5,6 +5,7 @@ they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
 ``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
+SIGINT and SIGTERM end every command with one line and exit 130 or 143 (common.Group).
 Heavy imports (torch, kenlm) stay inside the commands so ``rescorer --help`` is instant.
 """
 
@@ -17,9 +18,12 @@ from rescorer.cli import analysis as analysis_commands
 from rescorer.cli import moses as moses_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
+from rescorer.cli.common import Group, handle_sigterm
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, prog_name="rescorer")
 def cli() -> None:
     """Score Moses phrase tables with the RNN Encoder-Decoder of Cho et al. (2014)."""
@@ -46,4 +50,5 @@ for command in (
 
 def main() -> None:
     """Console entry point."""
-    cli()
+    handle_sigterm()
+    cli(prog_name="rescorer")

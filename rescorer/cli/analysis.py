@@ -11,15 +11,24 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rescorer.cli.common import device_option, user_errors
+from rescorer.cli.common import (
+    Group,
+    command_name,
+    device_option,
+    model_option,
+    progress_option,
+    quiet_option,
+    say,
+    user_errors,
+)
 from rescorer.errors import RescorerError
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from rescorer.io.progress import Stages
     from rescorer.model.checkpoint import LoadedModel
 
-model_option = click.option(
-    "-m", "--model", "model_dir", required=True, help="Model folder from rescorer train."
-)
 seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
 
 
@@ -27,7 +36,13 @@ def _load(model_dir: str, device: str) -> LoadedModel:
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
-    return load_model_dir(model_dir, resolve_device(device))
+    loaded = load_model_dir(model_dir, resolve_device(device))
+    if loaded.direction != "forward":  # the analyses read table pairs as (source, target)
+        raise RescorerError(
+            f"{model_dir}: an {loaded.direction}-direction model; sample, compare and plot show"
+            " p(target | source) and take forward models only (for now)"
+        )
+    return loaded
 
 
 def _phrases(phrases: Sequence[str], input_path: str | None) -> list[str]:
@@ -53,6 +68,31 @@ def _echo_lines(out: str, lines: Iterator[str]) -> None:
     with open_output(out) as stream:
         for line in lines:
             stream.write(line + "\n")
+
+
+def _stages(quiet: bool, progress_every: float) -> Stages:
+    from rescorer.io.progress import Stages
+
+    return Stages(command_name(), every=progress_every, enabled=not quiet)
+
+
+def _score_in_parts(
+    loaded: LoadedModel, pairs: list[tuple[str, str]], stages: Stages, part: int = 4096
+) -> np.ndarray:
+    """The RNN's ln p of each pair, in parts of ``part`` pairs so that progress is told."""
+    import numpy as np
+
+    from rescorer.score.scorer import score_pairs
+
+    progress = stages("scoring", "pairs", "of the pairs")
+    out = []
+    for start in range(0, len(pairs), part):
+        chunk = pairs[start : start + part]
+        out.append(np.asarray(score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, chunk)))
+        done = start + len(chunk)
+        progress.update(done, done / len(pairs))
+    progress.close()
+    return np.concatenate(out) if out else np.zeros(0)
 
 
 # ---------------------------------------------------------------------------------- sample
@@ -98,7 +138,7 @@ def _echo_lines(out: str, lines: Iterator[str]) -> None:
     show_default=True,
     help="moses: 'src ||| tgt ||| p' lines of every distinct finished result without <unk>.",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option(
     "--batch",
     default=64,
@@ -108,6 +148,8 @@ def _echo_lines(out: str, lines: Iterator[str]) -> None:
 )
 @seed_option
 @device_option
+@progress_option
+@quiet_option
 @user_errors
 def sample(
     model_dir: str,
@@ -124,6 +166,8 @@ def sample(
     batch: int,
     seed: int,
     device: str,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
     """Generate target phrases for source PHRASES (the paper's Table 3).
 
@@ -131,8 +175,10 @@ def sample(
     distinct results with their counts and log p, best first. --beam K: GroundHog's beam search.
     Seeded: a phrase's samples do not depend on the other phrases or on --batch.
 
+    \b
     Example:
-      rescorer sample rnn-model/ "for the first time" "the past few days ."
+      rescorer sample rnn-model/ "for the first time" "the past few days ." -o -
+      rescorer sample rnn-model/ --input sources.txt --beam 5 -o beam.txt
     """
     from rescorer.analysis.generate import beam_search, sample_phrases
     from rescorer.io.table import format_prob
@@ -142,6 +188,9 @@ def sample(
     sources = _phrases(phrases, input_path)
     loaded = _load(model_dir, device)
     dropped = 0
+    progress = _stages(quiet, progress_every)(
+        "sampling" if beam is None else "beam search", "phrases", "of the phrases"
+    )
 
     def lines() -> Iterator[str]:
         nonlocal dropped
@@ -184,14 +233,13 @@ def sample(
                     yield f"  {count}{g.logp:9.3f}  {text}{note}"
                 if len(results) > top:
                     yield f"  ... {len(results) - top} more distinct"
+            done = start + len(part)
+            progress.update(done, done / len(sources))
 
     _echo_lines(out, lines())
-    if dropped:
-        click.echo(
-            f"rescorer sample: left out {dropped:,} results that were empty, unfinished or "
-            "held <unk>",
-            err=True,
-        )
+    progress.close()
+    if dropped and not quiet:
+        say(f"left out {dropped:,} results that were empty, unfinished or held <unk>")
 
 
 # --------------------------------------------------------------------------------- compare
@@ -199,8 +247,20 @@ def sample(
 @click.argument("table")
 @click.argument("phrases", nargs=-1)
 @model_option
-@click.option("--frequent", default=5, show_default=True, type=click.IntRange(min=0))
-@click.option("--rare", default=5, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--frequent",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random frequent long sources compared (without PHRASES).",
+)
+@click.option(
+    "--rare",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Random rare long sources compared (without PHRASES).",
+)
 @click.option(
     "--band",
     default=0.1,
@@ -208,8 +268,20 @@ def sample(
     type=click.FloatRange(0, 1, min_open=True),
     help="Frequent/rare: the top/bottom share of long sources by the table's source count.",
 )
-@click.option("--min-words", default=4, show_default=True, type=click.IntRange(min=1))
-@click.option("--min-targets", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--min-words",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A long source phrase has at least this many words.",
+)
+@click.option(
+    "--min-targets",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Random sources have at least this many targets in TABLE.",
+)
 @click.option(
     "--summary-sources",
     default=1000,
@@ -225,11 +297,18 @@ def sample(
     help="The score column holding p(e|f), from 0 (Moses: 2).",
 )
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "markdown"]),
+    default="text",
+    show_default=True,
+    help="markdown: one table row per source, as in docs/analyses.md.",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @seed_option
 @device_option
+@progress_option
+@quiet_option
 @user_errors
 def compare(
     table: str,
@@ -246,22 +325,25 @@ def compare(
     out: str,
     seed: int,
     device: str,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
     """The top-3 targets of source phrases by the table's p(e|f) and by the RNN (Table 2).
 
     PHRASES, or a seeded random choice of long frequent and rare source phrases; then the mean
     target length of each side's top choice over --summary-sources random long sources.
 
+    \b
     Example:
-      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown
+      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown -o table2.md
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
-    from rescorer.score.scorer import score_pairs
 
     loaded = _load(model_dir, device)
+    stages = _stages(quiet, progress_every)
 
     def score(pairs: list[tuple[str, str]]) -> Any:
-        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs)
+        return _score_in_parts(loaded, pairs, stages)
 
     rows, summary = compare_table(
         table,
@@ -275,6 +357,7 @@ def compare(
         summary_sources=summary_sources,
         seed=seed,
         direct_column=direct_column,
+        stages=stages,
     )
     lines = format_markdown(rows) if fmt == "markdown" else format_text(rows)
     if summary is not None:
@@ -283,51 +366,122 @@ def compare(
 
 
 # ------------------------------------------------------------------------------------ plot
-@click.group()
+@click.group(cls=Group)
 def plot() -> None:
-    """PNG figures of the paper: scatter, words, phrases (Figs. 3-5)."""
+    """PNG figures of the paper: scatter, words, phrases (Figs. 3-5).
+
+    Each writes OUT (a PNG) and beside it OUT's .json (fig.png -> fig.json): what the figure
+    shows, read back from it: per panel the title, the axis labels, the points drawn, the words
+    or phrases they are and the labels with their boxes. Labels never overlap.
+
+    \b
+    Example:
+      rescorer plot scatter model/phrase-table.gz -m rnn-model/ -o fig3-scatter.png
+      rescorer plot words -m rnn-model/ --side both -o fig4-words.png
+      rescorer plot phrases model/phrase-table.gz -m rnn-model/ -o fig5-phrases.png
+    """
+
+
+png_option = click.option(
+    "-o", "--output", "out", required=True, help="PNG file to write (and its .json beside it)."
+)
 
 
 @plot.command()
 @click.argument("table")
 @model_option
-@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
-@click.option("--pairs", default=5000, show_default=True, type=click.IntRange(min=2))
-@click.option("--direct-column", default=2, show_default=True, type=click.IntRange(min=0))
+@png_option
+@click.option(
+    "--pairs",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Pairs drawn, a seeded uniform sample of TABLE's lines.",
+)
+@click.option(
+    "--direct-column",
+    default=2,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="The score column holding p(e|f), from 0 (Moses: 2).",
+)
 @seed_option
 @device_option
+@progress_option
+@quiet_option
 @user_errors
 def scatter(
-    table: str, model_dir: str, out: str, pairs: int, direct_column: int, seed: int, device: str
+    table: str,
+    model_dir: str,
+    out: str,
+    pairs: int,
+    direct_column: int,
+    seed: int,
+    device: str,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
-    """RNN log p(e|f) against the table's, over a random sample of pairs (Fig. 3)."""
-    from rescorer.analysis.plots import plot_scatter, sample_pairs
-    from rescorer.score.scorer import score_pairs
+    """RNN ln p(e|f) against the table's, over a random sample of pairs (Fig. 3).
 
+    \b
+    Example:
+      rescorer plot scatter model/phrase-table.gz -m rnn-model/ --pairs 5000 -o fig3.png
+    """
+    from rescorer.analysis.plots import plot_scatter, sample_pairs
+
+    stages = _stages(quiet, progress_every)
     loaded = _load(model_dir, device)
-    sampled = sample_pairs(table, pairs, seed, direct_column)
-    logp = score_pairs(
-        loaded.model,
-        loaded.src_vocab,
-        loaded.tgt_vocab,
-        list(zip(sampled.src, sampled.tgt, strict=True)),
-    )
+    sampled = sample_pairs(table, pairs, seed, direct_column, stages)
+    logp = _score_in_parts(loaded, list(zip(sampled.src, sampled.tgt, strict=True)), stages)
     caption = plot_scatter(out, sampled.table_p, logp, f"{table} vs {model_dir}")
-    click.echo(f"rescorer plot scatter: {out}: {caption}", err=True)
+    if not quiet:
+        say(f"{out}: {caption}")
 
 
 @plot.command()
 @model_option
-@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
+@png_option
 @click.option(
-    "--side", type=click.Choice(["target", "source", "both"]), default="target", show_default=True
+    "--side",
+    type=click.Choice(["target", "source", "both"]),
+    default="target",
+    show_default=True,
+    help="Whose embeddings: the decoder's (target), the encoder's (source), or one panel each.",
 )
-@click.option("--points", default=3000, show_default=True, type=click.IntRange(min=5))
-@click.option("--labels", default=300, show_default=True, type=click.IntRange(min=0))
+@click.option(
+    "--points",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(min=5),
+    help="Words drawn per panel: the most frequent of the shortlist.",
+)
+@click.option(
+    "--labels",
+    default=300,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Words named at most per panel: the most frequent whose label overlaps no other.",
+)
 @seed_option
+@progress_option
+@quiet_option
 @user_errors
-def words(model_dir: str, out: str, side: str, points: int, labels: int, seed: int) -> None:
-    """2-D map (t-SNE) of the word embeddings, most frequent words named (Fig. 4)."""
+def words(
+    model_dir: str,
+    out: str,
+    side: str,
+    points: int,
+    labels: int,
+    seed: int,
+    progress_every: float,
+    quiet: bool,
+) -> None:
+    """2-D map (t-SNE) of the word embeddings, frequent words named (Fig. 4).
+
+    \b
+    Example:
+      rescorer plot words -m rnn-model/ --side both --points 2000 --labels 200 -o fig4.png
+    """
     from rescorer.analysis.plots import embedding_rows, plot_words
 
     loaded = _load(model_dir, "cpu")
@@ -340,25 +494,50 @@ def words(model_dir: str, out: str, side: str, points: int, labels: int, seed: i
         )
         for s in sides
     ]
-    plot_words(out, panels, points, labels, seed, f"word embeddings of {model_dir}")
-    click.echo(f"rescorer plot words: {out}", err=True)
+    stages = _stages(quiet, progress_every)
+    named = plot_words(
+        out, panels, points, labels, seed, f"word embeddings of {model_dir}", stages=stages
+    )
+    if not quiet:
+        say(f"{out}: {' and '.join(f'{n:,}' for n in named)} words named")
 
 
 @plot.command()
 @click.argument("table")
 @model_option
-@click.option("-o", "--output", "out", required=True, help="PNG file to write.")
-@click.option("--phrases", "size", default=5000, show_default=True, type=click.IntRange(min=5))
-@click.option("--min-words", default=4, show_default=True, type=click.IntRange(min=1))
+@png_option
+@click.option(
+    "--phrases",
+    "size",
+    default=5000,
+    show_default=True,
+    type=click.IntRange(min=5),
+    help="Source phrases drawn, a seeded uniform sample of TABLE's long ones.",
+)
+@click.option(
+    "--min-words",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A long source phrase has at least this many words.",
+)
 @click.option(
     "--zoom",
     multiple=True,
     metavar="PHRASE",
     help="A zoomed panel around this phrase (repeatable; default: 3 random ones).",
 )
-@click.option("--neighbours", default=20, show_default=True, type=click.IntRange(min=2))
+@click.option(
+    "--neighbours",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Phrases in a zoomed panel: the centre's nearest in the map.",
+)
 @seed_option
 @device_option
+@progress_option
+@quiet_option
 @user_errors
 def phrases(
     table: str,
@@ -370,14 +549,23 @@ def phrases(
     neighbours: int,
     seed: int,
     device: str,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
-    """2-D map (t-SNE) of the summary vectors c of long source phrases (Fig. 5)."""
+    """2-D map (t-SNE) of the summary vectors c of long source phrases (Fig. 5).
+
+    \b
+    Example:
+      rescorer plot phrases model/phrase-table.gz -m rnn-model/ --phrases 3000 -o fig5.png
+      rescorer plot phrases pt.gz -m rnn-model/ --zoom "the european union" -o fig5.png
+    """
     import random
 
     from rescorer.analysis.plots import long_source_sample, plot_phrases, summary_vectors
 
+    stages = _stages(quiet, progress_every)
     loaded = _load(model_dir, device)
-    chosen = long_source_sample(table, size, min_words, seed)
+    chosen = long_source_sample(table, size, min_words, seed, stages)
     if len(chosen) < 5:
         raise RescorerError(f"{table}: only {len(chosen)} source phrases of >= {min_words} words")
     chosen += [z for z in zoom if z not in chosen]
@@ -386,8 +574,17 @@ def phrases(
         if zoom
         else random.Random(seed).sample(range(len(chosen)), min(3, len(chosen)))
     )
-    vectors = summary_vectors(loaded.model, loaded.src_vocab, chosen)
+    vectors = summary_vectors(loaded.model, loaded.src_vocab, chosen, stages=stages)
     plot_phrases(
-        out, chosen, vectors, centres, neighbours, seed, f"phrase representations c of {model_dir}"
+        out,
+        chosen,
+        vectors,
+        centres,
+        neighbours,
+        seed,
+        f"phrase representations c of {model_dir}",
+        min_words=min_words,
+        stages=stages,
     )
-    click.echo(f"rescorer plot phrases: {out}: {len(chosen):,} phrases", err=True)
+    if not quiet:
+        say(f"{out}: {len(chosen):,} phrases")

@@ -1,10 +1,12 @@
-"""What the commands share: the error wrapper, the device/precision and weight options."""
+"""What the commands share: the click group, the error wrapper, signals, message prefixes and
+the options that several commands declare."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,19 +18,80 @@ if TYPE_CHECKING:
 
 from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
+from rescorer.model.config import ModelConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def command_name(ctx: click.Context | None = None) -> str:
+    """``rescorer CMD`` of the running command (``rescorer plot words``): every message a
+    command writes on stderr starts with it and a colon."""
+    ctx = ctx if ctx is not None else click.get_current_context(silent=True)
+    names: list[str] = []
+    while ctx is not None and ctx.parent is not None:  # the root's own name is not used
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["rescorer", *reversed(names)])
+
+
+def say(message: str) -> None:
+    """``rescorer CMD: message`` on stderr."""
+    click.echo(f"{command_name()}: {message}", err=True)
+
+
+# ------------------------------------------------------------------------------- signals
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C raises KeyboardInterrupt: the same clean-up runs (temporary
+    files removed, ``score``'s OUT.partial kept for --resume) and the command ends the same way,
+    with one line and exit 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+    raise Terminated
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM raise Terminated in the main thread, unless it was set to be ignored (a
+    parent's choice). SIGINT needs nothing: Python raises KeyboardInterrupt (and leaves an
+    ignored SIGINT, as nohup sets it, ignored)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def interrupt_status(exc: BaseException) -> int:
+    """The exit status of a command stopped by ``exc``, as a shell reports a signal: 130 for
+    SIGINT (Ctrl-C), 143 for SIGTERM."""
+    return 128 + (signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+class Group(click.Group):
+    """The click group of the commands: a command interrupted by SIGINT or SIGTERM ends with
+    ``rescorer CMD: interrupted by SIGINT`` and exit 130 (143 for SIGTERM), where click says
+    ``Aborted!`` and exits 1. Commands that save state on a signal (train, score) print their
+    own line and exit with the same status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            name = command_name(ctx)
+            if ctx.invoked_subcommand:
+                name += f" {ctx.invoked_subcommand}"
+            which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            click.echo(f"{name}: interrupted by {which}", err=True)
+            sys.exit(interrupt_status(exc))
+
+
 def user_errors(func: F) -> F:
-    """Turn a RescorerError into ``rescorer: error: ...`` on stderr and exit code 1."""
+    """Turn a RescorerError into ``rescorer CMD: error: ...`` on stderr and exit code 1."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except RescorerError as exc:
-            click.echo(f"rescorer: error: {exc}", err=True)
+            click.echo(f"{command_name()}: error: {exc}", err=True)
             sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so
@@ -39,8 +102,8 @@ def user_errors(func: F) -> F:
             os.dup2(devnull, sys.stdout.fileno())
             try:
                 click.echo(
-                    "rescorer: error: the reader of the output closed it (a pipe such as "
-                    "'| head'); the output is incomplete",
+                    f"{command_name()}: error: the reader of the output closed it (a pipe such "
+                    "as '| head'); the output is incomplete",
                     err=True,
                 )
             except BrokenPipeError:
@@ -89,6 +152,16 @@ progress_option = click.option(
 )
 
 
+quiet_option = click.option(
+    "-q", "--quiet", is_flag=True, help="No progress lines and no summary (errors still show)."
+)
+
+
+model_option = click.option(
+    "-m", "--model", "model_dir", required=True, help="Model folder from rescorer train."
+)
+
+
 precision_option = click.option(
     "--precision",
     type=click.Choice(["auto", "bf16", "fp32"]),
@@ -134,6 +207,24 @@ def parse_shard(
     if not 1 <= k <= n:
         raise click.BadParameter(f"{value!r}: expected 1 <= K <= N")
     return k, n
+
+
+MODEL = ModelConfig()  # the defaults, written once there (a torch-free module)
+
+
+def vocab_size_options(func: F) -> F:
+    """``--src-vocab-size`` and ``--tgt-vocab-size``: the shortlists of ``vocab`` and ``train``
+    (ids 0 and 1 are reserved, so at least 2)."""
+    for side, default in (("tgt", MODEL.tgt_vocab_size), ("src", MODEL.src_vocab_size)):
+        func = click.option(
+            f"--{side}-vocab-size",
+            default=default,
+            type=click.IntRange(min=2),
+            show_default=True,
+            help=f"{'Source' if side == 'src' else 'Target'} shortlist size, ids 0 (padding) "
+            "and 1 (UNK) included.",
+        )(func)
+    return func
 
 
 def weight_options(func: F) -> F:

@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import progress_option, user_errors, weight_options, weight_spec
+from rescorer.cli.common import (
+    progress_option,
+    quiet_option,
+    say,
+    user_errors,
+    weight_options,
+    weight_spec,
+)
 
 
 @click.command("moses-ini")
@@ -40,18 +47,19 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
           -o model/moses.rnn.ini
     """
     from rescorer.moses.ini import write_scored_ini
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
     update = write_scored_ini(ini, table, out, weights=weights, feature_name=opts["feature_name"])
     f = update.feature
-    click.echo(
+    say(
         f"{f.name}: num-features {f.num_features} -> {update.num_features}, "
-        f"path={update.new_path}; wrote {out}",
-        err=True,
+        f"path={update.new_path}; wrote {out}"
     )
     for warning in update.warnings:
-        click.echo(f"rescorer: warning: {warning}", err=True)
+        say(f"warning: {warning}")
     if update.binarize_command:
-        click.echo(f"{f.kind} is binarised: build it with\n  {update.binarize_command}", err=True)
+        say(f"{f.kind} is binarised: build it with {update.binarize_command}")
 
 
 @click.command()
@@ -60,8 +68,11 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
 @weight_options
 @click.option("--column", "column_only", is_flag=True, help="Write only the score per line.")
 @progress_option
+@quiet_option
 @user_errors
-def combine(table: str, out: str, column_only: bool, progress_every: float, **opts: Any) -> None:
+def combine(
+    table: str, out: str, column_only: bool, progress_every: float, quiet: bool, **opts: Any
+) -> None:
     """Score each pair of TABLE as Moses ranks it for table-limit (log-linear, natural log).
 
     Writes each line with " ||| SCORE" appended, or with --column one score per line: the
@@ -73,12 +84,18 @@ def combine(table: str, out: str, column_only: bool, progress_every: float, **op
       rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
     """
     from rescorer.moses.combine import combine_table
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber(
+        [("input table", table), ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
+        [("-o", out)],
+    )
     weights = weight_spec(**opts).require()
     stats = combine_table(
-        table, out, weights, column_only=column_only, progress_every=progress_every
+        table, out, weights, column_only=column_only, progress_every=0 if quiet else progress_every
     )
-    click.echo(f"combined {stats.lines} phrase pairs into {out}", err=True)
+    if not quiet:
+        say(f"combined {stats.lines:,} phrase pairs into {out}")
 
 
 @click.command("filter")
@@ -106,6 +123,7 @@ def combine(table: str, out: str, column_only: bool, progress_every: float, **op
 )
 @click.option("--ini-out", metavar="NEW_INI", help="Write an ini whose phrase table is OUT.")
 @progress_option
+@quiet_option
 @user_errors
 def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> None:
     """Filter TABLE as Moses does, in one order-preserving pass.
@@ -117,25 +135,34 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
     """
     from rescorer.moses.filter import FilterConfig, filter_table, parse_min_score
 
+    quiet, progress_every = opts.pop("quiet"), opts.pop("progress_every")
     config = FilterConfig(
         input_path=opts.pop("input_path"),
         tokenize_lang=opts.pop("tokenize_lang"),
         lowercase=opts.pop("lowercase"),
         min_scores=tuple(spec for text in min_scores for spec in parse_min_score(text)),
         top_k=opts.pop("top_k"),
-        progress_every=opts.pop("progress_every"),
+        progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out = opts.pop("ini_in"), opts.pop("ini_out")
+    from rescorer.score.output import refuse_clobber
+
+    refuse_clobber(
+        [("input table", table), ("--input", config.input_path), ("--moses-ini", ini_in),
+         ("--weights", opts.get("ini")), ("--lm", opts.get("lm_path"))],
+        [("-o", out), ("--ini-out", ini_out)],
+    )  # fmt: skip
     weights = weight_spec(**opts)
     if config.top_k is not None:
         weights.require()
     stats = filter_table(table, out, config, weights=weights, ini_in=ini_in, ini_out=ini_out)
-    click.echo(stats.summary(), err=True)
+    if not quiet:
+        say(stats.summary())
 
 
 @click.command()
 @click.argument("nbest")
-@click.option("-o", "--output", "out", default="-", help="Output (default stdout).")
+@click.option("-o", "--output", "out", required=True, help="Output (.gz: gzip; - stdout).")
 @click.option("--weights", "ini", metavar="INI", help="moses.ini whose [weight] to use.")
 @click.option("--weight", "overrides", multiple=True, metavar="NAME=V1,..", help="Set weights.")
 @click.option("--decoded-with", metavar="INI", help="The ini that made NBEST: keeps hidden parts.")
@@ -149,17 +176,23 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 
     \b
     Example:
-      rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini
-      rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2
+      rescorer rerank dev.nbest.gz --weights moses.ini --decoded-with moses.ini -o dev.1best
+      rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2 \\
+          -o -
     """
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
+    from rescorer.score.output import refuse_clobber
 
+    refuse_clobber(
+        [("n-best list", nbest), ("--weights", ini), ("--decoded-with", opts["decoded_with"])]
+        + [("--feature-file", f) for f in opts["feature_file"]],
+        [("-o", out)],
+    )
     weights = weight_spec(ini, overrides).require().weights()
     decoded_with = weight_spec(opts["decoded_with"], ()).weights() if opts["decoded_with"] else None
     config = RerankConfig(weights, decoded_with, opts["feature_file"], opts["nbest_out"])
     stats = rerank_nbest(nbest, out, config)
-    click.echo(
-        f"{stats.sentences} sentences, {stats.hypotheses} hypotheses; "
-        f"1-best changed for {stats.changed}",
-        err=True,
+    say(
+        f"{stats.sentences:,} sentences, {stats.hypotheses:,} hypotheses; "
+        f"1-best changed for {stats.changed:,}"
     )

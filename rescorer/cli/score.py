@@ -10,6 +10,7 @@ import click
 from rescorer.cli.common import (
     compile_option,
     device_option,
+    interrupt_status,
     parse_shard,
     progress_option,
     score_precision_option,
@@ -91,6 +92,11 @@ def parse_workers(value: str) -> int | str:
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
+    "--force",
+    is_flag=True,
+    help="With --resume: replace a complete OUT whose manifest names another model.",
+)
+@click.option(
     "--compress-level",
     default=SCORE.compresslevel,
     type=click.IntRange(0, 9),
@@ -115,12 +121,13 @@ def parse_workers(value: str) -> int | str:
 def score(
     table: str, model_dirs: tuple[str, ...], out: str, shard: tuple[int, int] | None, **opts: Any
 ) -> None:
-    """Append log p(target|source) to the scores of every line of TABLE.
+    """Append p(target|source), the RNN's score, to the scores of every line of TABLE.
 
     One column per -m model, in the order given: a forward model's p(target|source), an
     inverse model's (train --direction inverse) p(source|target); --word-penalty comes last,
     counted with the first forward model's target shortlist (with inverse models only, the
-    first one's source shortlist).
+    first one's source shortlist). A column holds p = exp(log p), as Moses takes ln of every
+    score (--column logp: log p itself, for other tools).
 
     TABLE is a Moses phrase table, plain or gzip (detected by content), - for stdin. Every byte
     outside the score field, the line count and the order stay as they are. Then raise
@@ -147,22 +154,31 @@ def score(
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
+    if table == "-" and sys.stdin.isatty():  # not waiting without a word
+        click.echo(
+            "rescorer score: reading the phrase table from standard input (type it, or end "
+            "it with Ctrl-D; give a file name instead of - to score a file)",
+            err=True,
+        )
     try:
         stats = score_table(table, list(model_dirs), out, config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (common.Terminated)
         if out == "-":
-            click.echo("rescorer: interrupted; output to stdout cannot be resumed", err=True)
+            click.echo("rescorer score: interrupted; output to stdout cannot be resumed", err=True)
         else:
             click.echo(
-                f"rescorer: interrupted; {out}.partial is kept: run the same command with "
+                f"rescorer score: interrupted; {out}.partial is kept: run the same command with "
                 "--resume to continue",
                 err=True,
             )
-        sys.exit(130)
+        sys.exit(interrupt_status(exc))
+    if stats.lines_in == 0 and not stats.already_done:
+        click.echo(f"rescorer score: warning: {table}: empty input; {out} has no lines", err=True)
     if stats.already_done:
         if not config.quiet:
             click.echo(
-                f"{out}: shard {shard[0] if shard else '?'}/{shard[1] if shard else '?'} is "
+                f"rescorer score: {out}: shard {shard[0] if shard else '?'}/"
+                f"{shard[1] if shard else '?'} is "
                 f"already complete ({stats.lines_out:,} lines, as its manifest says); nothing to "
                 "redo",
                 err=True,
@@ -171,16 +187,19 @@ def score(
     if not config.quiet:
         rate = stats.pairs_scored / max(stats.seconds, 1e-9)
         click.echo(
-            f"scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s ({rate:,.0f} pairs/s, "
+            f"rescorer score: scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s "
+            f"({rate:,.0f} pairs/s, "
             f"{stats.device}, {stats.precision}); {stats.lines_out:,} of {stats.lines_in:,} "
             f"lines written to {out}",
             err=True,
         )
     if stats.phases is not None:
-        click.echo("\n".join(stats.phases.report(stats.seconds)), err=True)
+        for line in stats.phases.report(stats.seconds):
+            click.echo(f"rescorer score: {line}", err=True)
     if stats.bad:
         click.echo(
-            f"skipped {stats.bad} malformed line(s), written to {config.skip_bad_lines}; first: "
+            f"rescorer score: skipped {stats.bad:,} malformed line(s), written to "
+            f"{config.skip_bad_lines}; first: "
             f"{stats.bad_examples[0]}",
             err=True,
         )
@@ -216,11 +235,17 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
     paths = list(parts) if parts else parts_from_glob(str(manifest_glob))
+    from rescorer.score.output import refuse_clobber
+    from rescorer.score.shards import SUFFIX
+
+    inputs = [(what, p + end) for p in paths for what, end in (("part", ""), ("manifest", SUFFIX))]
+    refuse_clobber(inputs, [("OUT", out)])
     stats = merge_parts(out, paths)
     if not quiet:
         rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
         click.echo(
-            f"merged {stats.shards} shards into {out}: {stats.lines_out:,} of {stats.lines_in:,} "
+            f"rescorer merge: merged {stats.shards:,} shards into {out}: {stats.lines_out:,} of "
+            f"{stats.lines_in:,} "
             f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
             f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
@@ -275,7 +300,7 @@ def check(table: str, model_dir: str | None) -> None:
     metavar="FILE",
     help="The source sentences that were decoded, one per line (as Moses read them).",
 )
-@click.option("-o", "--output", "out", default="-", show_default=True, help="Output file.")
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option("--name", default="RNN0", show_default=True, help="The new feature's label.")
 @click.option(
     "--features-only",
@@ -316,6 +341,9 @@ def score_nbest(
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest import add_pair_feature
+    from rescorer.score.output import refuse_clobber
+
+    refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.score.scorer import score_pairs
 
     dev = resolve_device(device)

@@ -14,6 +14,7 @@ from rescorer.cli.common import (
     precision_option,
     progress_option,
     user_errors,
+    vocab_size_options,
 )
 from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
@@ -27,20 +28,7 @@ TRAIN = TrainConfig()
 @click.command()
 @click.argument("table")
 @click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @user_errors
 def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
     """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
@@ -56,8 +44,8 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
         src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
     paths = save_vocabs(out_dir, src, tgt)
     click.echo(
-        f"{reader.stats.lines} pairs: {len(src.words)} source and {len(tgt.words)} target words "
-        f"in the shortlists; wrote {paths[0]} and {paths[1]}",
+        f"rescorer vocab: {reader.stats.lines:,} pairs: {len(src.words):,} source and "
+        f"{len(tgt.words):,} target words in the shortlists; wrote {paths[0]} and {paths[1]}",
         err=True,
     )
 
@@ -66,20 +54,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
 @click.argument("table", required=False)
 @click.option("-o", "--output", "out_dir", required=True, help="The model folder to write.")
 @click.option("--pairs", nargs=2, metavar="SRC TGT", help="Parallel phrase files, not TABLE.")
-@click.option(
-    "--src-vocab-size",
-    default=MODEL.src_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Source shortlist ids.",
-)
-@click.option(
-    "--tgt-vocab-size",
-    default=MODEL.tgt_vocab_size,
-    type=click.IntRange(min=1),
-    show_default=True,
-    help="Target shortlist ids.",
-)
+@vocab_size_options
 @click.option(
     "--hidden-size",
     default=MODEL.hidden_size,

@@ -3,6 +3,9 @@
 On a terminal: a bar with the share of the input done and the ETA. Otherwise (nohup, Slurm, a
 pipe): one line every ``every`` seconds, with what was done, the share of the input, the rate of
 this run alone (a resumed run does not count the earlier runs' work) and the ETA.
+
+A command that runs in stages (read a table, score, draw a map) gives each stage its own
+Progress through :class:`Stages`: ``rescorer plot words: t-SNE map of 2,000 target words: ...``.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ def _duration(seconds: float) -> str:
 
 class Progress:
     """``update(done, fraction)``: ``done`` units so far in this run, ``fraction`` of the input
-    read (0..1, or None when the input's size is unknown)."""
+    read (0..1, or None when the input's size is unknown). ``share`` says what the fraction is
+    of, in the lines (``of the input``)."""
 
     def __init__(
         self,
@@ -32,8 +36,9 @@ class Progress:
         every: float = DEFAULT_EVERY,
         enabled: bool = True,
         stream: IO[str] | None = None,
+        share: str = "of the input",
     ) -> None:
-        self.label, self.unit, self.every = label, unit, every
+        self.label, self.unit, self.every, self.share = label, unit, every, share
         self.stream = stream or sys.stderr
         self.enabled = enabled and every > 0
         self.tty = self.enabled and self.stream.isatty()
@@ -67,7 +72,7 @@ class Progress:
         self.last = now
         parts = [f"{self.label}: {done:,} {self.unit} in {_duration(now - self.start)}"]
         if fraction is not None:
-            parts.append(f"{100 * fraction:.1f}% of the input")
+            parts.append(f"{100 * fraction:.1f}% {self.share}")
         parts.append(f"{rate:,.0f} {self.unit}/s")
         eta = self.eta(fraction, now)
         if eta is not None:
@@ -83,3 +88,22 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class Stages:
+    """The Progress of each stage of a command: ``stages("reading pt.gz", "lines")`` is labelled
+    ``rescorer CMD: reading pt.gz``; all of them on or off (--quiet) and at one pace."""
+
+    def __init__(self, command: str, *, every: float = DEFAULT_EVERY, enabled: bool = True) -> None:
+        self.command, self.every, self.enabled = command, every, enabled
+
+    def __call__(self, what: str, unit: str, share: str = "of the input") -> Progress:
+        return Progress(
+            f"{self.command}: {what}", unit, every=self.every, enabled=self.enabled, share=share
+        )
+
+    def reading(self, path: str, why: str = "") -> Progress:
+        """The stage of one pass over a table: ``reading NAME (WHY): ... lines``."""
+        from rescorer.io.files import display_name
+
+        return self(f"reading {display_name(path)}{f' ({why})' if why else ''}", "lines")

@@ -11,6 +11,7 @@ in the same folder and renamed into place, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -33,6 +34,7 @@ from rescorer.constants import (
 from rescorer.errors import RescorerError
 from rescorer.io import files
 from rescorer.io.files import write_json
+from rescorer.io.schema import schema_problem
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
 from rescorer.verdict import training_verdict
 from rescorer.vocab import Vocab
@@ -179,6 +181,32 @@ def save_model_dir(
     model_dir.save_weights(model)
 
 
+# What config.json must hold (checked before anything is built from it).
+_SIZE = {"type": "integer", "minimum": 1, "maximum": 1 << 24}
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["format", "model"],
+    "properties": {
+        "format": {"const": CONFIG_FORMAT},
+        "model": {
+            "type": "object",
+            "required": [f.name for f in dataclasses.fields(ModelConfig)],
+            "additionalProperties": False,
+            "properties": {f.name: _SIZE for f in dataclasses.fields(ModelConfig)},
+        },
+        "train": {"type": "object"},
+    },
+}
+
+
+def min_parameters(config: ModelConfig) -> int:
+    """A lower bound on the model's parameter count (embeddings, the softmax, the recurrent
+    and output matrices: docs/model.md), cheap to compute before the model is built."""
+    H, E = config.hidden_size, config.embed_size
+    PM = config.maxout_pool * config.maxout_units
+    return (config.src_rows + 2 * config.tgt_rows) * E + 7 * H * H + 2 * H * PM
+
+
 def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
     """The ModelConfig and the whole config.json of a model directory (its direction checked:
     :func:`model_direction`)."""
@@ -186,6 +214,9 @@ def read_model_config(folder: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
     data = read_json(path)
     if not isinstance(data, dict) or data.get("format") != CONFIG_FORMAT:
         raise RescorerError(f"{path}: not a rescorer model config (format {CONFIG_FORMAT})")
+    problem = schema_problem(data, CONFIG_SCHEMA)
+    if problem:
+        raise RescorerError(f"{path}: bad model config: {problem}")
     model_direction(data, path)
     try:
         return ModelConfig.from_dict(data["model"]), data
@@ -223,6 +254,12 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         state = load_file(str(weights_path), device=str(torch.device(device)))
     except (SafetensorError, OSError) as exc:
         raise RescorerError(f"{weights_path}: cannot read weights: {exc}") from exc
+    held, least = sum(t.numel() for t in state.values()), min_parameters(config)
+    if held < least:  # before building the model: a forged config.json must not allocate
+        raise RescorerError(
+            f"{folder / CONFIG_FILE}: its sizes need at least {least:,} parameters, but "
+            f"{WEIGHTS_FILE} holds {held:,}: the config does not belong to these weights"
+        )
     for name, tensor in state.items():
         if not bool(torch.isfinite(tensor).all()):
             raise RescorerError(

@@ -98,7 +98,7 @@ class FilterStats:
 
     def summary(self) -> str:
         share = 100.0 * self.kept / self.total if self.total else 0.0
-        return f"kept {self.kept} of {self.total} phrase pairs ({share:.2f}%)"
+        return f"kept {self.kept:,} of {self.total:,} phrase pairs ({share:.2f}%)"
 
 
 class _SourceOrder:

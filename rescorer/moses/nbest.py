@@ -31,6 +31,9 @@ NBEST_SEP = "|||"
 EXPECTED_NBEST = "'id ||| hypothesis ||| Name= v1 v2 ... ||| total'"
 
 Features = tuple[tuple[str, tuple[float, ...]], ...]
+# rerank writes a blank line for each sentence id missing from the list (a sentence that
+# failed); more than this many missing in a row is a wrong id, refused.
+MAX_MISSING = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,10 @@ def parse_nbest_line(text: str, path: str, lineno: int) -> NBestEntry:
         total = float(fields[3])
     except ValueError:
         raise InputError(
-            path, lineno, f"total score {fields[3].strip()!r} is not a number"
+            path, lineno, f"total score {fields[3].strip()[:40]!r} is not a number"
         ) from None
+    if not math.isfinite(total):
+        raise InputError(path, lineno, f"total score {fields[3].strip()!r} is not finite")
     return NBestEntry(lineno, int(sent_id), fields[1].strip(" "), features, total, tuple(fields))
 
 
@@ -192,6 +197,10 @@ def score_entries(
                 entry.features, config.decoded_with, path, entry.lineno, unknown_zero=True
             )
             score += entry.total - printed
+        if not math.isfinite(score):  # weights so large that the sum overflows
+            raise InputError(
+                path, entry.lineno, f"the new total is {score}: are the weights right?"
+            )
         yield Scored(entry, extra, score)
     for feature_path, lines in zip(config.feature_files, extras, strict=True):
         left = next(lines, None)
@@ -237,6 +246,14 @@ def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> Rerank
                 out.writelines(nbest_line(item) + "\n" for item in ranked)
                 continue
             sent_id = group[0].entry.sent_id
+            if sent_id - next_id > MAX_MISSING:  # a wrong id, not a few failed sentences
+                raise InputError(
+                    name,
+                    group[0].entry.lineno,
+                    f"sentence id {sent_id} after sentence {next_id - 1}: more than "
+                    f"{MAX_MISSING:,} sentences without hypotheses between them (each would be "
+                    "a blank line); expected the ids Moses gives, 0, 1, 2, ...",
+                )
             out.write("\n" * (sent_id - next_id))  # sentences without hypotheses
             out.write(ranked[0].entry.hypothesis + "\n")
             next_id = sent_id + 1

@@ -24,6 +24,7 @@ NOT_IN_RUN_KEY = (
     "workers",
     "progress_every",
     "profile",
+    "force",
     "checkpoint_every",
     "overlap",
 )
@@ -48,6 +49,7 @@ class ScoreConfig:
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
     profile: bool = False  # print where the time went (rescorer/score/profile.py)
+    force: bool = False  # --resume may replace a complete OUT made with another model
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY  # seconds between progress records; 0:
     # after every chunk (a killed run redoes at most about this much with --resume)
     overlap: bool = True  # the device scores chunk k while the host prepares k+1 and formats

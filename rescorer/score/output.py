@@ -20,12 +20,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
 from rescorer.io.files import read_json, write_json
+from rescorer.io.schema import schema_problem
 from rescorer.score.config import ScoreStats
 from rescorer.score.shards import manifest_path, write_manifest
 
@@ -65,13 +67,77 @@ def model_fingerprint(model_dir: str) -> str | None:
     return digest.hexdigest()
 
 
-def same_file(a: str, b: str) -> bool:
-    """Whether two names are one file (same device and inode), so links and ./ tricks count."""
+def file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` after resolving links (``-``: standard input), or None if it
+    does not exist."""
     try:
-        sa, sb = os.stat(a), os.stat(b)
+        st = os.fstat(0) if path == "-" else os.stat(path)
     except OSError:
-        return False
-    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+        return None
+    return st.st_dev, st.st_ino
+
+
+def refuse_clobber(
+    inputs: Sequence[tuple[str, str | None]], outputs: Sequence[tuple[str, str | None]]
+) -> None:
+    """Refuse, before anything is touched, a run that would write, truncate, replace or remove
+    one of its own inputs: ``inputs`` and ``outputs`` are (what, path) pairs, compared by
+    device and inode after resolving links (a symlink, a hard link, ``./x`` all count), and
+    outputs with each other (two outputs of one run in one file lose one of them).
+
+    The one check every command that writes files runs (score, filter, combine, merge, rerank,
+    score-nbest, moses-ini)."""
+    seen: dict[tuple[int, int], tuple[str, str]] = {}
+    for what, path in inputs:
+        ident = file_id(path) if path is not None else None
+        if ident is not None and path is not None:
+            seen.setdefault(ident, (what, path))
+    for what, path in outputs:
+        if path is None or path == "-":  # stdout
+            continue
+        ident = file_id(path)
+        if ident is None:
+            continue
+        if ident in seen:
+            other, other_path = seen[ident]
+            name = "standard input" if other_path == "-" else other_path
+            raise RescorerError(
+                f"{what} {path} is the {other} itself ({name}, the same file): this run would "
+                "overwrite or remove it; write elsewhere"
+            )
+        seen[ident] = (what, path)
+
+
+def score_files(out: str, skip_bad_lines: str | None) -> list[tuple[str, str]]:
+    """Every file a ``score`` run writes, replaces or removes, as (what, path) pairs: OUT, its
+    partial file, lock and record, its manifest, the leftover temporary files it deletes, and
+    the --skip-bad-lines file and its lock."""
+    files = []
+    if out != "-":
+        files = [
+            ("-o", out),
+            ("the partial output of -o", out + ".partial"),
+            ("the lock of -o", out + ".partial.lock"),
+            ("the progress record of -o", out + ".partial.json"),
+            ("the shard manifest of -o", manifest_path(out)),
+        ]
+        files += [("a leftover temporary file of -o", p) for p in _leftovers(out)]
+    if skip_bad_lines is not None:
+        files += [
+            ("--skip-bad-lines", skip_bad_lines),
+            ("the lock of --skip-bad-lines", skip_bad_lines + ".lock"),
+        ]
+    return files
+
+
+def _leftovers(out: str) -> list[str]:
+    """Temporary files of a record or manifest write that a killed run left beside OUT."""
+    found = []
+    for path in (out + ".partial.json", manifest_path(out)):
+        folder, name = os.path.split(os.path.abspath(path))
+        pattern = os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")
+        found += glob.glob(pattern)
+    return found
 
 
 @dataclass
@@ -114,6 +180,7 @@ class Output:
         self.sink: IO[bytes] | None = None
         self.bad_out: IO[bytes] | None = None
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
+        self.bad_lock_fd = -1
         self.every = checkpoint_every
         self.done: _Point | None = None  # the last point advance() named
         self.recorded: _Point | None = None  # the point of the record on disk (or resumed)
@@ -122,52 +189,61 @@ class Output:
 
     def lock(self) -> None:
         """Take OUT.partial.lock (an exclusive flock holding our pid) or refuse, naming the pid
-        of the run that holds it. The kernel drops the lock when a run dies, however it dies."""
+        of the run that holds it, and the same for the --skip-bad-lines file (two runs that
+        share it would truncate each other's bad lines). The kernel drops a lock when a run
+        dies, however it dies."""
+        if self.out != "-":
+            if os.path.isdir(self.out):
+                raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
+            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it")
+        if self.skip_bad_lines is not None:
+            try:
+                self.bad_lock_fd = _take_lock(
+                    self.skip_bad_lines + ".lock",
+                    self.skip_bad_lines,
+                    "writing its bad lines there (--skip-bad-lines)",
+                )
+            except BaseException:
+                self.unlock()
+                raise
         if self.out == "-":
             return
-        if os.path.isdir(self.out):
-            raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
-        try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise RescorerError(f"{self.out}: cannot write beside it: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise RescorerError(
-                f"{self.out}: another rescorer score (pid {other}) is writing it; wait for it to "
-                "end or write elsewhere"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
-        self.lock_fd = fd
         # A run killed while it replaced its record or wrote its manifest leaves the temporary
         # file behind; the lock says that run is gone, so its leftovers can go.
-        for path in (self.record, manifest_path(self.out)):
-            folder, name = os.path.split(os.path.abspath(path))
-            pattern = os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")
-            for leftover in glob.glob(pattern):
-                _remove(leftover)
+        for leftover in _leftovers(self.out):
+            _remove(leftover)
 
     def unlock(self) -> None:
+        """Remove and release the locks. Removed while still held: a run that opened the old
+        file before the removal finds, once it has the lock, that the name is gone or names
+        another file, and tries again (``_take_lock``), so it never writes beside us."""
         if self.lock_fd >= 0:
             _remove(self.lock_path)
             os.close(self.lock_fd)
             self.lock_fd = -1
+        if self.bad_lock_fd >= 0 and self.skip_bad_lines is not None:
+            _remove(self.skip_bad_lines + ".lock")
+            os.close(self.bad_lock_fd)
+            self.bad_lock_fd = -1
 
-    def load_resume(self, fresh: Resume) -> Resume:
+    def load_resume(self, fresh: Resume, table: str = "", force: bool = False) -> Resume:
         """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record.
 
-        The record must be for this input (path and fingerprint), this model directory (path
-        and content hash) and these options, and OUT.partial must still hold what it says.
+        The record must hold what RECORD_SCHEMA says, be for this input (path and
+        fingerprint), this model directory (path and content hash) and these options, resume
+        at a line start of ``table``, and OUT.partial must still hold what it says. Without a
+        record the run starts over, and says so; a complete OUT whose manifest names another
+        model is kept unless ``force``.
         """
         if not os.path.exists(self.record):
+            self._nothing_to_resume(force)
             return fresh
         state = read_json(self.record, what="the progress record of an interrupted run")
         again = "run without --resume to start over"
-        old = state.get("run", {}) if isinstance(state, dict) else {}
+        problem = _record_problem(state)
+        if problem:
+            raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")
+        old = state["run"]
         for key, what in (
             ("table", "for another input table"),
             ("input", "for other input content (the table changed since)"),
@@ -176,8 +252,10 @@ class Output:
             ("config", "with other options"),
         ):
             if old.get(key) != self.run_key.get(key):
+                if key == "config":
+                    what += f" ({_options_differ(old.get(key), self.run_key.get(key))})"
                 raise RescorerError(f"{self.record}: was written {what}; {again}")
-        out_bytes = int(state["out_bytes"])
+        out_bytes = state["out_bytes"]
         try:
             size = os.path.getsize(self.partial)
         except OSError:
@@ -190,16 +268,47 @@ class Output:
                 f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says "
                 f"(lost in a crash or power loss?); {again}"
             )
-        if _tail_sha256(self.partial, out_bytes) != state.get("tail_sha256"):
+        if _tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
             raise RescorerError(
                 f"{self.partial}: its last written bytes differ from its record; {again}"
             )
+        if table:
+            problem = _not_a_line_start(table, state["offset"], state["next_line"])
+            if problem:
+                raise RescorerError(f"{self.record}: {problem}; {again}")
         return Resume(
             state["offset"],
             state["next_line"],
             state["out_bytes"],
             state["bad_bytes"],
             state["stats"],
+        )
+
+    def _nothing_to_resume(self, force: bool) -> None:
+        """--resume without a record: say that the run starts over; keep a complete OUT whose
+        shard manifest names another model unless ``force``."""
+        if self.out == "-":
+            return
+        complete = os.path.isfile(self.out)
+        if complete and not force and os.path.isfile(manifest_path(self.out)):
+            try:
+                found = read_json(manifest_path(self.out), what="a shard manifest")
+            except RescorerError:
+                found = None
+            model = found.get("model") if isinstance(found, dict) else None
+            sha = model.get("sha256") if isinstance(model, dict) else None
+            if sha != self.run_key.get("model"):
+                raise RescorerError(
+                    f"{self.out}: is complete and {manifest_path(self.out)} names another model "
+                    f"(sha256 {str(sha)[:12]}, this one {str(self.run_key.get('model'))[:12]}); "
+                    "--resume has nothing to resume: write elsewhere, or add --force to "
+                    "replace it"
+                )
+        then = f"; the complete {self.out} will be replaced" if complete else ""
+        print(
+            f"rescorer: --resume: no {self.record}, nothing to resume: scoring from the first "
+            f"line{then}",
+            file=sys.stderr,
         )
 
     def open(self, resume: Resume) -> None:
@@ -300,6 +409,122 @@ class Output:
             _remove(self.partial)
             _remove(self.record)
         self.unlock()
+
+
+# The progress record OUT.partial.json (this module writes it in Output.checkpoint).
+_COUNT = {"type": "integer", "minimum": 0}
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+RECORD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["run", "offset", "next_line", "out_bytes", "tail_sha256", "bad_bytes", "stats"],
+    "properties": {
+        "run": {
+            "type": "object",
+            "required": ["table", "input", "model_dir", "model", "config"],
+            "properties": {
+                "table": {"type": "string"},
+                "input": {"type": ["object", "null"]},
+                # one model: its folder and hash; several (score -m A -m B): lists of them
+                "model_dir": {
+                    "anyOf": [
+                        {"type": "string"},
+                        {"type": "array", "items": {"type": "string"}, "minItems": 2},
+                    ]
+                },
+                "model": {
+                    "anyOf": [
+                        {"type": ["string", "null"]},
+                        {"type": "array", "items": {"type": ["string", "null"]}, "minItems": 2},
+                    ]
+                },
+                "config": {"type": "object"},
+            },
+        },
+        "offset": _COUNT,
+        "next_line": {"type": "integer", "minimum": 1},
+        "out_bytes": _COUNT,
+        "tail_sha256": _SHA256,
+        "bad_bytes": _COUNT,
+        "stats": {
+            "type": "object",
+            "required": ["lines_in", "lines_out", "bad"],
+            "properties": {
+                "lines_in": _COUNT,
+                "lines_out": _COUNT,
+                "bad": _COUNT,
+                "range_sha256": {"type": "string"},
+                "seconds": {"type": "number", "minimum": 0},
+            },
+        },
+    },
+}
+
+
+def _record_problem(state: Any) -> str | None:
+    problem = schema_problem(state, RECORD_SCHEMA)
+    return problem.replace("the file", "the record", 1) if problem else None
+
+
+def _options_differ(old: Any, new: Any) -> str:
+    """The options that differ between two run keys' configs, as the user would type them."""
+    old, new = (d if isinstance(d, dict) else {} for d in (old, new))
+    names = {"compresslevel": "--compress-level"}
+    said = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            flag = names.get(key, "--" + key.replace("_", "-"))
+            said.append(f"{flag} was {old.get(key)!r}, now {new.get(key)!r}")
+    return "; ".join(said) or "unknown"
+
+
+def _not_a_line_start(table: str, offset: int, next_line: int) -> str | None:
+    """Whether byte ``offset`` of the decompressed table starts line ``next_line``: read once
+    up to it (a resumed run reads these bytes again to skip them)."""
+    from rescorer.io.files import open_binary
+
+    newlines, last, seen = 0, b"\n", 0
+    with open_binary(table) as stream:
+        while seen < offset:
+            data = stream.read(min(1 << 22, offset - seen))
+            if not data:
+                return f"resumes at byte {offset}, beyond the end of {table} ({seen} bytes)"
+            seen += len(data)
+            newlines += data.count(b"\n")
+            last = data[-1:]
+    if last != b"\n":
+        return f"resumes at byte {offset}, inside line {newlines + 1} of {table}"
+    if newlines + 1 != next_line:
+        return f"resumes at line {next_line}, but byte {offset} starts line {newlines + 1}"
+    return None
+
+
+def _take_lock(lock_path: str, owner: str, doing: str) -> int:
+    """An exclusive flock on ``lock_path`` (created if needed, our pid written in it), or a
+    RescorerError naming the pid of the run that holds it.
+
+    The lock is taken on the file the name holds *after* flock returns: a file that was
+    removed (or replaced) between our open and our flock is a dead lock that the next run
+    would not see, so we go round again on the file the name holds now."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RescorerError(
+                f"{owner}: another rescorer score (pid {other}) is {doing}; wait for it to "
+                "end or write elsewhere"
+            ) from None
+        if file_id(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            break
+        os.close(fd)  # removed by the run that held it: try the name again
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    return fd
 
 
 def _remove(path: str) -> None:

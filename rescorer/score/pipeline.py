@@ -63,7 +63,8 @@ from rescorer.score.output import (
     Resume,
     input_fingerprint,
     model_fingerprint,
-    same_file,
+    refuse_clobber,
+    score_files,
 )
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
@@ -102,9 +103,7 @@ def score_table(
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
     regular = table != "-" and os.path.isfile(table)  # stdin, a FIFO, <(...) can be read once
-    for flag, path in (("-o", out), ("--skip-bad-lines", config.skip_bad_lines)):
-        if regular and path not in (None, "-") and same_file(table, str(path)):
-            raise RescorerError(f"{flag} {path} is the input table itself: write elsewhere")
+    refuse_clobber([("input table", table)], score_files(out, config.skip_bad_lines))
     if not regular and (config.resume or config.shard):
         raise RescorerError("--resume and --shard need a regular input file, not stdin or a pipe")
     device = resolve_device(config.device)
@@ -113,13 +112,17 @@ def score_table(
     if not model_dirs:
         raise RescorerError("score: no model given (-m)")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
-    for folder, m in zip(model_dirs, loaded, strict=True):
-        unlearned = unlearned_warning(m.provenance, folder)
-        if unlearned:
-            print(f"rescorer score: {unlearned}", file=sys.stderr)
 
     def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+        """The model's warnings, given once the first chunk has been scored (an input that is
+        refused outright gets its one error line and nothing else)."""
+        unlearned = unlearned_warning(provenance, folder)
+
         def coverage(inside: int, pairs: int) -> bool:
+            nonlocal unlearned
+            if unlearned:
+                print(f"rescorer score: {unlearned}", file=sys.stderr)
+                unlearned = None
             message = coverage_warning(provenance, folder, inside, pairs)
             if message:
                 print(f"rescorer score: {message}", file=sys.stderr)
@@ -174,7 +177,7 @@ def score_table(
         if config.resume and manifest is not None and finished_shard(output, manifest, stats):
             output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
             return stats
-        resume = output.load_resume(fresh) if config.resume else fresh
+        resume = output.load_resume(fresh, table, config.force) if config.resume else fresh
     except BaseException:
         output.unlock()
         raise
@@ -247,6 +250,7 @@ def score_table(
                 out,
                 phases or nothing,
                 [coverage_of(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
+                model_dirs,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -289,6 +293,7 @@ def _run(
     out: str,
     phase: Callable[[str], contextlib.AbstractContextManager[None]] = nothing,
     coverage: Sequence[Callable[[int, int], bool]] = (),
+    model_dirs: Sequence[str] = ("the model",),
 ) -> None:
     """Parse ahead in the pool, score in order (chunk k+1 submitted before chunk k's scores are
     collected), format in the pool, write in order, record progress by time. ``coverage[k]``
@@ -320,6 +325,8 @@ def _run(
         pending, parsed = scoring.popleft()
         with phase("d2h"):
             logp = _collect_models(pending, parsed)  # (N,) or (N,M)
+        if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
+            raise _non_finite(logp, parsed, name, model_dirs, stats.precision)
         stats.pairs_scored += len(logp)
         for k, pairs in enumerate(parsed.by_model):
             inside[k] += pairs_inside_shortlists(pairs)
@@ -388,3 +395,22 @@ def _collect_models(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
 
 def _one_or_list(values: list[Any]) -> Any:
     return values[0] if len(values) == 1 else values
+
+
+def _non_finite(
+    logp: np.ndarray, parsed: ParsedChunk, name: str, model_dirs: Sequence[str], precision: str
+) -> RescorerError:
+    """The error for the first pair whose score is nan or inf: the model, the line, the pair.
+    ``logp`` is (N,) with one model, (N,M) with M."""
+    table = logp.reshape(len(logp), -1)  # (N,M)
+    i, k = (int(x) for x in np.argwhere(~np.isfinite(table))[0])
+    model_dir = model_dirs[k]
+    lineno = parsed.first_line + i
+    for bad_line in sorted(b[0] for b in parsed.bad):  # good line i sits after these
+        if bad_line <= lineno:
+            lineno += 1
+    line = parsed.lines[i][:200].decode("utf-8", "replace")
+    return RescorerError(
+        f"{model_dir}: the model scores {name}:{lineno} as {table[i, k]} in {precision}, not a "
+        f"finite log probability (weights that overflow?); the line: {line}"
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -307,29 +308,52 @@ def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
             # An empty shard of a gzip output is one empty gzip member; a single run writes it
             # only when the whole table is empty.
             keep = not (gzip_out and int(lines["in"]) == 0 and not (all_empty and i == 0))
-            stats.bytes += _copy_checked(part, sink if keep else None)
+            size, written = _copy_checked(part, sink if keep else None, gzip_out)
+            if written != int(lines["out"]):  # count what is written, not what is said
+                raise RescorerError(
+                    f"{part.name}: holds {written:,} lines, its manifest says {lines['out']:,}; "
+                    "re-run that shard"
+                )
+            stats.bytes += size
             stats.lines_in += int(lines["in"])
-            stats.lines_out += int(lines["out"])
+            stats.lines_out += written
             stats.bad += int(lines.get("bad", 0))
     stats.devices = tuple(sorted({str(p.manifest.get("device", "?")) for p in ordered}))
     stats.seconds = time.monotonic() - t0
     return stats
 
 
-def _copy_checked(part: Part, sink: Any) -> int:
-    """Append the part to ``sink`` (or only read it), checking it against its manifest."""
+def _copy_checked(part: Part, sink: Any, gzipped: bool = False) -> tuple[int, int]:
+    """Append the part to ``sink`` (or only read it), checking it against its manifest; the
+    bytes written and the lines the part holds (counted, decompressed if ``gzipped``)."""
     want = part.manifest["output"]
-    digest, size = hashlib.sha256(), 0
+    digest, size, lines, last, broken = hashlib.sha256(), 0, 0, b"", False
+    inflate = zlib.decompressobj(wbits=31) if gzipped else None
     with open(part.path, "rb") as f:
         while block := f.read(BLOCK):
             digest.update(block)
             size += len(block)
             if sink is not None:
                 sink.write(block)
+            while inflate is not None and block:  # one gzip member per chunk: go on after each
+                try:
+                    text = inflate.decompress(block)
+                except zlib.error:  # the hash check below names the part
+                    inflate, broken = None, True
+                    break
+                lines, last = lines + text.count(b"\n"), text[-1:] or last
+                block = inflate.unused_data
+                if inflate.eof:
+                    inflate = zlib.decompressobj(wbits=31)
+            if not gzipped:
+                lines, last = lines + block.count(b"\n"), block[-1:] or last
+    lines += last not in (b"", b"\n")  # a last line without its newline (kept as it was)
     if size != int(want["bytes"]) or digest.hexdigest() != want["sha256"]:
         raise RescorerError(
             f"{part.name}: its bytes no longer match its manifest ({size} bytes, manifest says "
             f"{want['bytes']}{'' if size != int(want['bytes']) else '; sha256 differs'}); "
             "re-run that shard"
         )
-    return size if sink is not None else 0
+    if broken:
+        raise RescorerError(f"{part.name}: not valid gzip data; re-run that shard")
+    return (size if sink is not None else 0), lines

@@ -13,6 +13,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -56,14 +57,16 @@ def iter_pairs(
     src_path, tgt_path = source
     with open_text(src_path) as src_lines, open_text(tgt_path) as tgt_lines:
         lineno = 0
-        for lineno, (src, tgt) in enumerate(zip(src_lines, tgt_lines), start=1):  # noqa: B905
+        # zip_longest, not zip: zip reads a line of SRC before it finds TGT at its end, and
+        # that line (SRC's one extra line) was lost unseen.
+        for lineno, (src, tgt) in enumerate(zip_longest(src_lines, tgt_lines), start=1):
+            if src is None or tgt is None:
+                longer = src_path if tgt is None else tgt_path
+                raise InputError(longer, lineno, "more lines than the other --pairs file")
             for path, phrase in ((src_path, src), (tgt_path, tgt)):
                 if not split_tokens(phrase):
                     raise InputError(path, lineno, "empty phrase: expected one phrase per line")
             yield src, tgt
-        for path, rest in ((src_path, src_lines), (tgt_path, tgt_lines)):
-            if next(rest, None) is not None:
-                raise InputError(path, lineno + 1, "more lines than the other --pairs file")
         counter[0] = lineno
 
 

@@ -107,7 +107,7 @@ class RunSetup:
                 self.model_dir.update_train_config(cfg.to_dict())
             self.say(
                 f"rescorer train: resuming at update {self.run_state.update:,}"
-                f" (epoch {self.run_state.epoch + 1})"
+                f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
             )
         else:
             self.provenance = {

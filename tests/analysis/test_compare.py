@@ -75,6 +75,6 @@ def test_cli_given_phrase_markdown(tiny_model_dir: Path, tmp_path: Path) -> None
     assert text[0].startswith("| source |") and text[2].startswith(f"| {src} (given)")
     assert "over 5 source phrases" in text[-1]
     missing = CliRunner().invoke(
-        cli, ["compare", str(SLICE), "no such phrase", "-m", str(tiny_model_dir)]
+        cli, ["compare", str(SLICE), "no such phrase", "-m", str(tiny_model_dir), "-o", "-"]
     )
     assert missing.exit_code == 1 and "no such source phrase" in missing.output

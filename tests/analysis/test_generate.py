@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rescorer.analysis.generate import Generated, beam_search, sample_phrases
+from rescorer.analysis.generate import Generated, _beam_search, beam_search, sample_phrases
 from rescorer.constants import UNK_ID
 from rescorer.model.checkpoint import LoadedModel, load_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
@@ -110,18 +110,19 @@ def test_a_wide_beam_finds_the_exhaustive_argmax(src: str, ignore_unk: bool) -> 
     assert [g.logp for g in found] == sorted((g.logp for g in found), reverse=True)
 
 
-def test_beam_of_one_is_greedy_and_normalize_ranks_per_word() -> None:
-    model, sv, tv = _peaked_model()
-    src = "a b"
+def _greedy(model: EncoderDecoder, sv: Vocab, tv: Vocab, src: str) -> list[int]:
+    """Greedy decoding under GroundHog's limits, written out step by step: the word ids, with
+    EOS last when it came within 3 x (source words + 1) steps."""
+    words = src.split()
     with torch.no_grad():
         ctx = model.decoder_context(
-            model.encode(torch.tensor([sv.encode_eos(["a", "b"])]), torch.tensor([3]))
+            model.encode(torch.tensor([sv.encode_eos(words)]), torch.tensor([len(words) + 1]))
         )
         s, prev, greedy = ctx.s0, None, []
-        for k in range(9):
+        for k in range(3 * (len(words) + 1)):
             logp = torch.log_softmax(model.next_word_logits(ctx, s, prev), dim=1)[0]
             logp[0] = float("-inf")
-            if k < 1:
+            if k < (len(words) + 1) // 2:
                 logp[tv.eos_id] = float("-inf")
             word = int(logp.argmax())
             greedy.append(word)
@@ -129,11 +130,33 @@ def test_beam_of_one_is_greedy_and_normalize_ranks_per_word() -> None:
                 break
             prev = torch.tensor([word])
             s = model.next_state(ctx, s, prev)
-    [found] = beam_search(model, sv, tv, [src], beam_size=1)
-    if greedy[-1] == tv.eos_id:
-        assert found[0].words == tuple(tv.decode(greedy[:-1]))
-    else:  # no EOS within the limit: GroundHog retries with a doubled beam
-        assert found
-    [ranked] = beam_search(model, sv, tv, [src], beam_size=8, normalize=True)
+    return greedy
+
+
+def test_beam_of_one_is_greedy_when_greedy_finishes() -> None:
+    model, sv, tv = _peaked_model()
+    with torch.no_grad():
+        model.out_vocab.bias[tv.eos_id] += 20.0  # EOS wins as soon as it is allowed
+    greedy = _greedy(model, sv, tv, "a b")
+    assert len(greedy) == 2 and greedy[-1] == tv.eos_id  # the case this test is about
+    [found] = beam_search(model, sv, tv, ["a b"], beam_size=1)
+    assert [g.words for g in found] == [tuple(tv.decode(greedy[:-1]))]
+
+
+def test_beam_of_one_that_never_ends_retries_with_a_doubled_beam() -> None:
+    """GroundHog: nothing finished within the limit, so the search runs again with beam 2."""
+    model, sv, tv = _peaked_model()
+    greedy = _greedy(model, sv, tv, "a b")
+    assert len(greedy) == 9 and tv.eos_id not in greedy  # the case this test is about
+    assert _beam_search(model, sv, tv, ["a b"], 1, False, False) == [[]]
+    doubled = _beam_search(model, sv, tv, ["a b"], 2, False, False)
+    assert doubled[0]  # beam 2 finishes, so that is the answer
+    assert beam_search(model, sv, tv, ["a b"], beam_size=1) == doubled
+
+
+def test_normalize_ranks_per_word() -> None:
+    model, sv, tv = _peaked_model()
+    [ranked] = beam_search(model, sv, tv, ["a b"], beam_size=8, normalize=True)
+    assert len(ranked) >= 3
     per_word = [-g.logp / (len(g.words) + 1) for g in ranked]
     assert per_word == sorted(per_word)

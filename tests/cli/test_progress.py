@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REAL_INI, SLICE
+from conftest import REAL_INI, SAMPLE_TABLE, SLICE
 
 ROWS = 20  # copies of the real 2,090-line slice: 41,800 lines, five progress checks
 
@@ -99,3 +99,69 @@ def test_train_rates_leave_out_validation(big_table: Path, tmp_path: Path) -> No
     # the last log record by the time since the validation, 11x to 36x too high here.
     after = {u: rates[u] for u in range(11, 41, 5)}
     assert all(rate < 8 * yardstick for rate in after.values()), (yardstick, after)
+
+
+# The paper's analyses (issue 27, item 7): each stage of a long run says where it is.
+ANALYSES = {
+    "plot words": (
+        ["plot", "words", "--points", "60", "--labels", "10"],
+        ["t-SNE map of 60 target words"],
+    ),
+    "plot phrases": (
+        ["plot", "phrases", "{table}", "--phrases", "80"],
+        ["reading {table}", "encoding", "t-SNE map of 80 phrases"],
+    ),
+    "compare": (
+        ["compare", "{table}", "--summary-sources", "300"],
+        ["reading {table} (long sources)", "reading {table} (their targets)", "scoring"],
+    ),
+    "sample": (["sample", "{model}", "--input", "{sources}", "-n", "5"], ["sampling"]),
+}
+SHARES = {"t-SNE": "of 1,000 at most", "reading": "of the input", "encoding": "of the phrases",
+          "scoring": "of the pairs", "sampling": "of the phrases"}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(ANALYSES))
+def test_the_analyses_print_progress_and_quiet_silences_them(
+    command: str, big_table: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Before: nothing until the end (79 s for plot words, 101 s for plot phrases)."""
+    template, stages = ANALYSES[command]
+    sources = tmp_path / "sources.txt"
+    sources.write_text("la maison\n" * 300, encoding="utf-8")
+    values = {"{table}": str(big_table), "{model}": str(tiny_model_dir), "{sources}": str(sources)}
+    args = [values.get(a, a) for a in template]
+    if command != "sample":
+        args += ["-m", str(tiny_model_dir)]
+    out = tmp_path / ("fig.png" if command.startswith("plot") else "out.txt")
+    args += ["-o", str(out), "--progress-every", "1e-6"]
+    lines = run(args, tmp_path / "err.log")
+    for stage in stages:
+        label = f"rescorer {command}: {stage.replace('{table}', str(big_table))}: "
+        mine = [ln for ln in lines if ln.startswith(label)]
+        assert mine, (label, lines)
+        share = SHARES[stage.split(" ")[0]]
+        for line in mine:
+            assert re.fullmatch(
+                rf"{re.escape(label)}[0-9,]+ \w+ in [0-9]+m[0-9]{{2}}s, [0-9.]+% {share}, "
+                r"[0-9,]+ \w+/s(, ETA [0-9]+m[0-9]{2}s)?",
+                line,
+            ), line
+    assert run([*args, "-q"], tmp_path / "quiet.log") == []
+
+
+@pytest.mark.slow
+def test_resume_names_the_epoch_as_the_progress_lines_do(tmp_path: Path) -> None:
+    """`train --resume` said "epoch 2" where the run had printed "epoch 1.20" (issue 27,
+    item 9): 30 updates of 8 pairs on the 198 training pairs of the 200-line sample."""
+    lines = run(
+        tiny_train(SAMPLE_TABLE, tmp_path, updates=30, valid_every=1000), tmp_path / "a.log"
+    )
+    last = [ln for ln in lines if ln.startswith("rescorer train: update 30 epoch ")]
+    assert len(last) == 1, lines
+    epoch = last[0].split(" epoch ")[1].split(" ")[0]
+    assert 1 < float(epoch) < 2, epoch  # the second epoch has begun
+    args = [*tiny_train(SAMPLE_TABLE, tmp_path, updates=32, valid_every=1000), "--resume"]
+    lines = run(args, tmp_path / "b.log")
+    assert f"rescorer train: resuming at update 30 (epoch {epoch})" in lines, (epoch, lines)

@@ -13,6 +13,7 @@ from rescorer.cli import cli
 
 NO_MODEL = "/nonexistent/model"
 TRAIN = ["train", "/nonexistent/pt.gz", "-o", "/nonexistent/out"]
+VOCAB = ["vocab", "/nonexistent/pt.gz", "-o", "/nonexistent/out"]
 SCORE = ["score", "/nonexistent/pt.gz", "-m", NO_MODEL, "-o", "/nonexistent/o.gz"]
 CASES = {
     "train --max-time 90x": ([*TRAIN, "--max-time", "90x"], "--max-time"),
@@ -23,6 +24,9 @@ CASES = {
     "train --valid-fraction 1": ([*TRAIN, "--valid-fraction", "1"], "--valid-fraction"),
     "train --max-updates -1": ([*TRAIN, "--max-updates", "-1"], "--max-updates"),
     "train --patience -1": ([*TRAIN, "--patience", "-1"], "--patience"),
+    # One declaration for both commands (cli/common.vocab_size_options): 0 and 1 are reserved.
+    "train --src-vocab-size 1": ([*TRAIN, "--src-vocab-size", "1"], "--src-vocab-size"),
+    "vocab --tgt-vocab-size 1": ([*VOCAB, "--tgt-vocab-size", "1"], "--tgt-vocab-size"),
     "score --device gpu": ([*SCORE, "--device", "gpu"], "--device"),
     "score --device cuda:x": ([*SCORE, "--device", "cuda:x"], "--device"),
     "score --compress-level 10": ([*SCORE, "--compress-level", "10"], "--compress-level"),

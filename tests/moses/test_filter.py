@@ -50,7 +50,7 @@ def test_input_keeps_exactly_the_sources_found_in_the_input(tmp_path: Path) -> N
     kept = read_lines(out)
     assert kept == expected  # same lines, same bytes, same order
     assert 0 < len(kept) < len(table)
-    assert f"kept {len(kept)} of {len(table)} phrase pairs" in stderr
+    assert f"kept {len(kept):,} of {len(table):,} phrase pairs" in stderr
 
 
 def test_tokenize_raw_input(tmp_path: Path) -> None:

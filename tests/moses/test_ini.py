@@ -198,7 +198,7 @@ def test_cli_moses_ini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "0.0192088 0.05\n" in out.read_text()
     assert f" path={table} " in out.read_text()  # absolute: Moses resolves against its cwd
     bad = CliRunner().invoke(cli, [*args[:3], str(SLICE), "-o", str(tmp_path / "bad.ini")])
-    assert bad.exit_code == 1 and "rescorer: error:" in bad.stderr
+    assert bad.exit_code == 1 and "rescorer moses-ini: error:" in bad.stderr
     assert not (tmp_path / "bad.ini").exists()
 
 

@@ -27,7 +27,8 @@ HYP = DATA_DIR / "en-fr.dev13.hyp.fr"  # Moses' 1-best output for them
 
 
 def rerank(args: list[str]) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, ["rerank", *args])
+    out = [] if "-o" in args else ["-o", "-"]  # -o is required: stdout here unless named
+    result = CliRunner().invoke(cli, ["rerank", *args, *out])
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -94,7 +95,7 @@ def test_rerank_1best_equals_moses_output() -> None:
     assert stdout.split("\n")[:-1] == [
         line.rstrip(" ") for line in HYP.read_text().split("\n")[:-1]
     ]
-    assert "13 sentences, 1201 hypotheses; 1-best changed for 0" in stderr
+    assert "rescorer rerank: 13 sentences, 1,201 hypotheses; 1-best changed for 0" in stderr
 
 
 def test_decoded_with_keeps_the_hidden_part(tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def test_rerank_reads_the_feature_and_keeps_the_decoders_total(
     lines = run_score_nbest(SEG, tiny_model_dir, tmp_path / "rnn.nbest")
     ini = str(TINY_SYSTEM / "moses.ini")
     args = ["rerank", str(tmp_path / "rnn.nbest"), "--weights", ini, "--decoded-with", ini]
-    result = CliRunner().invoke(cli, [*args, "--weight", "RNN0=0.05", "--nbest-out"])
+    result = CliRunner().invoke(cli, [*args, "--weight", "RNN0=0.05", "--nbest-out", "-o", "-"])
     assert result.exit_code == 0, result.output
     totals = {x.split("|||")[1] + x.split("|||")[2]: float(x.split("|||")[3]) for x in lines}
     reranked = [x for x in result.output.splitlines() if x.count("|||") >= 3]

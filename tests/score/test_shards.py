@@ -244,3 +244,17 @@ def test_a_manifest_left_half_written_by_a_killed_run_is_cleaned_up(
     leftover.write_text("{")
     run(out, models[0], (1, 3), resume=True)
     assert not leftover.exists() and Path(manifest_path(str(out))).exists()
+
+
+def test_merge_counts_the_lines_it_writes(shards: Path, tmp_path: Path) -> None:
+    """Merge reported the line counts its manifests claimed (issue 29 item 4): a manifest
+    whose lines.out was edited is now refused, and the counts reported are the lines written."""
+    copy_parts(shards, tmp_path, [1, 2, 3])
+    stats = merge(str(tmp_path / "ok.gz"), parts(tmp_path))
+    assert stats.lines_out == len(gzip.decompress((tmp_path / "ok.gz").read_bytes()).splitlines())
+    path = Path(manifest_path(str(tmp_path / "part2.gz")))
+    manifest = json.loads(path.read_text())
+    manifest["lines"]["out"] += 1
+    path.write_text(json.dumps(manifest))
+    message = refusal(tmp_path / "m.gz", parts(tmp_path))
+    assert "part2.gz" in message and "its manifest says" in message

@@ -106,7 +106,9 @@ def test_a_killed_rank_ends_the_job_and_resume_continues(tmp_path: Path) -> None
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "rank      : 1" in err and "SIGKILL" in err  # torchrun's report names the dead rank
-    line = next((ln for ln in err.splitlines() if ln.startswith("rescorer: error: rank 0")), "")
+    line = next(
+        (ln for ln in err.splitlines() if ln.startswith("rescorer train: error: rank 0")), ""
+    )
     assert "another rank died" in line and "continues with --resume" in line, err[-3000:]
 
     saved = torch.load(model / "train-state.pt", weights_only=True)["run"]["update"]

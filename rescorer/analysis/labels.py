@@ -1,0 +1,192 @@
+"""Labels on a map that do not overlap, and what a figure shows, as data.
+
+:func:`place_labels` puts each label, in priority order, at the first place around its point
+where it overlaps no label placed before and no labelled point, inside the axes; a label with
+no such place within reach is left out. So a dense cluster gets a few labels and the rest of
+the map gets the others: a spread-out subset, not a blob. Deterministic: no randomness, no
+iteration to a tolerance; the same map gives the same labels.
+
+:func:`figure_record` reads back from the figure objects what was drawn (points, labels and
+their boxes, titles, axis labels), for the JSON file written beside each PNG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+GAP = 3.0  # pixels between a point and its label
+PAD = 1.0  # pixels kept free around each label
+DOT = 3.0  # half the side of the square kept free around a labelled point
+
+
+@dataclass(frozen=True)
+class Placed:
+    index: int  # the point's index in the caller's arrays
+    box: tuple[float, float, float, float]  # the label's x0, y0, x1, y1 in pixels
+    moved: bool  # placed away from its point, with a leader line to it
+
+
+def _candidates(w: float, h: float, rings: int) -> np.ndarray:
+    """Lower-left corners (K, 2) of a w x h label around a point at (0, 0), nearest first:
+    beside the point (right, left, above, below, the corners), then rings further out."""
+    g = GAP
+    near = [
+        (g, -h / 2),
+        (-w - g, -h / 2),
+        (-w / 2, g),
+        (-w / 2, -h - g),
+        (g, g),
+        (-w - g, g),
+        (g, -h - g),
+        (-w - g, -h - g),
+    ]
+    far = []
+    for ring in range(1, rings + 1):
+        d = ring * 1.5 * h
+        for k in range(16):
+            a = 2 * math.pi * k / 16
+            cx = math.cos(a) * (d + w / 2 + g)
+            cy = math.sin(a) * (d + h / 2 + g)
+            far.append((cx - w / 2, cy - h / 2))
+    return np.array(near + far, dtype=np.float64)
+
+
+def place_labels(
+    ax: Axes,
+    xy: np.ndarray,
+    texts: Sequence[str],
+    order: Sequence[int],
+    *,
+    limit: int | None = None,
+    rings: int = 3,
+    skip_covered: bool = True,
+    first_style: dict[str, Any] | None = None,
+    **style: Any,
+) -> list[Placed]:
+    """Label points ``xy`` (n, 2, data coordinates) with ``texts``, trying them in ``order``
+    until ``limit`` labels are placed. A point under a label placed before is skipped when
+    ``skip_covered``. The first label of ``order`` gets ``first_style`` on top of ``style``
+    (``Axes.annotate`` keywords) and goes before the others.
+
+    The axes' limits and the figure's layout must be final: places are found in pixels."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    frame = ax.get_window_extent(renderer)
+    points = ax.transData.transform(np.asarray(xy, dtype=np.float64))  # (n, 2) pixels
+    boxes = np.zeros((0, 4))  # placed labels and labelled points: x0, y0, x1, y1
+    placed: list[Placed] = []
+    to_points = 72.0 / fig.dpi
+    for rank, i in enumerate(order):
+        if limit is not None and len(placed) >= limit:
+            break
+        px, py = points[i]
+        if not (frame.x0 <= px <= frame.x1 and frame.y0 <= py <= frame.y1):
+            continue
+        covered = (
+            (boxes[:, 0] <= px) & (px <= boxes[:, 2]) & (boxes[:, 1] <= py) & (py <= boxes[:, 3])
+        )
+        if skip_covered and rank > 0 and covered.any():
+            continue
+        kw = {**style, **(first_style or {})} if rank == 0 else style
+        probe = ax.text(0, 0, texts[i], ha="left", va="bottom", **kw)
+        extent = probe.get_window_extent(renderer)
+        probe.remove()
+        pad = PAD + (4.0 if kw.get("bbox") else 0.0)  # a drawn box reaches beyond the text
+        w, h = extent.width + 2 * pad, extent.height + 2 * pad
+        corners = _candidates(w, h, rings) + np.array([px, py])  # (K, 2)
+        x0, y0 = corners[:, 0], corners[:, 1]
+        x1, y1 = x0 + w, y0 + h
+        inside = (x0 >= frame.x0) & (x1 <= frame.x1) & (y0 >= frame.y0) & (y1 <= frame.y1)
+        clash = (
+            (x0[:, None] < boxes[None, :, 2])
+            & (x1[:, None] > boxes[None, :, 0])
+            & (y0[:, None] < boxes[None, :, 3])
+            & (y1[:, None] > boxes[None, :, 1])
+        ).any(axis=1)
+        # A leader line (from the label's centre to its point, beyond the eight places beside
+        # it) crossing another label would make it unclear which point a label names.
+        steps = np.linspace(0.05, 0.95, 10)[None, :, None]  # (1, T, 1)
+        centres = corners + np.array([w / 2, h / 2])  # (K, 2)
+        along = np.array([px, py]) + steps * (centres[:, None, :] - np.array([px, py]))  # (K,T,2)
+        ax_, ay_ = along[..., 0:1], along[..., 1:2]  # (K, T, 1)
+        crossed = (
+            (ax_ > boxes[None, None, :, 0])
+            & (ax_ < boxes[None, None, :, 2])
+            & (ay_ > boxes[None, None, :, 1])
+            & (ay_ < boxes[None, None, :, 3])
+        ).any(axis=(1, 2))
+        crossed[:8] = False  # beside the point: no leader line
+        free = np.flatnonzero(inside & ~clash & ~crossed)
+        if len(free) == 0:
+            continue
+        k = int(free[0])
+        moved = k >= 8  # beyond the eight places beside the point: a leader line to it
+        leader = {"arrowstyle": "-", "color": "0.45", "lw": 0.5, "shrinkA": 0, "shrinkB": 2}
+        ax.annotate(
+            texts[i],
+            xy[i],
+            xytext=((x0[k] + pad - px) * to_points, (y0[k] + pad - py) * to_points),
+            textcoords="offset points",
+            ha="left",
+            va="bottom",
+            arrowprops=leader if moved else None,
+            **kw,
+        )
+        box = (float(x0[k]), float(y0[k]), float(x1[k]), float(y1[k]))
+        dot = (px - DOT, py - DOT, px + DOT, py + DOT)
+        boxes = np.vstack([boxes, box, dot])
+        placed.append(Placed(int(i), box, moved))
+    return placed
+
+
+def _round(values: Any, digits: int = 4) -> Any:
+    """Numbers for JSON: a (nested) list of floats rounded to ``digits`` decimals."""
+    return np.round(np.asarray(values, dtype=np.float64), digits).tolist()
+
+
+def figure_record(fig: Figure, names: Mapping[int, Sequence[str]] | None = None) -> dict[str, Any]:
+    """What ``fig`` shows, read from its artists: per axes its title, axis labels, frame (pixels),
+    the points of each of its scatter plots (data coordinates, in drawing order) and its texts
+    (text, box in pixels; for a label, the point it names and whether a leader line joins
+    them). ``names[k]``: what each point of the first scatter plot of axes k is (a word, a
+    phrase)."""
+    from matplotlib.text import Annotation, Text
+
+    fig.canvas.draw()  # boxes as they are drawn
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    axes = []
+    for k, ax in enumerate(fig.axes):
+        texts = []
+        for t in ax.texts:
+            b = Text.get_window_extent(t, renderer)  # the text alone, not its leader line
+            item: dict[str, Any] = {
+                "text": t.get_text(),
+                "box": _round([b.x0, b.y0, b.x1, b.y1], 1),
+            }
+            if isinstance(t, Annotation):
+                item["point"] = _round(t.xy)
+                item["leader"] = t.arrow_patch is not None
+            texts.append(item)
+        f = ax.get_window_extent(renderer)
+        entry: dict[str, Any] = {
+            "title": ax.get_title(),
+            "xlabel": ax.get_xlabel(),
+            "ylabel": ax.get_ylabel(),
+            "frame": _round([f.x0, f.y0, f.x1, f.y1], 1),
+            "scatters": [_round(c.get_offsets()) for c in ax.collections],
+            "texts": texts,
+        }
+        if names is not None and k in names:
+            entry["names"] = list(names[k])
+        axes.append(entry)
+    size = [round(v) for v in fig.get_size_inches() * fig.dpi]
+    return {"title": fig.get_suptitle(), "size": size, "axes": axes}

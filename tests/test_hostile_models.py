@@ -1,0 +1,158 @@
+"""Hostile model folders (issue 29 item 5): huge or malformed config values and vocabularies
+that are not lists of strings give one clear line naming the file and exit 1, never a
+traceback or a hang, in every command that opens a model (here ``score`` and ``info``).
+Before the schemas (rescorer/model/checkpoint.py CONFIG_SCHEMA, rescorer/vocab.py
+VOCAB_SCHEMA) most of these cases ended in a KeyError/TypeError/ValueError traceback, and a
+huge hidden_size tried to allocate the model it described."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from rescorer.cli import cli
+from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters, init_weights_
+from rescorer.vocab import Vocab
+
+TABLE = "a b ||| x y ||| 0.5 0.5 0.5 0.5\n"
+Edit = Callable[[Any], Any]
+
+
+@pytest.fixture(scope="module")
+def good_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    config = ModelConfig(6, 6, hidden_size=4, embed_size=3, maxout_units=2)
+    model = EncoderDecoder(config)
+    init_weights_(model)
+    folder = tmp_path_factory.mktemp("good")
+    save_model_dir(folder, model, Vocab(("a", "b"), 6), Vocab(("x", "y"), 6), {})
+    return folder
+
+
+def set_in(key: str, value: Any) -> Edit:
+    def edit(data: Any) -> Any:
+        data["model"][key] = value
+        return data
+
+    return edit
+
+
+def vocab_set(key: str, value: Any) -> Edit:
+    def edit(data: Any) -> Any:
+        data[key] = value
+        return data
+
+    return edit
+
+
+def without(key: str, inside: str | None = None) -> Edit:
+    def edit(data: Any) -> Any:
+        (data[inside] if inside else data).pop(key)
+        return data
+
+    return edit
+
+
+# (file, edit, what the one line must say)
+CASES: dict[str, tuple[str, Edit, str]] = {
+    "hidden-huge": ("config.json", set_in("hidden_size", 10**12), "above the largest allowed"),
+    "hidden-hang": ("config.json", set_in("hidden_size", 200_000), "need at least"),
+    "tgt-size-huge": ("config.json", set_in("tgt_vocab_size", 10**30), "largest allowed"),
+    "hidden-string": ("config.json", set_in("hidden_size", "4"), "expected integer, found a st"),
+    "hidden-float": ("config.json", set_in("hidden_size", 4.5), "expected integer, found a num"),
+    "hidden-bool": ("config.json", set_in("hidden_size", True), "expected integer"),
+    "hidden-null": ("config.json", set_in("hidden_size", None), "expected integer, found null"),
+    "hidden-zero": ("config.json", set_in("hidden_size", 0), "below the smallest allowed, 1"),
+    "key-missing": ("config.json", without("embed_size", "model"), "'embed_size' is a required"),
+    "key-extra": ("config.json", set_in("layers", 2), "Additional properties"),
+    "model-list": ("config.json", vocab_set("model", [4, 3]), "model: expected object"),
+    "model-missing": ("config.json", without("model"), "'model' is a required"),
+    "config-list": ("config.json", lambda d: [d], "not a rescorer model config"),
+    "train-string": ("config.json", vocab_set("train", "x"), "train: expected object"),
+    "words-string": ("vocab.src.json", vocab_set("words", "ab"), "words: expected array"),
+    "words-object": ("vocab.src.json", vocab_set("words", {"a": 1}), "words: expected array"),
+    "words-ints": (
+        "vocab.src.json",
+        vocab_set("words", [1, 2]),
+        "expected string, found an integer",
+    ),
+    "words-lists": (
+        "vocab.tgt.json",
+        vocab_set("words", [["x"]]),
+        "words/0: expected string, found an array",
+    ),
+    "words-null": (
+        "vocab.tgt.json",
+        vocab_set("words", [None]),
+        "words/0: expected string, found null",
+    ),
+    "words-empty": ("vocab.tgt.json", vocab_set("words", ["x", ""]), "words/1: '' is not allow"),
+    "words-twice": ("vocab.tgt.json", vocab_set("words", ["x", "x"]), "words must be unique"),
+    "words-too-many": ("vocab.src.json", vocab_set("words", list("abcdefg")), "do not fit"),
+    "words-missing": ("vocab.src.json", without("words"), "'words' is a required"),
+    "size-string": ("vocab.src.json", vocab_set("size", "6"), "size: expected integer"),
+    "size-float": ("vocab.src.json", vocab_set("size", 6.5), "size: expected integer"),
+    "size-huge": ("vocab.src.json", vocab_set("size", 10**30), "above the largest allowed"),
+    "size-one": ("vocab.src.json", vocab_set("size", 1), "below the smallest allowed, 2"),
+    "vocab-list": ("vocab.tgt.json", lambda d: [d], "not a rescorer vocabulary"),
+}
+
+
+def hostile(tmp_path: Path, good: Path, name: str) -> tuple[Path, str]:
+    file, edit, said = CASES[name]
+    folder = tmp_path / "model"
+    shutil.copytree(good, folder)
+    path = folder / file
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    return folder, said
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("command", ["score", "info"])
+def test_a_hostile_model_folder_gives_one_line(
+    tmp_path: Path, good_model: Path, name: str, command: str
+) -> None:
+    folder, said = hostile(tmp_path, good_model, name)
+    if command == "info" and name == "hidden-hang":
+        pytest.skip("info builds the model on the meta device: no memory, no weights read")
+    table = tmp_path / "pt.txt"
+    table.write_text(TABLE)
+    args = ["info", str(folder)]
+    if command == "score":
+        args = ["score", str(table), "-m", str(folder), "-o", str(tmp_path / "o.txt"),
+                "--device", "cpu", "-q"]  # fmt: skip
+    t0 = time.monotonic()
+    result = CliRunner().invoke(cli, args)
+    assert time.monotonic() - t0 < 60
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert said in lines[0] and str(folder) in lines[0], lines[0]
+    assert not (tmp_path / "o.txt").exists()
+
+
+def test_the_good_model_loads(good_model: Path) -> None:
+    loaded = load_model_dir(good_model)
+    assert loaded.src_vocab.words == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig(6, 6, hidden_size=4, embed_size=3, maxout_units=2),
+        ModelConfig(400, 300, hidden_size=24, embed_size=8, maxout_units=12, maxout_pool=3),
+        ModelConfig(),
+    ],
+)
+def test_min_parameters_is_a_lower_bound(config: ModelConfig) -> None:
+    with torch.device("meta"):
+        assert min_parameters(config) <= count_parameters(EncoderDecoder(config))
