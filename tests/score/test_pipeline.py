@@ -276,9 +276,9 @@ def long_run(
     big = tmp_path / "big.gz"
     lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
     big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    # Records by time, several a second (a run takes seconds), each after several chunks.
+    # Records by time, 50 a second (a run takes a second or so), each after several chunks.
     cmd = [sys.executable, "-m", "rescorer", "score", str(big), "-m", str(model_dir), "--device",
-           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "--checkpoint-every", "0.2",
+           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "--checkpoint-every", "0.02",
            "-q", *flags]  # fmt: skip
     whole = tmp_path / "whole.gz"
     subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
@@ -531,7 +531,7 @@ def test_twenty_kills_then_resumes_end_byte_identical(
 ) -> None:
     """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
     plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
-    with one uninterrupted run (issue 11). The records come by time (--checkpoint-every 0.2,
+    with one uninterrupted run (issue 11). The records come by time (--checkpoint-every 0.02,
     issue 25), each after several chunks: a kill loses the chunks since the last one."""
     lines, cmd, whole = long_run(tmp_path, model_dir, flags)
     out = tmp_path / "out.gz"
@@ -744,7 +744,7 @@ def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
     log = tmp_path / "err.log"
     with open(log, "w") as err:
         subprocess.run(
-            [*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.2"],
+            [*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.05"],
             stderr=err,
             env=ONE_THREAD,
             check=True,
