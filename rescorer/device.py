@@ -1,21 +1,25 @@
 """Device and precision choice, shared by training and scoring.
 
-``auto`` precision means bf16 autocast where the hardware multiplies bf16 natively: CUDA GPUs
-with bf16 support, and CPUs with AMX or AVX512-BF16 (where a bf16 matrix product runs several
-times faster than fp32). Everything else runs in fp32. Sums of log-probabilities stay fp32.
+Precisions: ``fp32`` (IEEE fp32 matrix products everywhere: TF32 is switched off on GPUs),
+``tf32`` (fp32, but on a CUDA GPU that has TF32 tensor cores, Ampere or newer, the matrix
+products round their operands to TF32's 10-bit mantissa and accumulate in fp32; elsewhere
+fp32), ``bf16`` (autocast: matrix products in bf16, the state, log-softmax and sums in fp32),
+and ``auto``, which picks one per device and purpose (:func:`resolve_precision`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
 from rescorer.errors import RescorerError
 
-PRECISIONS = ("auto", "bf16", "fp32")
+PRECISIONS = ("auto", "bf16", "tf32", "fp32")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,18 +55,31 @@ def cpu_has_fast_bf16() -> bool:
     return False
 
 
+def has_tf32(device: torch.device) -> bool:
+    """True on a CUDA GPU with TF32 tensor cores (compute capability 8.0 or newer)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def resolve_precision(name: str, device: torch.device, purpose: str = "train") -> str:
-    """``auto`` for ``purpose`` ``"score"``: fp32. bf16 autocast moves a pair's log p by more
-    than the 0.02 nats (99th percentile) a score column may move (scripts/bench_precision.py:
-    0.12 nats at the 99th percentile on 20,000 real pairs), and the error comes from bf16's 8-bit
-    mantissa, so it is the same on every device. ``auto`` for training: ``bf16`` where the
-    device has fast bf16 matrix units (the gradient's noise dwarfs bf16's), else ``fp32``."""
+    """The precision ``name`` resolves to on ``device`` for ``purpose`` (``"train"`` or
+    ``"score"``); ``tf32`` is ``fp32`` where the device has no TF32.
+
+    ``auto`` for scoring: ``tf32`` on a GPU that has it, else ``fp32``. bf16 autocast moves a
+    pair's log p by more than the 0.02 nats (99th percentile) a score column may move
+    (scripts/bench_precision.py: 0.12 nats at the 99th percentile on 20,000 real pairs; the
+    error comes from bf16's 8-bit mantissa, so it is the same on every device). TF32's 10-bit
+    operands, emulated on the CPU with round to nearest as cuBLAS rounds, moved it by 0.004
+    nats at the 99th percentile (3,000 pairs; README, "What score promises"). ``auto`` for
+    training: ``bf16`` where the device has fast bf16 matrix units (the gradient's noise
+    dwarfs bf16's), else ``fp32``."""
     if name not in PRECISIONS:
         raise RescorerError(f"--precision {name!r}: expected one of {', '.join(PRECISIONS)}")
+    if name == "tf32":
+        return "tf32" if has_tf32(device) else "fp32"
     if name != "auto":
         return name
     if purpose == "score":
-        return "fp32"
+        return "tf32" if has_tf32(device) else "fp32"
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
@@ -90,12 +107,89 @@ def bound_kernel_caches(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
 
 @contextlib.contextmanager
 def autocast(device: torch.device, precision: str) -> Iterator[None]:
-    """bf16 autocast for ``precision == "bf16"``, nothing for fp32 (TF32 is switched off)."""
+    """bf16 autocast for ``precision == "bf16"``; on a GPU, TF32 matrix products for ``tf32``
+    only (off for fp32 and bf16: TF32 is torch's process-wide switch, set here each time)."""
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
     if precision == "bf16":
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
             yield
     else:
         yield
+
+
+class CompileGuard:
+    """Shared by a group of compiled functions (a model's kernels): once compiling one of them
+    has failed, every one of them runs eagerly, so results never mix compiled and eager code
+    past the failure. A caller that must not mix them inside one unit of work (the scorer's
+    chunk) redoes the unit when ``failed`` turned true during it."""
+
+    def __init__(self, what: str = "torch.compile") -> None:
+        self.what = what
+        self.failed = False
+        self.error = ""  # "ExceptionType: first line of its message"
+
+    def fail(self, exc: BaseException) -> None:
+        """Switch the group to eager code and warn, once, naming the error."""
+        if self.failed:
+            return
+        self.failed = True
+        self.error = _describe(exc)
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__  # dynamo wraps errors
+        if isinstance(inner, BaseException) and inner is not exc:
+            self.error += " " + _describe(inner)
+        print(
+            f"rescorer: warning: {self.what} failed ({self.error}); continuing without "
+            "compiling (the same results as --compile no, slower)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters of it)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def soft_compile(fn: Callable[..., Any], guard: CompileGuard, **options: Any) -> Callable[..., Any]:
+    """``torch.compile(fn, **options)`` that falls back to ``fn`` itself when compiling fails.
+
+    Compiling happens at the first call of each new kind of input (torch.compile is lazy), and a
+    missing Triton, a C++ compiler that fails or an inductor bug on a new card raise there (or
+    already in ``torch.compile``). Then ``fn`` runs eagerly on the same inputs: if that works,
+    the failure was the compiler's, ``guard`` switches the whole group to eager code and warns
+    once; if ``fn`` fails too, the error is the inputs' and ``fn``'s own exception propagates.
+    Backward passes are compiled with their forward pass, not lazily at the first
+    ``backward()`` where no fall-back could catch a failure, so training falls back the same
+    way (this sets torch's switch for it process-wide: rescorer compiles nothing else)."""
+    _compile_backward_with_forward()
+    try:
+        compiled = torch.compile(fn, **options)
+    except Exception as exc:  # e.g. a Python or platform torch.compile does not support
+        guard.fail(exc)
+        return fn
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if guard.failed:
+            return fn(*args, **kwargs)
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as exc:
+            result = fn(*args, **kwargs)  # raises fn's own error if the inputs are at fault
+            guard.fail(exc)
+            return result
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def _compile_backward_with_forward() -> None:
+    """AOTAutograd compiles a backward graph lazily at the first ``backward()`` unless this
+    private switch of torch is on (without the switch, as in other torch versions, nothing
+    changes but the place a backward compile error surfaces)."""
+    from torch._functorch import config as functorch_config
+
+    if hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        functorch_config.force_non_lazy_backward_lowering = True

@@ -30,6 +30,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from rescorer.io.files import open_binary
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.config import ScoreConfig
+from rescorer.score.config import ScoreConfig, chunk_bytes_for
 from rescorer.score.pairs import token_batches
 from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer, Work, score_pairs_straightforward
@@ -137,14 +138,20 @@ def main() -> None:
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--batch-tokens", type=int, default=None)
     parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
+    parser.add_argument("--chunk-bytes", type=int, default=None, help="default: by device")
     parser.add_argument("--gemm-size", type=int, default=2048)
     parser.add_argument("--compile", choices=["yes", "no"], default="yes")
     parser.add_argument("--repeats", type=int, default=2, help="model alone / end to end pairs")
+    parser.add_argument(
+        "--compare-pipeline",
+        action="store_true",
+        help="only compare end-to-end runs: overlap on/off, records by time/per chunk",
+    )
     args = parser.parse_args()
 
     device = resolve_device(args.device)
     precision = resolve_precision(args.precision, device)
+    args.chunk_bytes = chunk_bytes_for(args.chunk_bytes, device)
     tmp = tempfile.mkdtemp(prefix="bench_score.")
     table = os.path.join(tmp, "table.gz")
     n_lines = write_slice(args.table, args.lines, table, cycle=True)
@@ -157,6 +164,9 @@ def main() -> None:
         model = EncoderDecoder(ModelConfig())
         init_weights_(model)
         save_model_dir(model_dir, model, src_vocab, tgt_vocab, {"made_by": "bench_score.py"})
+    if args.compare_pipeline:
+        compare_pipeline(args, table, model_dir, device, precision)
+        return
     loaded = load_model_dir(model_dir, device=device)
     cfg = loaded.model.config
 
@@ -250,7 +260,7 @@ def main() -> None:
         chunk_bytes=args.chunk_bytes,
         compile=args.compile,  # as the model-alone runs
         quiet=True,
-        profile=True,
+        profile=device.type == "cpu",  # on a GPU its synchronisations would stop the overlap
     )
     # Model alone and end to end in turn, --repeats times: the machine's speed drifts, so the
     # ratio is taken pair by pair. End to end counts everything score_table does (loading the
@@ -262,6 +272,8 @@ def main() -> None:
         stats = score_table(table, model_dir, out, config)
         e2e_s = time.perf_counter() - t
         pairs_timed.append((all_s, e2e_s))
+    if device.type == "cuda":  # where the time went: one more run, profiled
+        stats = score_table(table, model_dir, out, replace(config, profile=True))
     spread = {k: f"{min(v):.2f}-{max(v):.2f} s" for k, v in times.items()}
     del all_chunks
     all_s = float(np.median([a for a, _ in pairs_timed]))
@@ -373,6 +385,55 @@ def main() -> None:
     print(f"max |log p shared - log p unshared prefixes|: {max_diff_shared:.2e}")
     print(f"max |log p shared targets - padded decoder|: {max_diff_targets:.2e}")
     sys.stdout.flush()
+
+
+def compare_pipeline(
+    args: argparse.Namespace, table: str, model_dir: str, device: torch.device, precision: str
+) -> None:
+    """End to end (score_table, gzip to gzip) with the defaults against the same run without
+    overlap (each chunk's scores waited for before the next is prepared) and against records
+    per chunk (--checkpoint-every 0), in turn, --repeats times after one warm-up run; each
+    ratio is taken within a repeat (the machine's speed drifts)."""
+    base = ScoreConfig(
+        device=str(device), precision=precision, batch_tokens=args.batch_tokens,
+        workers=args.workers, chunk_bytes=args.chunk_bytes, compile=args.compile, quiet=True,
+    )  # fmt: skip
+    variants = {
+        "defaults (overlap, a record every 10 s)": base,
+        "no overlap": replace(base, overlap=False),
+        "a record per chunk": replace(base, checkpoint_every=0.0),
+    }
+    out = os.path.join(os.path.dirname(table), "compare.gz")
+    score_table(table, model_dir, out, base)  # warm-up: compilation caches, page cache
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    pairs = 0
+    outputs: dict[str, bytes] = {}
+    for _ in range(args.repeats):
+        for name, config in variants.items():
+            t = time.perf_counter()
+            pairs = score_table(table, model_dir, out, config).pairs_scored
+            seconds[name].append(time.perf_counter() - t)
+            with open(out, "rb") as f:
+                outputs[name] = f.read()
+    same = len(set(outputs.values())) == 1
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    print(
+        f"### End to end: overlap and progress records ({datetime.date.today()}, commit "
+        f"{git_commit()}, {dev_name}, {torch.get_num_threads()} threads)\n"
+    )
+    print(
+        f"{pairs:,} pairs ({args.lines:,} lines of {args.table}), precision {precision}, "
+        f"--chunk-bytes {args.chunk_bytes}, --workers {args.workers}, --compile {args.compile}; "
+        f"{args.repeats} repeats in turn after a warm-up run; outputs identical: {same}.\n"
+    )
+    first = next(iter(variants))
+    print("| variant | median s | pairs/s | its time / the defaults' time, per repeat |")
+    print("|---|---:|---:|---|")
+    for name in variants:
+        med = float(np.median(seconds[name]))
+        paired = zip(seconds[name], seconds[first], strict=True)
+        ratios = ", ".join(f"{a / b:.3f}" for a, b in paired)  # above 1: slower than defaults
+        print(f"| {name} | {med:.2f} | {pairs / med:,.0f} | {ratios} |")
 
 
 if __name__ == "__main__":

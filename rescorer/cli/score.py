@@ -76,10 +76,18 @@ def parse_workers(value: str) -> int | str:
 @compile_option("for inputs of 4 MiB or more")
 @click.option(
     "--chunk-bytes",
-    default=SCORE.chunk_bytes,
     type=click.IntRange(min=1),
+    help="Input bytes per chunk [default: 1 MiB on a CPU, 16 MiB on a GPU, where a chunk "
+    "must hold enough work to hide the kernel launches].",
+)
+@click.option(
+    "--checkpoint-every",
+    default=SCORE.checkpoint_every,
+    type=click.FloatRange(min=0),
     show_default=True,
-    help="Input bytes per chunk.",
+    metavar="SECONDS",
+    help="Record progress for --resume (fsyncing OUT.partial) this often; 0: after every "
+    "chunk. A killed run redoes at most about this much.",
 )
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
@@ -105,8 +113,8 @@ def parse_workers(value: str) -> int | str:
 @click.option(
     "--profile",
     is_flag=True,
-    help="Print where the time went: read, parse, h2d, encoder, decoder, readout, d2h, format, "
-    "write (a GPU run synchronises per phase, so it runs slower).",
+    help="Print where the time went: read, parse, trees, h2d, encoder, decoder, readout, d2h, "
+    "format, write (a GPU run synchronises per phase, so it runs slower).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rescorer.device import CompileGuard, soft_compile
 from rescorer.model.config import ModelConfig
 
 # The packed readout rows are padded to a multiple of this (see token_logprobs).
@@ -354,16 +355,17 @@ class EncoderDecoder(nn.Module):
         return blocks
 
 
-def compile_kernels(model: EncoderDecoder) -> Kernels:
+def compile_kernels(model: EncoderDecoder, guard: CompileGuard | None = None) -> Kernels:
     """``torch.compile`` versions of ``model``'s recurrent steps and readout (the model is not
     changed; pass the result to ``encode`` / ``token_logprobs``).
 
     Inductor fuses each step's gate arithmetic and the log-softmax (one pass over the logits
     instead of several); the matrix products stay library calls, so results agree with eager
     mode to float rounding. Compiling takes tens of seconds once per process (faster with
-    inductor's on-disk cache), so it pays off on large tables only.
+    inductor's on-disk cache), so it pays off on large tables only. A compile error falls back
+    to the eager functions, all five at once (``guard``, shared by them: rescorer/device.py).
     """
-    compile_ = functools.partial(torch.compile, dynamic=True)
+    compile_ = functools.partial(soft_compile, guard=guard or CompileGuard(), dynamic=True)
     return Kernels(
         compile_(model.enc_rec.step),
         compile_(model.dec_rec.step),

@@ -14,9 +14,20 @@ from rescorer.io.files import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.score.profile import Phases
 
-DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_CHUNK_BYTES = 1 << 20  # on a CPU
+GPU_CHUNK_BYTES = 16 << 20  # on a GPU: enough work per chunk to hide the launches (see below)
+DEFAULT_CHECKPOINT_EVERY = 10.0  # seconds between progress records (each with its fsyncs)
 # Options that do not change the output's bytes: a --resume run may change them.
-NOT_IN_RUN_KEY = ("resume", "quiet", "workers", "progress_every", "profile", "force")
+NOT_IN_RUN_KEY = (
+    "resume",
+    "quiet",
+    "workers",
+    "progress_every",
+    "profile",
+    "force",
+    "checkpoint_every",
+    "overlap",
+)
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,7 @@ class ScoreConfig:
     device: str = "auto"
     precision: str = "auto"
     batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
@@ -39,6 +50,10 @@ class ScoreConfig:
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
     profile: bool = False  # print where the time went (rescorer/score/profile.py)
     force: bool = False  # --resume may replace a complete OUT made with another model
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY  # seconds between progress records; 0:
+    # after every chunk (a killed run redoes at most about this much with --resume)
+    overlap: bool = True  # the device scores chunk k while the host prepares k+1 and formats
+    # k-1; False (the benchmarks' comparison) waits for each chunk's scores before the next
 
     def __post_init__(self) -> None:
         """Out-of-range values are errors here too, not only on the command line."""
@@ -48,6 +63,7 @@ class ScoreConfig:
             ("--chunk-bytes", self.chunk_bytes, 1, None),
             ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),
             ("--batch-tokens", self.batch_tokens, 1, None),
+            ("--checkpoint-every", self.checkpoint_every, 0, None),
             ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
         ):
             if value is not None and (value < low or (high is not None and value > high)):
@@ -87,6 +103,21 @@ def resolve_workers(workers: int | str, device: Any) -> int:
     if getattr(device, "type", "cpu") != "cuda":
         return 0
     return max(1, min(16, (os.cpu_count() or 2) - 1))
+
+
+def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:
+    """``None``: 1 MiB of input per chunk on a CPU, 16 MiB on a GPU. A GPU runs a chunk as a few
+    dozen batched steps (one per level of its prefix trees) of a few kernels each; each launch
+    costs microseconds whatever the rows, and a 1 MiB chunk (about 9,000 lines of the en-fr
+    table) gives the device too little work per launch to hide them. The levels grow little
+    with the chunk, their rows with it. Memory stays bounded: host memory by the chunks in
+    flight (``MAX_AHEAD_BYTES``), device memory by ``--batch-tokens`` rows per readout."""
+    if chunk_bytes is not None:
+        return chunk_bytes
+    return GPU_CHUNK_BYTES if getattr(device, "type", "cpu") == "cuda" else DEFAULT_CHUNK_BYTES
+
+
+MAX_AHEAD_BYTES = 256 << 20  # input bytes being parsed ahead at once, at most (16 GPU chunks)
 
 
 def want_compile(choice: str, table: str) -> bool:

@@ -8,14 +8,20 @@ Stages (docs/contracts.md §2, §4, §8):
   (:func:`~rescorer.score.stages.parse_chunk`);
 - the main process scores the chunk on the device (:class:`rescorer.score.Scorer`), one scorer
   per ``-m`` model in the order given (each chunk is still read, parsed and formatted once; an
-  inverse model's pairs come grouped by target phrase and its scores go back to line order);
+  inverse model's pairs come grouped by target phrase and its scores go back to line order).
+  It submits chunk k+1 before it collects chunk k's scores, so on a GPU the device works on
+  chunk k while the host parses chunk k+1, builds its trees and formats chunk k-1 (the
+  synchronisation points: rescorer/score/scorer.py);
 - workers format the new columns into the lines and compress them, one gzip member per chunk
   (a multi-member gzip file, which zcat, Python and Moses read as one stream);
 - the main process writes chunks in input order to ``OUT.partial`` and records its progress in
-  ``OUT.partial.json``; on success the partial file is renamed to OUT. ``--resume`` truncates the
-  partial file to the last recorded chunk and goes on from there.
+  ``OUT.partial.json`` every ``--checkpoint-every`` seconds, at the end and when interrupted
+  (rescorer/score/output.py); on success the partial file is renamed to OUT. ``--resume``
+  truncates the partial file to the last recorded chunk and goes on from there.
 
-Memory is bounded by ``chunk_bytes`` times the number of chunks in flight, never by the table.
+Memory is bounded by ``chunk_bytes`` times the number of chunks in flight (at most
+``MAX_AHEAD_BYTES`` being parsed, two on the device, ``workers`` being formatted), never by the
+table.
 
 This module runs the stages; the parts live beside it: the options and worker policy in
 :mod:`~rescorer.score.config`, what the workers run in :mod:`~rescorer.score.stages`, the durable
@@ -52,9 +58,11 @@ from rescorer.io.files import (
 from rescorer.io.progress import Progress
 from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.score.config import (
+    MAX_AHEAD_BYTES,
     NOT_IN_RUN_KEY,
     ScoreConfig,
     ScoreStats,
+    chunk_bytes_for,
     resolve_workers,
     want_compile,
 )
@@ -136,8 +144,9 @@ def score_table(
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
     sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     workers = resolve_workers(config.workers, device)
-    if workers != config.workers:
-        config = replace(config, workers=workers)
+    chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+    if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
+        config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     phases = Phases(device) if config.profile else None
     if phases is not None:  # every model's encoder, decoder and readout time together
         for scorer in scorers:
@@ -146,7 +155,7 @@ def score_table(
     start, first_line, end = 0, 1, None
     shard_range = None
     if config.shard is not None:
-        shard_range = shard_bounds(table, config.chunk_bytes, config.shard)
+        shard_range = shard_bounds(table, chunk_bytes, config.shard)
         start, first_line, end = shard_range.start, shard_range.first_line, shard_range.end
     stats.next_offset = start
     run_key = {
@@ -170,7 +179,7 @@ def score_table(
             batch_tokens,
             compile_,
         )
-    output = Output(out, run_key, config.skip_bad_lines)
+    output = Output(out, run_key, config.skip_bad_lines, config.checkpoint_every)
     output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
     fresh = Resume(start, first_line)  # a shard starts at its own first chunk
     try:
@@ -229,7 +238,7 @@ def score_table(
         with open_binary(table, meter) as stream:
             chunks = iter_chunks(
                 stream,
-                config.chunk_bytes,
+                chunk_bytes,
                 start=resume.offset,
                 first_line=resume.first_line,
                 name=table,
@@ -283,7 +292,11 @@ def score_table(
         pool.join()
         if ok and manifest is not None:
             manifest = complete_manifest(manifest, stats, device)
-        output.close(ok, keep_partial=interrupted, manifest=manifest)
+        try:
+            if interrupted:  # the record names the last chunk written whole
+                output.checkpoint()
+        finally:
+            output.close(ok, keep_partial=interrupted, manifest=manifest)
     stats.seconds = time.monotonic() - t0
     stats.phases = phases
     return stats
@@ -304,15 +317,18 @@ def _run(
     coverage: Sequence[Callable[[int, int], bool]] = (),
     model_dirs: Sequence[str] = ("the model",),
 ) -> None:
-    """Parse ahead in the pool, score in order, format in the pool, write in order.
-    ``coverage[k]`` hears of model k's pairs inside its shortlists until it has warned."""
+    """Parse ahead in the pool, score in order (chunk k+1 submitted before chunk k's scores are
+    collected), format in the pool, write in order, record progress by time. ``coverage[k]``
+    hears of model k's pairs inside its shortlists until it has warned."""
     warn: list[Callable[[int, int], bool] | None] = list(coverage)
     inside = [0] * len(scorers)  # pairs inside each model's shortlists
     gz_level = config.compresslevel if out.endswith(".gz") else None
-    workers = config.workers
-    assert isinstance(workers, int)  # score_table resolved "auto" to a count
-    ahead = max(2, 2 * workers)  # chunks being parsed at once (bounds memory)
+    workers, chunk_bytes = config.workers, config.chunk_bytes
+    assert isinstance(workers, int) and chunk_bytes is not None  # resolved by score_table
+    # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
+    ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
     parsing: deque[Any] = deque()
+    scoring: deque[tuple[list[Any], ParsedChunk]] = deque()  # submitted, not yet collected
     formatting: deque[tuple[Any, ParsedChunk]] = deque()
 
     def submit_parse() -> None:
@@ -324,6 +340,28 @@ def _run(
             args = (chunk, num_scores, name, config.shard is not None)
             with phase("parse"):
                 parsing.append(pool.apply_async(parse_chunk, args))
+
+    def collect() -> None:
+        """The oldest submitted chunk's scores (waiting for the device only here) go to the
+        formatter."""
+        pending, parsed = scoring.popleft()
+        with phase("d2h"):
+            logp = _collect_models(pending, parsed)  # (N,) or (N,M)
+        if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
+            raise _non_finite(logp, parsed, name, model_dirs, stats.precision)
+        stats.pairs_scored += len(logp)
+        for k, pairs in enumerate(parsed.by_model):
+            inside[k] += pairs_inside_shortlists(pairs)
+            callback = warn[k] if k < len(warn) else None
+            if callback is not None and callback(inside[k], stats.pairs_scored):
+                warn[k] = None  # warned once
+        stats.pairs_inside = inside[0]  # the first model's
+        args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
+        with phase("format"):
+            result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
+        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
+        formatting.append((result, parsed))
+        write_ready(limit=max(1, workers))
 
     def write_ready(limit: int) -> None:
         while len(formatting) > limit or (formatting and formatting[0][0].ready()):
@@ -340,12 +378,8 @@ def _run(
                 stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
             for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
                 stats.bad_examples.append(f"{name}:{lineno}: {message}")
-            with phase("write"):
-                output.checkpoint(
-                    parsed.chunk_offset + parsed.chunk_len,
-                    parsed.first_line + parsed.lines_in,
-                    stats,
-                )
+            with phase("write"):  # a record only every --checkpoint-every seconds
+                output.advance(stats.next_offset, parsed.first_line + parsed.lines_in, stats)
             progress()
 
     submit_parse()
@@ -356,30 +390,23 @@ def _run(
         if parsed.bad and config.skip_bad_lines is None:
             lineno, message, _ = parsed.bad[0]
             raise InputError(name, lineno, message)
-        logp = _score_models(scorers, parsed)  # (N,) or (N,M)
-        if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
-            raise _non_finite(logp, parsed, name, model_dirs, stats.precision)
-        stats.pairs_scored += len(logp)
-        for k, pairs in enumerate(parsed.by_model):
-            inside[k] += pairs_inside_shortlists(pairs)
-            callback = warn[k] if k < len(warn) else None
-            if callback is not None and callback(inside[k], stats.pairs_scored):
-                warn[k] = None  # warned once
-        stats.pairs_inside = inside[0]  # the first model's
-        args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
-        with phase("format"):
-            result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
-        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
-        formatting.append((result, parsed))
-        write_ready(limit=max(1, workers))
+        models = zip(scorers, parsed.by_model, strict=True)
+        scoring.append(([scorer.submit(pairs) for scorer, pairs in models], parsed))
+        while len(scoring) > (1 if config.overlap else 0):
+            collect()
+    while scoring:
+        collect()
     write_ready(limit=0)
+    with phase("write"):
+        output.checkpoint()  # the end: everything written is on disk before OUT is renamed
 
 
-def _score_models(scorers: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
-    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order."""
+def _collect_models(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
+    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order,
+    from each model's submitted scoring (``Scorer.submit``'s results, waited for here)."""
     columns = []
-    for scorer, pairs, order in zip(scorers, parsed.by_model, parsed.orders, strict=True):
-        logp = scorer.score(pairs)  # (N,) in the model's pair order
+    for scores, order in zip(pending, parsed.orders, strict=True):
+        logp = scores.result()  # (N,) in the model's pair order
         if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
             in_lines = np.empty_like(logp)
             in_lines[order] = logp

@@ -17,13 +17,14 @@ from typing import Any
 PHASES = {
     "read": "read and decompress the input (chunking)",
     "parse": "validate and encode lines (or wait for the workers that do)",
-    "h2d": "copy ids to the device",
+    "trees": "build the chunk's prefix trees and index arrays (host)",
+    "h2d": "copy the chunk's index arrays to the device",
     "encoder": "the encoder over the prefix tree of sources",
     "decoder": "per-source decoder terms and the decoder recurrence",
     "readout": "deep output and softmax on packed positions",
     "d2h": "copy scores back",
     "format": "format lines and compress the gzip member (or wait for the workers)",
-    "write": "write, fsync and record progress",
+    "write": "write; fsync and record progress (every --checkpoint-every seconds)",
 }
 
 

@@ -20,31 +20,47 @@ the benchmarks and tests that compare against them.
 
 ``score_pairs_straightforward`` is the reference the benchmark compares against: batches of 64
 pairs in file order, fp32, every pair encoding its own source.
+
+On a GPU a chunk is :meth:`Scorer.submit`-ted and its scores collected later
+(:meth:`Pending.result`), so the device works on one chunk while the host parses the next,
+builds its trees and formats the last (rescorer/score/pipeline.py). ``submit`` builds the
+chunk's prefix trees and every index array the device will need on the host first, packs
+them into the chunk's pinned staging buffer and copies them in one host-to-device copy, queues
+the model's work, and queues one device-to-host copy of the scores into the chunk's pinned
+output buffer, followed by an event. The staging buffers are reused: one pair (in and out) per
+chunk in flight, two by default. The synchronisation points, and the only ones (with the fast
+path, the default; tests/score/test_gpu.py runs ``submit`` under CUDA's sync debug mode):
+
+1. ``Pending.result`` waits for its chunk's event: the scores have arrived;
+2. ``submit`` waits for the event of the chunk that last used the staging buffers it is about
+   to refill (already complete when the caller collected that chunk's scores first, as the
+   pipeline does: a buffer is refilled two chunks later);
+3. with ``--profile``, every phase starts and ends with one (rescorer/score/profile.py).
+
+Nothing else waits: no ``.item()``, no ``.cpu()``, no data-dependent shape on the device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from rescorer.batching import pad_batch, pad_flat
-from rescorer.device import autocast, bound_kernel_caches
+from rescorer.device import CompileGuard, autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import (
     ROW_BUCKET,
-    DecoderContext,
     EncoderDecoder,
     compile_kernels,
     sequence_logprobs,
 )
 from rescorer.score.pairs import (
     GroupedPairs,
-    PrefixLevel,
     encode_pairs,
     prefix_tree,
     token_batches,
@@ -73,6 +89,101 @@ class Work:
     # (source, target prefix) nodes when target prefixes are shared
 
 
+@dataclass
+class _EncoderLevel:
+    """One level of the source prefix tree, as indices into the chunk's uploaded arrays."""
+
+    n: int  # distinct prefixes at this depth
+    tokens: int  # (n+pad,) their last tokens
+    parents: int | None  # (n+pad,) their parents' rows (None at depth 0)
+    ending_node: int | None  # (e,) the rows of the sources that end here
+    ending: int | None  # (e,) those sources
+
+
+@dataclass
+class _DecoderLevel:
+    """One level of the (source, target prefix) tree, as indices into the uploaded arrays."""
+
+    n: int  # nodes at this depth
+    tokens: int  # (n+pad,) words, or V + source at depth 0
+    parents: int | None  # (n+pad,) parents' rows (None at depth 0)
+    blocks: list[tuple[int, int, int, int]]  # per readout block: rows, local, word, pair
+
+
+@dataclass
+class _Plan:
+    """A chunk's host work for the fast path: both prefix trees, as the index arrays the device
+    needs (``arrays``, all int64, uploaded in one copy) and the levels that use them."""
+
+    encoder: list[_EncoderLevel] = field(default_factory=list)
+    decoder: list[_DecoderLevel] = field(default_factory=list)
+    arrays: list[np.ndarray] = field(default_factory=list)
+    work: Work = field(default_factory=Work)
+
+    def add(self, array: np.ndarray) -> int:
+        self.arrays.append(np.ascontiguousarray(array, dtype=np.int64))
+        return len(self.arrays) - 1
+
+
+class _Staging:
+    """One chunk's pinned host buffers on a GPU, reused chunk after chunk: the index arrays on
+    their way in, the scores on their way out, and the event after the chunk's last copy."""
+
+    def __init__(self) -> None:
+        self.ids = torch.empty(0, dtype=torch.int64).pin_memory()
+        self.out = torch.empty(0, dtype=torch.float32).pin_memory()
+        self.event: torch.cuda.Event | None = None
+        self.holder: Pending | None = None  # the chunk whose scores are in ``out``
+
+    def claim(self) -> None:
+        """Make the buffers free to refill: the chunk that used them last is collected first
+        (synchronisation point 2; a no-op wait when its caller collected it already)."""
+        if self.holder is not None:
+            self.holder.fetch()
+        if self.event is not None and not self.event.query():  # query() does not wait
+            self.event.synchronize()
+
+    def ids_for(self, n: int) -> Tensor:
+        if len(self.ids) < n:
+            self.ids = torch.empty(max(n, 2 * len(self.ids)), dtype=torch.int64).pin_memory()
+        return self.ids[:n]
+
+    def out_for(self, n: int) -> Tensor:
+        if len(self.out) < n:
+            self.out = torch.empty(max(n, 2 * len(self.out)), dtype=torch.float32).pin_memory()
+        return self.out[:n]
+
+
+class Pending:
+    """The scores of one submitted chunk: :meth:`result` gives them, waiting for the device
+    only there (synchronisation point 1)."""
+
+    def __init__(
+        self,
+        value: np.ndarray | None = None,
+        host: Tensor | None = None,
+        event: torch.cuda.Event | None = None,
+        staging: _Staging | None = None,
+    ) -> None:
+        self._value, self._host, self._event, self._staging = value, host, event, staging
+
+    def fetch(self) -> None:
+        """Wait for the copy and take the scores out of the staging buffer (float64)."""
+        if self._value is None:
+            assert self._host is not None and self._event is not None
+            self._event.synchronize()
+            self._value = self._host.numpy().astype(np.float64)  # fp32 -> fp64, exact
+            self._host = None
+            if self._staging is not None and self._staging.holder is self:
+                self._staging.holder = None
+
+    def result(self) -> np.ndarray:
+        """log p(y|x) (N,) float64 of the chunk's pairs, in input order."""
+        self.fetch()
+        assert self._value is not None
+        return self._value
+
+
 class Scorer:
     """Scores GroupedPairses with a model on one device, fast path (see module docstring)."""
 
@@ -84,13 +195,19 @@ class Scorer:
         compile: bool = False,
         share_prefixes: bool = True,
         share_targets: bool = True,
+        in_flight: int = 2,
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
-        scorer keeps compiled kernels of its own and leaves the model unchanged."""
+        scorer keeps compiled kernels of its own and leaves the model unchanged. A compile
+        error warns once and the scorer goes on with the eager functions (``compile_guard``):
+        the chunk it happened in is scored again, so every score is the eager one from there.
+        ``in_flight``: chunks submitted and not yet collected that have staging buffers of
+        their own on a GPU (more wait for the oldest one's scores)."""
         bound_kernel_caches()
         self.model = model
         self.device = next(model.parameters()).device
-        self.kernels = compile_kernels(model) if compile else None
+        self.compile_guard = CompileGuard("torch.compile of the scoring kernels")
+        self.kernels = compile_kernels(model, self.compile_guard) if compile else None
         self.precision = precision
         self.batch_tokens = batch_tokens
         self.share_prefixes = share_prefixes
@@ -99,47 +216,89 @@ class Scorer:
         self.readout_rows = READOUT_ROWS_CPU if self.device.type == "cpu" else batch_tokens
         self.work = Work()
         self.phase: Callable[[str], AbstractContextManager[None]] = nothing  # Phases to profile
+        cuda = self.device.type == "cuda"
+        self._staging = [_Staging() for _ in range(max(1, in_flight))] if cuda else []
+        self._submitted = 0
 
     def score(self, batch: GroupedPairs) -> np.ndarray:
         """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""
-        if batch.num_pairs == 0:
-            return np.empty(0, dtype=np.float64)
-        logp = self.logprobs(batch)  # (N,)
-        with self.phase("d2h"):
-            return logp.double().cpu().numpy()
+        return self.submit(batch).result()
 
-    @torch.inference_mode()
+    def submit(self, batch: GroupedPairs) -> Pending:
+        """Queue the scoring of ``batch``; its scores come with the result's ``result()``. On a
+        GPU this returns once the host has built the chunk's trees and queued the device's
+        work and the copy back, so the host can prepare the next chunk meanwhile; on the CPU
+        the work is done here."""
+        if batch.num_pairs == 0:
+            return Pending(np.empty(0, dtype=np.float64))
+        staging = None
+        if self._staging:
+            staging = self._staging[self._submitted % len(self._staging)]
+            self._submitted += 1
+            staging.claim()
+        failed, work = self.compile_guard.failed, replace(self.work)
+        logp = self._logprobs(batch, staging)  # (N,)
+        if self.compile_guard.failed and not failed:  # part-way: the whole chunk eagerly
+            self.kernels, self.work = None, work
+            if staging is not None:
+                staging.claim()  # the first upload's copy is done before the buffer is refilled
+            logp = self._logprobs(batch, staging)
+        with self.phase("d2h"):
+            if staging is None:
+                return Pending(logp.double().cpu().numpy())
+            host = staging.out_for(batch.num_pairs)
+            host.copy_(logp, non_blocking=True)
+            staging.event = torch.cuda.Event()
+            staging.event.record()
+            pending = Pending(host=host, event=staging.event, staging=staging)
+            staging.holder = pending
+            return pending
+
     def logprobs(self, batch: GroupedPairs) -> Tensor:
         """log p(y|x) (N,) fp32 on the scorer's device, in input order. With shared target
         prefixes (the default) on a GPU this only queues work: no step waits for the device
         (tests/score/test_gpu.py checks it)."""
-        dev = self.device
-        model = self.model
+        staging = None
+        if self._staging:
+            staging = self._staging[self._submitted % len(self._staging)]
+            self._submitted += 1
+            staging.claim()
+        return self._logprobs(batch, staging)
+
+    @torch.inference_mode()
+    def _logprobs(self, batch: GroupedPairs, staging: _Staging | None) -> Tensor:
+        dev, model, phase = self.device, self.model, self.phase
+        trees = self.share_prefixes, self.share_targets
+        with phase("trees"):
+            plan = self._plan(batch, *trees)
+        with phase("h2d"):
+            ids = self._upload(plan.arrays, staging)
+        self.work.source_tokens += plan.work.source_tokens
+        self.work.encoder_steps += plan.work.encoder_steps
+        self.work.decoder_positions += plan.work.decoder_positions
         with autocast(dev, self.precision):
             # 1. Each distinct source once; with share_prefixes each distinct prefix once.
             src_lens = np.diff(batch.src_off)  # (U,)
             c_all = torch.empty(
                 len(src_lens), model.config.hidden_size, dtype=torch.float32, device=dev
             )  # (U,H)
-            self.work.source_tokens += int(src_lens.sum())
-            phase = self.phase
             if self.share_prefixes:
                 with phase("encoder"):
-                    self._encode_prefix_tree(batch, c_all)
+                    self._run_encoder(plan, ids, c_all)
             else:
+                self.work.source_tokens += int(src_lens.sum())
                 self.work.encoder_steps += int(src_lens.sum())
                 src_order = np.argsort(src_lens, kind="stable")
                 for rows in token_batches(src_lens, src_order, self.batch_tokens):
-                    ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
+                    src_ids, lens = gather_padded(batch.src_ids, batch.src_off, rows)
                     with phase("h2d"):
-                        ids, lens = self._to_device(ids), self._to_device(lens)
+                        src_ids, lens = self._to_device(src_ids), self._to_device(lens)
+                        rows_t = self._to_device(torch.from_numpy(rows))
                     with phase("encoder"):
-                        c = model.encode(ids, lens, self.kernels)  # (B,H)
-                        c_all[self._to_device(torch.from_numpy(rows))] = c.float()
+                        c = model.encode(src_ids, lens, self.kernels)  # (B,H)
+                        c_all[rows_t] = c.float()
             if self.share_targets:  # 2-3. Target prefixes under one source shared.
-                with phase("decoder"):
-                    ctx_all = model.decoder_context(c_all)  # (U,.)
-                return self._decode_prefix_tree(batch, ctx_all)  # (N,)
+                return self._run_decoder(plan, ids, batch, c_all)  # (N,)
             # 2-3. Pairs sorted by target length, then by source, in padded batches.
             tgt_lens = np.diff(batch.tgt_off)  # (N,)
             order = np.lexsort((batch.pair_src, tgt_lens))
@@ -147,52 +306,121 @@ class Scorer:
             for rows in token_batches(tgt_lens, order, self.batch_tokens):
                 srcs = batch.pair_src[rows]  # (B,)
                 uniq, inverse = np.unique(srcs, return_inverse=True)
-                ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
+                tgt_ids, lens = gather_padded(batch.tgt_ids, batch.tgt_off, rows)
                 with phase("h2d"):
-                    ids, lens = self._to_device(ids), self._to_device(lens)
-                with phase("decoder"):
-                    ctx = model.decoder_context(c_all[self._to_device(torch.from_numpy(uniq))])
+                    tgt_ids, lens = self._to_device(tgt_ids), self._to_device(lens)
+                    uniq_t = self._to_device(torch.from_numpy(uniq))
+                    rows_t = self._to_device(torch.from_numpy(rows))
+                    expand = None
                     if not np.array_equal(uniq, srcs):  # expand to rows (np.unique sorts)
-                        expand = torch.from_numpy(inverse.astype(np.int64))
-                        ctx = ctx.index_select(self._to_device(expand))
-                    states = model.decoder_states(ctx, ids, self.kernels)
+                        expand = self._to_device(torch.from_numpy(inverse.astype(np.int64)))
+                with phase("decoder"):
+                    ctx = model.decoder_context(c_all[uniq_t])
+                    if expand is not None:
+                        ctx = ctx.index_select(expand)
+                    states = model.decoder_states(ctx, tgt_ids, self.kernels)
                 with phase("readout"):
-                    token_logp = model.packed_readout(ctx, ids, lens, states, self.kernels)
+                    token_logp = model.packed_readout(ctx, tgt_ids, lens, states, self.kernels)
                     # 4. Back to input order.
-                    logp[self._to_device(torch.from_numpy(rows))] = sequence_logprobs(token_logp)
+                    logp[rows_t] = sequence_logprobs(token_logp)
             self.work.decoder_positions += int(tgt_lens.sum())
             return logp
 
-    def _to_device(self, t: Tensor) -> Tensor:
-        """A host tensor on the scorer's device. On a GPU it is pinned first, so the copy is
-        asynchronous and overlaps the work already queued (from pageable memory a copy
-        waits for the device)."""
-        if self.device.type != "cuda":
-            return t
-        return t.pin_memory().to(self.device, non_blocking=True)
+    def _upload(self, arrays: list[np.ndarray], staging: _Staging | None) -> list[Tensor]:
+        """``arrays`` (int64) on the scorer's device. On a GPU: packed into the chunk's pinned
+        staging buffer and copied in one asynchronous copy (views into it come back); on the
+        CPU the arrays themselves, uncopied."""
+        if self.device.type != "cuda" or not arrays:
+            return [self._to_device(torch.from_numpy(a)) for a in arrays]
+        sizes = [len(a) for a in arrays]
+        if staging is None:  # a private buffer (logprobs called on its own)
+            staging = _Staging()
+        host = staging.ids_for(sum(sizes))
+        np.concatenate(arrays, out=host.numpy())
+        dev = host.to(self.device, non_blocking=True)
+        staging.event = torch.cuda.Event()  # the next refill waits for this copy (point 2)
+        staging.event.record()
+        return list(torch.split(dev, sizes))
 
-    def _encode_prefix_tree(self, batch: GroupedPairs, c_all: Tensor) -> None:
+    def _plan(self, batch: GroupedPairs, encoder: bool, decoder: bool) -> _Plan:
+        """The host's share of the fast path for one chunk: the source prefix tree (with
+        ``encoder``) and the (source, target prefix) tree with the readout's picks (with
+        ``decoder``), as index arrays."""
+        plan = _Plan()
+        if encoder:
+            plan.work.source_tokens = int(np.diff(batch.src_off).sum())
+            for level in prefix_tree(batch.src_ids, batch.src_off):
+                n = len(level.tokens)
+                # Rows padded to a multiple of 8 (pad rows repeat prefix 0 and are dropped):
+                # MKL's fp32 products of 5-7 and 9-11 rows give other last bits with 1 and 2
+                # threads, and a deep level can have any row count; the bytes must not depend
+                # on the threads.
+                pad = -n % ROW_MULTIPLE
+                ends = len(level.ending) > 0
+                plan.encoder.append(
+                    _EncoderLevel(
+                        n,
+                        plan.add(np.pad(level.tokens, (0, pad))),
+                        plan.add(np.pad(level.parents, (0, pad))) if plan.encoder else None,
+                        plan.add(level.ending_node) if ends else None,
+                        plan.add(level.ending) if ends else None,
+                    )
+                )
+                plan.work.encoder_steps += n
+        if not decoder:
+            return plan
+        # The decoder's sequences [source j, y_1, ..., y_{T-1}] (see _run_decoder).
+        V = self.model.config.tgt_rows
+        seq = np.empty(len(batch.tgt_ids), dtype=np.int64)  # (sum T_j,)
+        seq[1:] = batch.tgt_ids[:-1]
+        seq[batch.tgt_off[:-1]] = V + batch.pair_src  # each sequence starts with its source
+        R = self.readout_rows
+        for depth, level in enumerate(prefix_tree(seq, batch.tgt_off)):
+            n = len(level.tokens)
+            pad = -n % ROW_MULTIPLE  # as in the encoder (pad rows are dropped)
+            tokens = plan.add(np.pad(level.tokens, (0, pad), mode="edge"))  # a valid source
+            parents = plan.add(np.pad(level.parents, (0, pad))) if depth else None
+            # Picks: pair j, at its node of this level, scores its word y_{depth+1}; grouped
+            # by node, in blocks of R rows (padded to a multiple of ROW_BUCKET with copies of
+            # the block's first row: few distinct shapes).
+            words = batch.tgt_ids[batch.tgt_off[level.members] + depth]  # (a,)
+            order = np.argsort(level.member_node, kind="stable")
+            pick_node, pick_pair = level.member_node[order], level.members[order]
+            pick_word = words[order]
+            blocks = []
+            for start in range(0, n, R):
+                stop = min(start + R, n)
+                lo, hi = np.searchsorted(pick_node, [start, stop])
+                rows = np.arange(start, stop)
+                rows = np.pad(rows, (0, -len(rows) % ROW_BUCKET), constant_values=start)
+                local = pick_node[lo:hi] - start  # each pick's row in the block
+                blocks.append(
+                    (
+                        plan.add(rows),
+                        plan.add(local),
+                        plan.add(pick_word[lo:hi]),
+                        plan.add(pick_pair[lo:hi]),
+                    )
+                )
+            plan.decoder.append(_DecoderLevel(n, tokens, parents, blocks))
+            plan.work.decoder_positions += n
+        return plan
+
+    def _run_encoder(self, plan: _Plan, ids: list[Tensor], c_all: Tensor) -> None:
         """c of every distinct source (into c_all (U,H)), one encoder step per distinct prefix:
         each level of the tree is one batched step from the parents' states."""
-        host = torch.from_numpy
         h: Tensor | None = None  # (n_{t-1},H) states of the previous level's prefixes
-        for level in prefix_tree(batch.src_ids, batch.src_off):
-            n = len(level.tokens)
-            # Rows padded to a multiple of 8 (pad rows repeat prefix 0 and are dropped): MKL's
-            # fp32 products of 5-7 and 9-11 rows give other last bits with 1 and 2 threads, and
-            # a deep level can have any row count; the bytes must not depend on the threads.
-            pad = -n % ROW_MULTIPLE
-            tokens = self._to_device(host(np.pad(level.tokens, (0, pad)).astype(np.int64)))
-            if h is not None:  # each prefix continues from its parent's state
-                parents = self._to_device(host(np.pad(level.parents, (0, pad))))
-                h = h.index_select(0, parents)  # (n_t+pad,H)
-            h = self.model.encode_step(tokens, h, self.kernels)[:n]  # (n_t,H)
-            self.work.encoder_steps += n
-            if len(level.ending):
-                rows = self._to_device(host(level.ending_node))
-                c_all[self._to_device(host(level.ending))] = h.index_select(0, rows).float()
+        for enc in plan.encoder:
+            if enc.parents is not None:  # each prefix continues from its parent's state
+                assert h is not None
+                h = h.index_select(0, ids[enc.parents])  # (n_t+pad,H)
+            h = self.model.encode_step(ids[enc.tokens], h, self.kernels)[: enc.n]  # (n_t,H)
+            if enc.ending is not None and enc.ending_node is not None:
+                c_all[ids[enc.ending]] = h.index_select(0, ids[enc.ending_node]).float()
 
-    def _decode_prefix_tree(self, batch: GroupedPairs, ctx: DecoderContext) -> Tensor:
+    def _run_decoder(
+        self, plan: _Plan, ids: list[Tensor], batch: GroupedPairs, c_all: Tensor
+    ) -> Tensor:
         """log p(y|x) (N,) fp32 of every pair, one decoder step and one readout per distinct
         (source, target prefix): targets under one source that begin alike ("of the", "of
         the house") share the states and the softmax of their common positions.
@@ -203,38 +431,29 @@ class Scorer:
         depth d the distinct (source, y_1..y_d). Every level is one batched step from the
         parents' states, then a readout whose picks are the next words of the pairs there.
         """
-        dev, model, phase = self.device, self.model, self.phase
+        dev, model, phase, kernels = self.device, self.model, self.phase, self.kernels
         V = model.config.tgt_rows
-        seq = np.empty(len(batch.tgt_ids), dtype=np.int64)  # (sum T_j,)
-        seq[1:] = batch.tgt_ids[:-1]
-        seq[batch.tgt_off[:-1]] = V + batch.pair_src  # each sequence starts with its source
-        ctx_terms = torch.cat([ctx.c_gates, ctx.c_cand], dim=1)  # (U,3H)
+        with phase("decoder"):
+            ctx = model.decoder_context(c_all)  # (U,.)
+            ctx_terms = torch.cat([ctx.c_gates, ctx.c_cand], dim=1)  # (U,3H)
         logp = torch.zeros(batch.num_pairs, dtype=torch.float32, device=dev)  # (N,)
         s: Tensor | None = None  # (n_d,H) states of the previous level's nodes
         node_src = torch.empty(0, dtype=torch.int64, device=dev)  # (n_d,) each node's source
-        for depth, level in enumerate(prefix_tree(seq, batch.tgt_off)):
-            n = len(level.tokens)
-            pad = -n % ROW_MULTIPLE  # as in _encode_prefix_tree (pad rows are dropped)
-            with phase("h2d"):
-                padded = np.pad(level.tokens, (0, pad), mode="edge")  # a valid source at depth 0
-                tokens = self._to_device(torch.from_numpy(padded))
-                parents = self._to_device(torch.from_numpy(np.pad(level.parents, (0, pad))))
+        for dec in plan.decoder:
+            tokens = ids[dec.tokens]
             with phase("decoder"):
-                if depth == 0:  # the roots: s_0 of each source, no previous word
-                    node_src = tokens.long() - V  # (n,)
+                if dec.parents is None:  # the roots: s_0 of each source, no previous word
+                    node_src = tokens - V  # (n,)
                     s = ctx.s0.index_select(0, node_src)  # (n,H)
                     f = None
                 else:  # (n,H), (n,E) f(y_d), (n,)
                     assert s is not None
-                    step = self.kernels.dec_tree_step if self.kernels else model.decoder_tree_step
-                    s, f, node_src = step(tokens.long(), parents, node_src, s, ctx_terms)
-            # Picks: pair j, at its node of this level, scores its word y_{depth+1}.
-            words = batch.tgt_ids[batch.tgt_off[level.members] + depth]  # (a,)
+                    step = kernels.dec_tree_step if kernels else model.decoder_tree_step
+                    s, f, node_src = step(tokens, ids[dec.parents], node_src, s, ctx_terms)
             with phase("readout"):
-                self._readout_level(s, f, ctx.c_out, node_src, level, words, logp)
-            self.work.decoder_positions += n
-            s = s[:n]
-            node_src = node_src[:n]
+                self._readout_level(s, f, ctx.c_out, node_src, dec, ids, logp)
+            s = s[: dec.n]
+            node_src = node_src[: dec.n]
         return logp
 
     def _readout_level(
@@ -243,38 +462,34 @@ class Scorer:
         f: Tensor | None,
         c_out: Tensor,
         node_src: Tensor,
-        level: PrefixLevel,
-        words: np.ndarray,
+        level: _DecoderLevel,
+        ids: list[Tensor],
         logp: Tensor,
     ) -> None:
         """Adds ln p(word) of every pick of one tree level into logp (N,): the readout runs
-        on the level's nodes in blocks of readout_rows (rows padded to a multiple of
-        ROW_BUCKET with copies of node 0: few distinct shapes), each pick gathered from its
+        on the level's nodes in the planned blocks of readout_rows, each pick gathered from its
         node's row."""
-        model, host = self.model, torch.from_numpy
-        n = len(level.tokens)
-        order = np.argsort(level.member_node, kind="stable")  # picks grouped by node
-        pick_node, pick_pair = level.member_node[order], level.members[order]
-        pick_word = words[order].astype(np.int64)
+        model = self.model
         readout = self.kernels.readout_picks if self.kernels else model.readout_picks
-        R = self.readout_rows
-        for start in range(0, n, R):
-            stop = min(start + R, n)
-            lo, hi = np.searchsorted(pick_node, [start, stop])
-            rows = np.arange(start, stop)
-            rows = np.pad(rows, (0, -len(rows) % ROW_BUCKET), constant_values=start)
-            rows_t = self._to_device(host(rows))
+        for rows, local, word, pair in level.blocks:
+            rows_t = ids[rows]
             s_b = s.index_select(0, rows_t)  # (R',H)
             if f is None:  # depth 0: no previous word
-                f_b = s_b.new_zeros(len(rows), model.config.embed_size)  # (R',E)
+                f_b = s_b.new_zeros(len(rows_t), model.config.embed_size)  # (R',E)
             else:
                 f_b = f.index_select(0, rows_t)  # (R',E)
             c_b = c_out.index_select(0, node_src.index_select(0, rows_t))  # (R',PM)
-            local = self._to_device(host(pick_node[lo:hi] - start))  # (K,) each pick's row
-            word = self._to_device(host(pick_word[lo:hi]))  # (K,)
-            picked = readout(s_b, f_b, c_b, local, word)  # (K,) fp32
+            picked = readout(s_b, f_b, c_b, ids[local], ids[word])  # (K,) fp32
             # A pair has one pick per level: no index repeats, so the sum is deterministic.
-            logp.index_add_(0, self._to_device(host(pick_pair[lo:hi])), picked)
+            logp.index_add_(0, ids[pair], picked)
+
+    def _to_device(self, t: Tensor) -> Tensor:
+        """A host tensor on the scorer's device (the unshared paths: the fast path uploads a
+        chunk's arrays in one copy). On a GPU it is pinned first, so the copy is asynchronous
+        and overlaps the work already queued."""
+        if self.device.type != "cuda":
+            return t
+        return t.pin_memory().to(self.device, non_blocking=True)
 
 
 def score_pairs(

@@ -49,7 +49,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def config(**opts: object) -> ScoreConfig:
-    defaults: dict[str, object] = {"device": "cpu", "precision": "fp32", "chunk_bytes": 4096}
+    defaults: dict[str, object] = {
+        "device": "cpu", "precision": "fp32", "chunk_bytes": 4096, "checkpoint_every": 0,
+    }  # fmt: skip
     defaults.update(opts)
     return ScoreConfig(**defaults)  # type: ignore[arg-type]
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -275,8 +276,10 @@ def long_run(
     big = tmp_path / "big.gz"
     lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
     big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    # Records by time, 50 a second (a run takes a second or so), each after several chunks.
     cmd = [sys.executable, "-m", "rescorer", "score", str(big), "-m", str(model_dir), "--device",
-           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "-q", *flags]  # fmt: skip
+           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "--checkpoint-every", "0.02",
+           "-q", *flags]  # fmt: skip
     whole = tmp_path / "whole.gz"
     subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
     return lines, cmd, whole
@@ -452,7 +455,7 @@ def interrupt_after_checkpoints(
             raise KeyboardInterrupt
 
     monkeypatch.setattr(output.Output, "checkpoint", checkpoint)
-    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192)
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, checkpoint_every=0)
     with pytest.raises(KeyboardInterrupt):
         score_table(str(table), str(model_dir), str(out), config)
     monkeypatch.setattr(output.Output, "checkpoint", real)
@@ -528,7 +531,8 @@ def test_twenty_kills_then_resumes_end_byte_identical(
 ) -> None:
     """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
     plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
-    with one uninterrupted run (issue 11)."""
+    with one uninterrupted run (issue 11). The records come by time (--checkpoint-every 0.02,
+    issue 25), each after several chunks: a kill loses the chunks since the last one."""
     lines, cmd, whole = long_run(tmp_path, model_dir, flags)
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
@@ -570,6 +574,97 @@ def test_twenty_kills_then_resumes_end_byte_identical(
     for key in ("range", "lines", "input", "model", "options"):
         assert resumed[key] == single[key], key
     assert resumed["output"]["sha256"] == single["output"]["sha256"]
+
+
+def test_fsyncs_are_bounded_by_the_duration_not_the_chunks(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25, item 2: a run of many chunks records its progress (two or three fsyncs each)
+    at most every --checkpoint-every seconds and once at the end, not per chunk."""
+    from rescorer.score import output
+
+    fsyncs, records, advances = [0], [0], [0]
+    real_fsync, real_advance = os.fsync, output.Output.advance
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs[0] += 1
+        real_fsync(fd)
+
+    def counting_advance(self: output.Output, *args: Any) -> None:
+        advances[0] += 1
+        real_advance(self, *args)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(output.Output, "advance", counting_advance)
+    every = 0.5  # a record per chunk (the old cadence) breaks the bound unless chunks are slow
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=2048, checkpoint_every=every)
+    start = time.monotonic()
+    score_table(str(SLICE), str(model_dir), str(tmp_path / "out.gz"), config)
+    seconds = time.monotonic() - start
+    records[0] = fsyncs[0] // 2  # the partial file's and the record's (no bad-lines file)
+    # The records: one at most every `every` seconds, and the last one at the end.
+    assert advances[0] > 100  # chunks written
+    assert fsyncs[0] % 2 == 0 and 1 <= records[0] <= seconds / every + 1, (fsyncs, seconds)
+    # With --checkpoint-every 0, a record per chunk, as before; the same bytes.
+    fsyncs[0] = advances[0] = 0
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=2048, checkpoint_every=0)
+    score_table(str(SLICE), str(model_dir), str(tmp_path / "each.gz"), config)
+    assert fsyncs[0] == 2 * advances[0]
+    assert (tmp_path / "each.gz").read_bytes() == (tmp_path / "out.gz").read_bytes()
+
+
+@pytest.mark.parametrize("during", ["between-chunks", "mid-write"])
+def test_an_interrupt_records_the_last_whole_chunk(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch, during: str
+) -> None:
+    """With records by time, Ctrl-C (KeyboardInterrupt) still leaves a record of the last
+    chunk written whole, also when it lands while a chunk is being written (the record then
+    names the chunk before; --resume cuts the rest off): the resumed output is the
+    uninterrupted one."""
+    from rescorer.score import output
+
+    whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
+    out = tmp_path / "out.txt"
+    writes = [0]
+    real = output.Output.write if during == "mid-write" else output.Output.advance
+
+    def interrupted(self: output.Output, *args: Any) -> None:
+        real(self, *args)
+        writes[0] += 1
+        if writes[0] == 7:
+            raise KeyboardInterrupt
+
+    name = "write" if during == "mid-write" else "advance"
+    monkeypatch.setattr(output.Output, name, interrupted)
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, checkpoint_every=1e6)
+    with pytest.raises(KeyboardInterrupt):
+        score_table(str(SLICE), str(model_dir), str(out), config)
+    monkeypatch.setattr(output.Output, name, real)
+    record = json.loads(Path(f"{out}.partial.json").read_text())
+    from rescorer.io.chunks import iter_chunks
+    from rescorer.io.files import open_binary
+
+    with open_binary(str(SLICE)) as stream:
+        ends = [c.offset + len(c.data) for c in iter_chunks(stream, 8192)]
+    whole_chunks = 6 if during == "mid-write" else 7  # the 7th was being written, or written
+    assert record["offset"] == ends[whole_chunks - 1]
+    assert whole.read_bytes()[: record["out_bytes"]].count(b"\n") == record["next_line"] - 1
+    assert Path(f"{out}.partial").stat().st_size >= record["out_bytes"]
+    resume(SLICE, model_dir, out)
+    assert out.read_bytes() == whole.read_bytes()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_overlap_changes_no_byte(tmp_path: Path, model_dir: Path, workers: int) -> None:
+    """Chunk k+1 submitted before chunk k's scores are collected (the default) or each chunk
+    waited for: the same bytes (issue 25, item 1)."""
+    runs = [
+        run_score(
+            tmp_path, model_dir, f"{overlap}.gz", chunk_bytes=8192, overlap=overlap, workers=workers
+        ).read_bytes()
+        for overlap in (True, False)
+    ]
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize("out_name", ["out.txt", "out.gz"])
@@ -649,7 +744,7 @@ def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
     log = tmp_path / "err.log"
     with open(log, "w") as err:
         subprocess.run(
-            [*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.2"],
+            [*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.05"],
             stderr=err,
             env=ONE_THREAD,
             check=True,

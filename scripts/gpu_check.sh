@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# The first GPU's figures in one command (issue 25, item 7): on whatever CUDA machine is here,
+#
+#   tests      the `gpu` tests (pytest -m gpu)
+#   score      scripts/bench_score.py --device cuda at the paper's size (hidden 1000, shortlists
+#              of 15,000, random weights): model alone and end to end, against the GPU's bf16
+#              matrix-product peak measured at 8192^3; once per precision in GPU_CHECK_PRECISIONS
+#   workers    rescorer score end to end with --workers 0, 2, 4, 8, 15 (one process each)
+#   pipeline   bench_score.py --compare-pipeline: end to end with the defaults against no overlap
+#              and against a progress record per chunk, paired in turn
+#   precision  how this GPU's TF32 products round; with GPU_CHECK_MODEL (a trained model folder)
+#              scripts/bench_precision.py's error table (bf16 and TF32 against fp32)
+#   train      rescorer train at the paper's size for GPU_CHECK_TRAIN_SECONDS per run, compiled
+#              and eager: pairs/s (the median of the log's intervals after the first)
+#
+# and writes one Markdown block for BENCHMARKS.md to FILE (the argument), else to
+# $OUT/gpu-check.md when OUT is set, else to ./gpu-check.md, and to stdout; every command's own
+# output goes to FILE's name with .log for .md. On a machine without CUDA every section says it
+# is skipped and why; GPU_CHECK_DEVICE=cpu runs them all on the CPU instead (with small sizes:
+# a dry run of this script, which tests/scripts/test_gpu_check.py makes).
+#
+#   scripts/gpu_check.sh [FILE]
+#
+# Only the repository is needed: the table is ../shared/data/en-fr/phrase-table.gz where it
+# exists, else the bundled sample (rescorer/sample/en-fr.sample.gz, repeated to the line counts).
+# rescorer runs from this checkout (PYTHONPATH). A machine without its dependencies gets them
+# with pip install -c constraints.txt -e . (without the torch pin where a CUDA torch is
+# installed); a machine without network needs the missing ones carried as wheels
+# (GPU_CHECK_WHEELS=DIR: pip install --no-index --no-deps DIR/*.whl).
+#
+# Environment (defaults: the paper's sizes; about 25 minutes on an H100, most of it compiling
+# and training: run a few sections per call with GPU_CHECK_SECTIONS where calls are limited):
+#   GPU_CHECK_SECTIONS      "tests score workers pipeline precision train"
+#   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
+#   GPU_CHECK_TABLE         the table (see above)
+#   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
+#   GPU_CHECK_LINES         500000 lines end to end (score, pipeline; a GPU chunk is 16 MiB,
+#                           about 140,000 lines), GPU_CHECK_BASELINE_LINES 5000
+#   GPU_CHECK_REPEATS       2 (score's alternating model-alone / end-to-end pairs)
+#   GPU_CHECK_PRECISIONS    "bf16 tf32" (score)
+#   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
+#   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
+#   GPU_CHECK_TRAIN_SECONDS 150 per training run (two runs: 5 minutes), GPU_CHECK_LOG_EVERY 100,
+#                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run
+#   GPU_CHECK_MODEL         a trained model folder for the precision section's error table
+#   GPU_CHECK_PAIRS         20000 pairs for that table
+#   GPU_CHECK_TESTS         pytest's arguments ("-m gpu tests")
+#   GPU_CHECK_GEMM          the peak's matrix size: 8192 on a GPU (512 on the CPU)
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+py="${PYTHON:-python3}"
+md="${1:-${OUT:+$OUT/gpu-check.md}}"
+md="${md:-gpu-check.md}"
+log="${md%.md}.log"
+work="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+: >"$md"
+: >"$log"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+say() { printf '%s\n' "$*" | tee -a "$md"; }
+note() { printf '== %s\n' "$*" | tee -a "$log" >&2; }
+run_logged() { note "$*"; "$@" >>"$log" 2>&1; }
+
+# ------------------------------------------------------------------ the package and its needs
+deps='import torch, numpy, click, isal, safetensors, tqdm, rescorer.score.pipeline'
+if ! "$py" -c "$deps" >>"$log" 2>&1; then
+    if [ -n "${GPU_CHECK_WHEELS:-}" ]; then  # no network: the missing packages, carried
+        run_logged "$py" -m pip install -q --no-index --no-deps "$GPU_CHECK_WHEELS"/*.whl
+    else
+        constraints="$work/constraints.txt"
+        if "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+            note "a CUDA torch is installed: installing without constraints.txt's torch pin"
+            grep -v '^torch==' "$root/constraints.txt" >"$constraints"
+        else
+            cp "$root/constraints.txt" "$constraints"
+        fi
+        run_logged "$py" -m pip install -q --retries 1 -c "$constraints" -e "$root"
+    fi
+    if ! "$py" -c "$deps" >>"$log" 2>&1; then
+        missing=$("$py" - <<'PY' 2>/dev/null
+import importlib.util
+names = ["torch", "numpy", "click", "isal", "safetensors", "tqdm"]
+print(" ".join(n for n in names if importlib.util.find_spec(n) is None))
+PY
+)
+        echo "gpu_check.sh: rescorer cannot be imported (missing: ${missing:-see $log}). Without" \
+            "network, download their wheels where pip works (pip download --no-deps" \
+            "--only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d DIR" \
+            "NAME==VERSION, versions from constraints.txt) and set GPU_CHECK_WHEELS=DIR" >&2
+        exit 1
+    fi
+fi
+
+cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
+device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
+sections="${GPU_CHECK_SECTIONS:-tests score workers pipeline precision train}"
+table="${GPU_CHECK_TABLE:-}"
+if [ -z "$table" ]; then
+    table="$root/../shared/data/en-fr/phrase-table.gz"
+    [ -f "$table" ] || table="$root/rescorer/sample/en-fr.sample.gz"
+fi
+table="$(cd "$(dirname "$table")" && pwd)/$(basename "$table")"
+size="${GPU_CHECK_SIZE:-paper}"
+case "$size" in
+    paper) sizes=(1000 100 500 15000) ;;
+    tiny) sizes=(16 8 8 300) ;;
+    *) echo "gpu_check.sh: GPU_CHECK_SIZE=$size: expected paper or tiny" >&2; exit 2 ;;
+esac
+size_flags=(--hidden-size "${sizes[0]}" --embed-size "${sizes[1]}" --maxout-units "${sizes[2]}"
+    --src-vocab-size "${sizes[3]}" --tgt-vocab-size "${sizes[3]}")
+read -r -a compiles <<<"${GPU_CHECK_COMPILE:-yes no}"
+precisions="${GPU_CHECK_PRECISIONS:-bf16 tf32}"
+gemm="${GPU_CHECK_GEMM:-$([ "$device" = cuda ] && echo 8192 || echo 512)}"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+where=$("$py" - "$device" <<'PY' 2>>"$log"
+import os, sys, torch
+if sys.argv[1] == "cuda":
+    p = torch.cuda.get_device_properties(0)
+    print(f"{p.name} ({p.total_memory / 2**30:.0f} GiB, capability {p.major}.{p.minor}), "
+          f"torch {torch.__version__}, CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores")
+else:
+    print(f"no CUDA device (torch {torch.__version__}), {os.cpu_count()} CPU cores")
+PY
+)
+
+say "### GPU check ($(date -u +%F), commit $commit): $where"
+say ""
+say "scripts/gpu_check.sh; table $(basename "$table") ($table), model size $size" \
+    "(hidden/rank/maxout/shortlists ${sizes[*]})."
+if [ "$device" = cpu ]; then
+    say ""
+    say "**A dry run on the CPU (GPU_CHECK_DEVICE=cpu): these are no GPU figures.**"
+fi
+
+skip_without_cuda() {  # prints the reason and returns 0 when the section cannot run here
+    if [ "$device" = none ]; then
+        say "skipped: no CUDA device here (torch.cuda.is_available() is False); GPU_CHECK_DEVICE=cpu runs it on the CPU"
+        return 0
+    fi
+    return 1
+}
+
+make_model() {  # a model folder of GPU_CHECK_SIZE with random weights, shortlists of the table
+    [ -d "$work/model" ] && return 0
+    note "a $size model with random weights in $work/model"
+    "$py" - "$table" "$work/model" "${sizes[@]}" >>"$log" 2>&1 <<'PY'
+import sys, torch
+from rescorer.io.table import read_table
+from rescorer.model.checkpoint import save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.vocab import build_vocabs
+table, folder, hidden, rank, maxout, words = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+src_vocab, tgt_vocab = build_vocabs(((e.src, e.tgt) for e in read_table(table)), words, words)
+config = ModelConfig(words, words, hidden_size=hidden, embed_size=rank, maxout_units=maxout)
+torch.manual_seed(0)
+model = EncoderDecoder(config)
+init_weights_(model)
+save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "scripts/gpu_check.sh"})
+PY
+}
+
+section_tests() {
+    say ""
+    say "#### The gpu tests"
+    say ""
+    read -r -a targets <<<"${GPU_CHECK_TESTS:--m gpu tests}"
+    note "pytest ${targets[*]}"
+    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider "${targets[@]}") >"$work/pytest.txt" 2>&1
+    local rc=$?
+    cat "$work/pytest.txt" >>"$log"
+    local last
+    last=$(grep -E '(passed|failed|skipped|error|deselected)' "$work/pytest.txt" | tail -n 1)
+    say "\`pytest ${targets[*]}\` (exit $rc): ${last:-no summary, see the log}"
+    if [ "$device" != cuda ]; then
+        say "(no CUDA device: the gpu tests skip themselves)"
+    fi
+    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
+        grep -E '^(FAILED|ERROR)' "$work/pytest.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
+    fi
+}
+
+section_score() {
+    say ""
+    say "#### Scoring, $size size (scripts/bench_score.py)"
+    say ""
+    skip_without_cuda && return
+    make_model || { say "FAILED to make the model (see $log)"; return; }
+    local precision
+    for precision in $precisions; do
+        note "bench_score.py --precision $precision"
+        if "$py" "$root/scripts/bench_score.py" --device "$device" --table "$table" \
+            --model "$work/model" --precision "$precision" --compile "${compiles[0]}" \
+            --lines "${GPU_CHECK_LINES:-500000}" --baseline-lines "${GPU_CHECK_BASELINE_LINES:-5000}" \
+            --repeats "${GPU_CHECK_REPEATS:-2}" --gemm-size "$gemm" \
+            >"$work/score.md" 2>>"$log"; then
+            sed 's/^### /##### /' "$work/score.md" | tee -a "$md"
+            say ""
+        else
+            say "bench_score.py --precision $precision FAILED (see $log)"
+        fi
+    done
+}
+
+section_workers() {
+    say ""
+    say "#### --workers: rescorer score end to end, one process per count"
+    say ""
+    skip_without_cuda && return
+    make_model || { say "FAILED to make the model (see $log)"; return; }
+    local lines="${GPU_CHECK_WORKER_LINES:-2000000}"
+    "$py" - "$root/scripts" "$table" "$lines" "$work/workers.gz" >>"$log" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+from benchlib import write_slice
+print(write_slice(sys.argv[2], int(sys.argv[3]), sys.argv[4], cycle=True), "lines")
+PY
+    local flags=(-m "$work/model" --device "$device" --compile "${compiles[0]}")
+    # A first run fills inductor's on-disk cache, so no count pays the first compilation.
+    run_logged "$py" -m rescorer score "$work/workers.gz" "${flags[@]}" -o "$work/warm.gz" -q
+    say "$lines lines (the table repeated), gzip to gzip, --compile ${compiles[0]}, the" \
+        "default precision; seconds and pairs/s as score reports them (the model loaded;" \
+        "compiling from inductor's warm cache included), wall: the whole process."
+    say ""
+    say "| workers | seconds | pairs/s | vs 0 workers | wall s |"
+    say "|---:|---:|---:|---:|---:|"
+    local n base=""
+    for n in ${GPU_CHECK_WORKERS:-0 2 4 8 15}; do
+        note "rescorer score --workers $n"
+        local t0 t1 line
+        t0=$(date +%s.%N)
+        (cd "$root" && "$py" -m rescorer score "$work/workers.gz" "${flags[@]}" --workers "$n" \
+            -o "$work/w$n.gz") >"$work/w$n.txt" 2>&1
+        local rc=$?
+        t1=$(date +%s.%N)
+        cat "$work/w$n.txt" >>"$log"
+        line=$(grep -E '^scored ' "$work/w$n.txt" | tail -n 1)
+        if [ $rc -ne 0 ] || [ -z "$line" ]; then
+            say "| $n | FAILED (exit $rc, see the log) | | | |"
+            continue
+        fi
+        local secs rate
+        secs=$(sed -E 's/.* in ([0-9.]+) s .*/\1/' <<<"$line")
+        rate=$(sed -E 's/.*\(([0-9,]+) pairs\/s.*/\1/' <<<"$line" | tr -d ,)
+        base=${base:-$rate}
+        say "| $n | $secs | $(printf "%'d" "$rate") | $(awk -v a="$rate" -v b="$base" 'BEGIN {printf "%.2f", a / b}') | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
+        if ! cmp -s "$work/w$n.gz" "$work/warm.gz"; then
+            say "| $n | the output differs from the 0-worker run's! | | | |"
+        fi
+    done
+}
+
+section_pipeline() {
+    say ""
+    say "#### Overlap and progress records, end to end (bench_score.py --compare-pipeline)"
+    say ""
+    skip_without_cuda && return
+    make_model || { say "FAILED to make the model (see $log)"; return; }
+    note "bench_score.py --compare-pipeline"
+    if "$py" "$root/scripts/bench_score.py" --compare-pipeline --device "$device" \
+        --table "$table" --model "$work/model" --compile "${compiles[0]}" \
+        --precision "${precisions%% *}" --lines "${GPU_CHECK_LINES:-500000}" \
+        --repeats "${GPU_CHECK_REPEATS:-2}" >"$work/pipeline.md" 2>>"$log"; then
+        sed 's/^### /##### /' "$work/pipeline.md" | tee -a "$md"
+    else
+        say "bench_score.py --compare-pipeline FAILED (see $log)"
+    fi
+}
+
+section_precision() {
+    say ""
+    say "#### Precision: TF32 on this GPU"
+    say ""
+    if [ "$device" = cuda ]; then
+        local how
+        how=$("$py" - "$root/scripts" <<'PY' 2>>"$log"
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from bench_precision import tf32_rounding
+print(tf32_rounding(torch.device("cuda")))
+PY
+)
+        say "TF32 products round fp32 operands as: ${how:-FAILED (see $log)} (1024 + k/4 times" \
+            "an identity matrix; the CPU emulation assumes round to nearest)."
+    else
+        skip_without_cuda || say "(the TF32 rounding probe needs CUDA: not run on the CPU)"
+    fi
+    if [ -z "${GPU_CHECK_MODEL:-}" ]; then
+        say ""
+        say "No GPU_CHECK_MODEL: set it to a trained model folder (a copy of runs/curve/fwd, say)" \
+            "for bench_precision.py's error table on real pairs."
+        return
+    fi
+    [ "$device" = none ] && return
+    note "bench_precision.py --model $GPU_CHECK_MODEL"
+    if (cd "$root/scripts" && "$py" bench_precision.py --model "$GPU_CHECK_MODEL" \
+        --table "$table" --device "$device" --pairs "${GPU_CHECK_PAIRS:-20000}" \
+        --chunk-lines "${GPU_CHECK_PAIRS:-20000}" --gemm-size "$gemm") \
+        >"$work/precision.md" 2>>"$log"; then
+        say ""
+        sed 's/^### /##### /' "$work/precision.md" | tee -a "$md"
+    else
+        say "bench_precision.py FAILED (see $log)"
+    fi
+}
+
+section_train() {
+    say ""
+    say "#### Training, $size size (rescorer train, ${GPU_CHECK_TRAIN_SECONDS:-150} s per run)"
+    say ""
+    skip_without_cuda && return
+    say "pairs/s: the median over the log's intervals of ${GPU_CHECK_LOG_EVERY:-100} updates" \
+        "after the first (which holds compiling); --max-time counts reading the table too."
+    say ""
+    say "| compiled | updates | pairs/s | intervals | first interval's pairs/s |"
+    say "|---|---:|---:|---:|---:|"
+    local compile
+    for compile in "${compiles[@]}"; do
+        local out="$work/train-$compile"
+        note "rescorer train --compile $compile"
+        if ! (cd "$root" && "$py" -m rescorer train "$table" -o "$out" --device "$device" \
+            --max-time "${GPU_CHECK_TRAIN_SECONDS:-150}s" --compile "$compile" "${size_flags[@]}" \
+            --log-every "${GPU_CHECK_LOG_EVERY:-100}" --valid-every 1000000 \
+            ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"} -q) >>"$log" 2>&1; then
+            say "| $compile | FAILED (see $log) | | | |"
+            continue
+        fi
+        "$py" - "$out/train.log.jsonl" "$compile" <<'PY' | tee -a "$md"
+import json, statistics, sys
+path, compile_ = sys.argv[1], sys.argv[2]
+rates, update = [], 0
+with open(path) as f:
+    for line in f:
+        record = json.loads(line)
+        if "pairs_per_s" in record:
+            rates.append(record["pairs_per_s"])
+            update = record["update"]
+steady = rates[1:] or rates
+median = f"{statistics.median(steady):,.0f}" if steady else "no interval logged"
+first = f"{rates[0]:,.0f}" if rates else ""
+print(f"| {compile_} | {update:,} | {median} | {len(steady)} | {first} |")
+PY
+    done
+}
+
+for section in $sections; do
+    case "$section" in
+        tests | score | workers | pipeline | precision | train) "section_$section" ;;
+        *) echo "gpu_check.sh: unknown section $section (tests score workers pipeline" \
+            "precision train)" >&2 ;;
+    esac
+done
+say ""
+say "(gpu_check.sh's log: $log)"
+echo "gpu_check.sh: wrote $md" >&2

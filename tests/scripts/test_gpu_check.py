@@ -1,0 +1,98 @@
+"""scripts/gpu_check.sh on a machine without CUDA: it says what it skips, and its CPU dry run
+(GPU_CHECK_DEVICE=cpu, tiny sizes) runs every section and writes the Markdown block."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import GOLDEN, ROOT, SLICE
+
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+SECTIONS = ("score", "workers", "pipeline", "precision", "train")
+
+
+def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """The script writing ``out``, with ``env`` on top of ours (one OpenMP thread)."""
+    full = {**os.environ, "OMP_NUM_THREADS": "1", "GPU_CHECK_TESTS": "tests/score/test_gpu.py"}
+    full.pop("OUT", None)
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(out)],
+        env={**full, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_without_cuda_every_gpu_section_says_it_is_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "check.md"
+    proc = gpu_check(out, GPU_CHECK_TABLE=str(SLICE))
+    assert proc.returncode == 0, proc.stderr
+    block = out.read_text()
+    assert proc.stdout == block  # the same block on stdout and in the file
+    assert block.startswith("### GPU check (") and "no CUDA device" in block.splitlines()[0]
+    assert re.search(r"`pytest tests/score/test_gpu.py` \(exit 0\): \d+ skipped", block)
+    skipped = "skipped: no CUDA device here (torch.cuda.is_available() is False)"
+    assert block.count(skipped) == 5, block  # score, workers, pipeline, precision, train
+    assert (tmp_path / "check.log").exists()
+
+
+@pytest.mark.slow
+def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
+    """Every command the GPU run makes, made on the CPU at tiny sizes: a broken option or a
+    renamed script fails here, not on the first GPU."""
+    out = tmp_path / "dry.md"
+    proc = gpu_check(
+        out,
+        GPU_CHECK_DEVICE="cpu",
+        GPU_CHECK_SECTIONS=" ".join(SECTIONS),
+        GPU_CHECK_SIZE="tiny",
+        GPU_CHECK_TABLE=str(SLICE),
+        GPU_CHECK_LINES="400",
+        GPU_CHECK_BASELINE_LINES="100",
+        GPU_CHECK_REPEATS="1",
+        GPU_CHECK_PRECISIONS="fp32",
+        GPU_CHECK_COMPILE="no",
+        GPU_CHECK_WORKERS="0 1",
+        GPU_CHECK_WORKER_LINES="400",
+        GPU_CHECK_TRAIN_SECONDS="120",
+        GPU_CHECK_TRAIN_UPDATES="6",
+        GPU_CHECK_LOG_EVERY="2",
+        GPU_CHECK_MODEL=str(GOLDEN / "model"),
+        GPU_CHECK_PAIRS="100",
+        GPU_CHECK_GEMM="64",
+    )
+    assert proc.returncode == 0, proc.stderr
+    block = out.read_text()
+    assert "FAILED" not in block and "differs" not in block, block
+    assert "A dry run on the CPU" in block
+    assert "| end to end, gzip to gzip (fp32), the same lines | 400 |" in block  # bench_score
+    assert re.search(r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|$", block, re.M)  # workers
+    assert re.search(r"^\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M)
+    assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
+    assert "outputs identical: True" in block
+    assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
+    assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
+
+
+def test_a_missing_dependency_is_named_and_nothing_is_measured(tmp_path: Path) -> None:
+    """isal made unimportable (a module of that name that raises), no wheels to install from:
+    exit 1 with what to carry, before any section."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "isal.py").write_text("raise ImportError('isal is not installed here')\n")
+    (tmp_path / "wheels").mkdir()
+    proc = gpu_check(
+        tmp_path / "check.md",
+        PYTHONPATH=str(shadow),
+        GPU_CHECK_WHEELS=str(tmp_path / "wheels"),
+    )
+    assert proc.returncode == 1
+    assert "rescorer cannot be imported" in proc.stderr and "GPU_CHECK_WHEELS=DIR" in proc.stderr
+    assert proc.stdout == ""

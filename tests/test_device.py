@@ -1,0 +1,204 @@
+"""rescorer/device.py: a compile error falls back to eager code (issue 25, item 4), in the
+function itself, in scoring and in training."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from conftest import SAMPLE_TABLE, SLICE
+
+from rescorer.device import CompileGuard, soft_compile
+from rescorer.io.table import read_table
+from rescorer.model.checkpoint import save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.score.pairs import encode_pairs
+from rescorer.score.pipeline import ScoreConfig, score_table
+from rescorer.score.scorer import Scorer
+from rescorer.train.config import TrainConfig
+from rescorer.train.loop import train
+from rescorer.vocab import build_vocabs
+
+WARNING = "rescorer: warning: torch.compile"
+BROKEN = "test: this inductor cannot compile"
+
+
+@pytest.fixture
+def inductor(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The inductor backend that torch.compile calls (dynamo's real path), made to compile its
+    first ``ok[0]`` graphs to themselves with 0.25 added to their float outputs (results
+    that tell compiled from eager) and to raise from then on. Yields ``ok`` (set it in the
+    test; default 0) with the count of graphs asked for appended."""
+    import torch._inductor.compile_fx as compile_fx
+
+    torch._dynamo.reset()  # graphs compiled by earlier tests would not reach the backend
+    ok = [0, 0]
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        ok[1] += 1
+        if ok[1] > ok[0]:
+            raise RuntimeError(BROKEN)
+
+        def compiled(*inputs: Any) -> Any:
+            out = gm.forward(*inputs)
+            return type(out)(t + 0.25 if isinstance(t, torch.Tensor) and t.is_floating_point()
+                             else t for t in out)  # fmt: skip
+
+        return compiled
+
+    monkeypatch.setattr(compile_fx, "compile_fx", backend)
+    yield ok
+    torch._dynamo.reset()
+
+
+def test_a_compile_error_warns_once_and_runs_the_function_eagerly(
+    inductor: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    guard = CompileGuard()
+    f = soft_compile(lambda x: torch.sin(x) + 1, guard, dynamic=True)
+    g = soft_compile(lambda x: torch.cos(x), guard, dynamic=True)
+    x = torch.linspace(0, 1, 5)
+    assert torch.equal(f(x), torch.sin(x) + 1)
+    assert guard.failed and BROKEN in guard.error
+    assert torch.equal(f(x[:3]), torch.sin(x[:3]) + 1)
+    assert torch.equal(g(x), torch.cos(x))  # the group's other function: eager at once
+    assert inductor[1] == 1  # nothing compiled after the failure
+    err = capsys.readouterr().err
+    assert err.count(WARNING) == 1 and f"RuntimeError: {BROKEN}" in err, err
+
+
+def test_an_error_of_the_inputs_is_not_taken_for_a_compile_error(
+    inductor: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    inductor[0] = 10  # compiling works
+    guard = CompileGuard()
+    f = soft_compile(lambda x: x.view(7), guard, dynamic=True)
+    assert torch.equal(f(torch.zeros(7)), torch.full((7,), 0.25))  # compiled
+    with pytest.raises(RuntimeError, match="invalid for input of size 3"):
+        f(torch.ones(3))
+    assert not guard.failed and WARNING not in capsys.readouterr().err
+
+
+def test_torch_compile_itself_failing_falls_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def unsupported(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("torch.compile is not supported on this Python")
+
+    monkeypatch.setattr(torch, "compile", unsupported)
+    guard = CompileGuard()
+    f = soft_compile(torch.tanh, guard)
+    assert f is torch.tanh and guard.failed
+    assert "not supported on this Python" in capsys.readouterr().err
+
+
+def test_a_backward_compile_error_is_caught_in_the_forward_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """AOTAutograd would compile the backward graph at the first backward(), outside any
+    fall-back; soft_compile has it compiled with the forward, where the fall-back catches it."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def no_backward(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        raise RuntimeError("test: the backward graph cannot compile")
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=lambda gm, _: gm.forward, bw_compiler=no_backward)
+    guard = CompileGuard()
+    w = torch.linspace(-1, 1, 6, requires_grad=True)
+    f: Callable[[torch.Tensor], torch.Tensor] = soft_compile(
+        lambda x: (torch.tanh(x * w) ** 2).sum(), guard, backend=backend
+    )
+    f(torch.ones(6)).backward()
+    assert guard.failed and "backward graph cannot compile" in guard.error
+    expected = torch.autograd.grad((torch.tanh(torch.ones(6) * w) ** 2).sum(), w)[0]
+    assert w.grad is not None and torch.equal(w.grad, expected)
+    assert capsys.readouterr().err.count(WARNING) == 1
+    torch._dynamo.reset()
+
+
+def perturbed_model_dir(folder: Path) -> Path:
+    pairs = [(e.src, e.tgt) for e in read_table(str(SLICE))]
+    src_vocab, tgt_vocab = build_vocabs(pairs, 300, 300)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(300, 300, hidden_size=16, embed_size=8, maxout_units=8))
+    init_weights_(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "tests/test_device.py"})
+    return folder
+
+
+@pytest.mark.parametrize("compiled_before", [0, 2], ids=["first-call", "part-way"])
+def test_score_goes_on_eagerly_with_the_eager_bytes(
+    tmp_path: Path,
+    inductor: list[int],
+    capsys: pytest.CaptureFixture[str],
+    compiled_before: int,
+) -> None:
+    """--compile yes with a compiler that fails at once, or after compiling some kernels
+    (part-way through a chunk: the chunk is scored again), gives the bytes of --compile no."""
+    model_dir = perturbed_model_dir(tmp_path / "model")
+    inductor[0] = compiled_before
+    outs = {}
+    for choice in ("no", "yes"):
+        outs[choice] = tmp_path / f"{choice}.gz"
+        config = ScoreConfig(
+            device="cpu", precision="fp32", chunk_bytes=16384, compile=choice, quiet=True
+        )
+        score_table(str(SLICE), str(model_dir), str(outs[choice]), config)
+    assert outs["yes"].read_bytes() == outs["no"].read_bytes()
+    assert inductor[1] == compiled_before + 1  # it was tried, and not again after failing
+    err = capsys.readouterr().err
+    assert err.count(WARNING) == 1 and BROKEN in err, err
+
+
+def test_a_chunk_with_a_compile_error_counts_its_work_once(inductor: list[int]) -> None:
+    inductor[0] = 2  # two kernels compile, the third fails inside the chunk
+    pairs = [(e.src, e.tgt) for e in read_table(str(SLICE))][:300]
+    src_vocab, tgt_vocab = build_vocabs(pairs, 300, 300)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig(300, 300, hidden_size=16, embed_size=8, maxout_units=8))
+    batch = encode_pairs(src_vocab, tgt_vocab, pairs)
+    eager, soft = Scorer(model, "fp32"), Scorer(model, "fp32", compile=True)
+    np.testing.assert_array_equal(soft.score(batch), eager.score(batch))
+    assert soft.compile_guard.failed and soft.kernels is None
+    assert soft.work == eager.work
+
+
+def test_training_goes_on_eagerly_with_the_eager_weights(
+    tmp_path: Path, inductor: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--compile yes with a compiler that fails (forward and backward compile at the first
+    update) trains exactly as --compile no: the same weights, bit for bit."""
+    from rescorer.constants import TRAIN_STATE_FILE
+
+    config = ModelConfig(300, 300, hidden_size=12, embed_size=8, maxout_units=6)
+    weights = {}
+    for choice in ("no", "yes"):
+        cfg = TrainConfig(
+            batch_size=16, device="cpu", precision="fp32", quiet=True, valid_fraction=0.1,
+            valid_every=5, max_updates=6, compile=choice,
+        )  # fmt: skip
+        result = train(str(SAMPLE_TABLE), tmp_path / choice, config, cfg)
+        assert result.updates == 6
+        weights[choice] = torch.load(tmp_path / choice / TRAIN_STATE_FILE, weights_only=True)
+    for key, eager in weights["no"]["model"].items():
+        assert torch.equal(weights["yes"]["model"][key], eager), key
+    assert inductor[1] == 1
+    err = capsys.readouterr().err
+    assert err.count(WARNING) == 1 and BROKEN in err, err
+
+
+def test_tf32_is_fp32_where_there_is_no_tf32() -> None:
+    from rescorer.device import resolve_precision
+
+    cpu = torch.device("cpu")
+    assert resolve_precision("tf32", cpu, "score") == "fp32"
+    assert resolve_precision("auto", cpu, "score") == "fp32"
+    assert resolve_precision("fp32", cpu, "score") == "fp32"
