@@ -235,7 +235,7 @@ PY
         local rc=$?
         t1=$(date +%s.%N)
         cat "$work/w$n.txt" >>"$log"
-        line=$(grep -E '^scored ' "$work/w$n.txt" | tail -n 1)
+        line=$(grep -E 'scored [0-9,]+ pairs in [0-9.]+ s ' "$work/w$n.txt" | tail -n 1)
         if [ $rc -ne 0 ] || [ -z "$line" ]; then
             say "| $n | FAILED (exit $rc, see the log) | | | |"
             continue
