@@ -45,8 +45,8 @@ SHARED = (
 
 MAX_SHARDS = 100_000
 # Each output line is its input line and the new column(s): " " and a number ("%g" or "%.8g",
-# at most 15 characters) each, and at most two columns (--word-penalty).
-MAX_ADDED_PER_LINE = 2 * 16
+# at most 15 characters) each, one column per model and one for --word-penalty.
+MAX_ADDED_PER_COLUMN = 16
 
 _COUNT = {"type": "integer", "minimum": 0}
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -81,7 +81,17 @@ MANIFEST_SCHEMA: dict[str, Any] = _object(
                 "sha256_chain": {"type": "string"},
             }
         ),
-        "model": _object({"sha256": {"type": ["string", "null"]}}),
+        # one model: its hash; several (score -m A -m B): the list of them, in column order
+        "model": _object(
+            {
+                "sha256": {
+                    "anyOf": [
+                        {"type": ["string", "null"]},
+                        {"type": "array", "items": {"type": ["string", "null"]}, "minItems": 2},
+                    ]
+                }
+            }
+        ),
         "options": _object(
             {
                 "gzip": {"type": "boolean"},
@@ -464,7 +474,12 @@ def _check_text(part: Part) -> None:
             "output of that shard; re-run it"
         )
     span = rng["end"] - rng["start"]
-    fits = span == size == 0 if count == 0 else span < size <= span + MAX_ADDED_PER_LINE * count
+    hashes = part.manifest["model"]["sha256"]
+    columns = (len(hashes) if isinstance(hashes, list) else 1) + bool(
+        part.manifest["options"]["word_penalty"]
+    )
+    added = MAX_ADDED_PER_COLUMN * columns * count
+    fits = span == size == 0 if count == 0 else span < size <= span + added
     if lines["bad"] == 0 and not fits:
         raise RescorerError(
             f"{part.name}: {size:,} bytes of text for {span:,} bytes of input (bytes "
