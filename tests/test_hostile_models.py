@@ -23,7 +23,7 @@ from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters, init_weights_
 from rescorer.vocab import Vocab
 
-TABLE = "a b ||| x y ||| 0.5 0.5 0.5 0.5\n"
+TABLE = "a b ||| x y ||| 0.5 0.25 0.5 0.125 ||| 0-0 1-1 ||| 2 4 1\n"  # a phrase table line
 Edit = Callable[[Any], Any]
 
 

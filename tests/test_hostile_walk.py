@@ -398,7 +398,7 @@ def interrupted_run(walk: Path, folder: Path) -> tuple[list[str], Path]:
     table = folder / "pt.txt"
     table.write_bytes(TEXT[:60000])
     out = folder / "out.txt"
-    args = score_args(walk, table, out)
+    args = [*score_args(walk, table, out), "--checkpoint-every", "0"]  # a record per chunk
     disk = SmallDisk(folder, 24 << 10, tmpfs=False)
     expect_refusal(run(args, disk), str(out), says="--resume", absent=(out,))
     assert Path(f"{out}.partial.json").exists()

@@ -294,7 +294,8 @@ def score_table(
             manifest = complete_manifest(manifest, stats, device)
         try:
             if interrupted:  # the record names the last chunk written whole
-                output.checkpoint()
+                with contextlib.suppress(WriteError):  # a disk still full: the last record stands
+                    output.checkpoint()
         finally:
             output.close(ok, keep_partial=interrupted, manifest=manifest)
     stats.seconds = time.monotonic() - t0

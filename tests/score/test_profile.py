@@ -35,9 +35,10 @@ def test_cli_prints_the_profile(tiny_model_dir: Path, tmp_path: Path) -> None:
     args = ["score", str(SLICE), "-m", str(tiny_model_dir), "-o", str(tmp_path / "o.gz")]
     result = CliRunner().invoke(cli, [*args, "--profile"])
     assert result.exit_code == 0, result.output
-    names = [line.split()[0] for line in result.output.splitlines() if line.split()]
+    lines = [line.removeprefix("rescorer score: ") for line in result.output.splitlines()]
+    names = [line.split()[0] for line in lines if line.split()]
     assert [n for n in names if n in PHASES] == list(PHASES)
-    wall = next(line for line in result.output.splitlines() if line.startswith("wall"))
+    wall = next(line for line in lines if line.startswith("wall"))
     assert float(wall.split()[1]) > 0
 
 
