@@ -106,10 +106,14 @@ def test_a_killed_rank_ends_the_job_and_resume_continues(tmp_path: Path) -> None
     _, err = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert "rank      : 1" in err and "SIGKILL" in err  # torchrun's report names the dead rank
+    # Rank 0 learns of the death either from its failed collective or from the SIGTERM that
+    # torchrun sends the surviving ranks, whichever comes first; both end it with its state
+    # saved for --resume.
     line = next(
         (ln for ln in err.splitlines() if ln.startswith("rescorer train: error: rank 0")), ""
     )
-    assert "another rank died" in line and "continues with --resume" in line, err[-3000:]
+    died = "another rank died" in line and "continues with --resume" in line
+    assert died or "rescorer train: interrupted by SIGTERM" in err, err[-3000:]
 
     saved = torch.load(model / "train-state.pt", weights_only=True)["run"]["update"]
     assert saved >= 20
