@@ -246,7 +246,8 @@ def test_score_array_with_a_cancelled_and_requeued_task_merges_to_the_single_run
         "OMP_NUM_THREADS": "1",
         "RESCORER": f"{sys.executable} -m rescorer",
         "RESCORER_DEVICE": "cpu",
-        "RESCORER_SCORE_ARGS": " ".join(common[:4]),
+        # a record after each chunk, so the test sees one before the 10 s default would write it
+        "RESCORER_SCORE_ARGS": " ".join([*common[:4], "--checkpoint-every", "0"]),
     }
     submit = subprocess.run(
         [find("sbatch"), "--parsable", "--array=1-3", f"--chdir={tmp_path}", "--cpus-per-task=1",
