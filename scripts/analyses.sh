@@ -13,7 +13,7 @@ RESCORER=${RESCORER:-rescorer}
 mkdir -p "$OUT"
 
 # Table 2: 5 frequent and 5 rare long sources, and the length summary over 2,000 sources.
-$RESCORER compare "$TABLE" -m "$MODEL" --frequent 5 --rare 5 --summary-sources 2000 \
+$RESCORER compare "$TABLE" -m "$MODEL" --frequent 5 --rare 5 --summary-phrases 2000 \
     --format markdown --seed 1 -o "$OUT/table2.md"
 
 # Table 3: 50 samples per source (the same sources as Table 2), top 5; then beam search.

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rescorer.analysis.labels import figure_record, place_labels
+from rescorer.analysis.sides import FORWARD_SIDES, Sides
 from rescorer.batching import pad_batch
 from rescorer.constants import FIRST_WORD_ID
 from rescorer.errors import RescorerError
@@ -138,7 +139,7 @@ def _save(fig: Any, path: str, names: Mapping[int, Sequence[str]] | None = None)
 class PairSample:
     src: list[str]
     tgt: list[str]
-    table_p: np.ndarray  # (n,) the table's p(e|f)
+    table_p: np.ndarray  # (n,) the table's probability in the chosen column
 
 
 def sample_pairs(
@@ -152,7 +153,7 @@ def sample_pairs(
             if direct_column >= len(entry.scores):
                 raise RescorerError(
                     f"{reader.name}:{entry.lineno}: {len(entry.scores)} scores, no column "
-                    f"{direct_column} for p(e|f)"
+                    f"{direct_column} to compare with (--table-column counts from 0)"
                 )
             item = (entry.src, entry.tgt, entry.scores[direct_column])
             if i < size:
@@ -175,15 +176,18 @@ def correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(pearsonr(x, y)[0]), float(spearmanr(x, y)[0])
 
 
-def plot_scatter(path: str, table_p: np.ndarray, rnn_logp: np.ndarray, title: str) -> str:
-    """Fig. 3: RNN ln p(e|f) against the table's ln p(e|f); returns the caption line."""
+def plot_scatter(
+    path: str, table_p: np.ndarray, rnn_logp: np.ndarray, title: str, probability: str = "p(e|f)"
+) -> str:
+    """Fig. 3: RNN ln p against the table's ln p, both ``probability`` (p(e|f), or an inverse
+    model's p(f|e)); returns the caption line."""
     plt = _pyplot()
     x = np.log(np.clip(table_p, 1e-300, None))
     r, rho = correlations(x, rnn_logp)
     fig, ax = plt.subplots(figsize=(7, 6))
     ax.scatter(x, rnn_logp, s=4, alpha=0.3, color="tab:blue", linewidths=0)
-    ax.set_xlabel("phrase table: ln p(e|f)")
-    ax.set_ylabel("RNN Encoder-Decoder: ln p(e|f)")
+    ax.set_xlabel(f"phrase table: ln {probability}")
+    ax.set_ylabel(f"RNN Encoder-Decoder: ln {probability}")
     caption = f"{len(x):,} pairs, Pearson r = {r:.3f}, Spearman rho = {rho:.3f}"
     ax.set_title(f"{title}\n{caption}", fontsize=10)
     ax.grid(alpha=0.3)
@@ -247,28 +251,31 @@ def plot_words(
 
 
 # ----------------------------------------------------------------- Fig. 5: phrase space
-def long_source_sample(
-    path: str, size: int, min_words: int, seed: int, stages: Stages | None = None
+def long_phrase_sample(
+    path: str,
+    size: int,
+    min_words: int,
+    seed: int,
+    stages: Stages | None = None,
+    sides: Sides = FORWARD_SIDES,
 ) -> list[str]:
-    """A seeded uniform sample of the distinct sources of >= ``min_words`` words of a table."""
+    """A seeded uniform sample of the distinct phrases of >= ``min_words`` words on the side of
+    a table the model reads (``sides``: sources, or an inverse model's targets)."""
     rng = random.Random(seed)
     kept: list[str] = []
-    seen = 0
-    previous = None
+    seen: set[str] = set()  # long ones only; a table is sorted by source, not by target
     with TableReader(path, progress=stages.reading(path) if stages else None) as reader:
         for entry in reader:
-            if entry.src == previous:
+            phrase = sides.given_of(entry)
+            if phrase in seen or len(split_tokens(phrase)) < min_words:
                 continue
-            previous = entry.src
-            if len(split_tokens(entry.src)) < min_words:
-                continue
-            if seen < size:
-                kept.append(entry.src)
+            if len(seen) < size:
+                kept.append(phrase)
             else:
-                j = rng.randint(0, seen)
+                j = rng.randint(0, len(seen))
                 if j < size:
-                    kept[j] = entry.src
-            seen += 1
+                    kept[j] = phrase
+            seen.add(phrase)
     return kept
 
 
@@ -325,6 +332,7 @@ def plot_phrases(
     title: str,
     min_words: int = 4,
     stages: Stages | None = None,
+    side: str = "source",
 ) -> None:
     """Fig. 5: the t-SNE map of phrases' c (n, H) with a zoomed panel around each phrase index
     in ``zoom``: its ``neighbours`` nearest points in the map, named where they fit, the centre
@@ -335,7 +343,7 @@ def plot_phrases(
     grid = fig.add_gridspec(max(len(zoom), 1), 2, width_ratios=(1, 1.2))
     main = fig.add_subplot(grid[:, 0])
     main.scatter(xy[:, 0], xy[:, 1], s=3, color="0.6", linewidths=0)
-    main.set_title(f"{len(phrases):,} source phrases of {min_words} or more words", fontsize=11)
+    main.set_title(f"{len(phrases):,} {side} phrases of {min_words} or more words", fontsize=11)
     main.set_xticks([])
     main.set_yticks([])
     panels = []

@@ -1,7 +1,7 @@
 """The ``rescorer`` command line: a thin click layer over the library.
 
-One file per command family (train.py, score.py, moses.py, analysis.py); common.py holds what
-they share.
+One file per command family (train.py, score.py, moses.py, analysis.py for sample and
+compare, plot.py); common.py holds what they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
 ``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
@@ -16,6 +16,7 @@ import click
 from rescorer import __version__
 from rescorer.cli import analysis as analysis_commands
 from rescorer.cli import moses as moses_commands
+from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
 from rescorer.cli.common import Group, handle_sigterm
@@ -43,7 +44,7 @@ for command in (
     moses_commands.rerank,
     analysis_commands.sample,
     analysis_commands.compare,
-    analysis_commands.plot,
+    plot_commands.plot,
 ):
     cli.add_command(command)
 

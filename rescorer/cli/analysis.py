@@ -1,6 +1,8 @@
-"""``rescorer sample``, ``compare`` and ``plot``: the paper's analyses (docs/analyses.md).
+"""``rescorer sample`` and ``compare``: the paper's analyses (docs/analyses.md), and what they
+share with ``plot`` (cli/plot.py).
 
-They run in fp32 (their figures are about the model, not about speed) on ``--device``.
+They run in fp32 (their figures are about the model, not about speed) on ``--device``, on the
+side of the table the model reads (its direction, :mod:`rescorer.analysis.sides`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rescorer.cli.common import (
-    Group,
     command_name,
     device_option,
     model_option,
@@ -21,31 +22,34 @@ from rescorer.cli.common import (
     say,
     user_errors,
 )
-from rescorer.errors import RescorerError
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from rescorer.analysis.sides import Sides
     from rescorer.io.progress import Stages
     from rescorer.model.checkpoint import LoadedModel
 
 seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
 
 
-def _load(model_dir: str, device: str) -> LoadedModel:
+def load_for_analysis(model_dir: str, device: str) -> tuple[LoadedModel, Sides]:
+    """The model and the table's sides as it sees them (its direction)."""
+    from rescorer.analysis.sides import Sides
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
     loaded = load_model_dir(model_dir, resolve_device(device))
-    if loaded.direction != "forward":  # the analyses read table pairs as (source, target)
-        raise RescorerError(
-            f"{model_dir}: an {loaded.direction}-direction model; sample, compare and plot show"
-            " p(target | source) and take forward models only (for now)"
-        )
-    return loaded
+    return loaded, Sides(loaded.direction)
 
 
-def _phrases(phrases: Sequence[str], input_path: str | None) -> list[str]:
+def tell_direction(sides: Sides, quiet: bool) -> None:
+    """One line on stderr for an inverse model (a forward one is what the outputs assume)."""
+    if sides.inverse and not quiet:
+        say(sides.describe())
+
+
+def _phrases(phrases: Sequence[str], input_path: str | None, side: str = "source") -> list[str]:
     from rescorer.io.files import open_text
 
     found = [p.strip() for p in phrases]
@@ -53,7 +57,7 @@ def _phrases(phrases: Sequence[str], input_path: str | None) -> list[str]:
         with open_text(input_path) as lines:
             found += [line.strip() for line in lines if line.strip()]
     if not found:
-        raise click.UsageError("give source phrases, or --input FILE")
+        raise click.UsageError(f"give {side} phrases, or --input FILE")
     return found
 
 
@@ -70,16 +74,17 @@ def _echo_lines(out: str, lines: Iterator[str]) -> None:
             stream.write(line + "\n")
 
 
-def _stages(quiet: bool, progress_every: float) -> Stages:
+def analysis_stages(quiet: bool, progress_every: float) -> Stages:
     from rescorer.io.progress import Stages
 
     return Stages(command_name(), every=progress_every, enabled=not quiet)
 
 
-def _score_in_parts(
+def score_in_parts(
     loaded: LoadedModel, pairs: list[tuple[str, str]], stages: Stages, part: int = 4096
 ) -> np.ndarray:
-    """The RNN's ln p of each pair, in parts of ``part`` pairs so that progress is told."""
+    """The RNN's ln p of each pair (in the model's order: the phrase it reads first), in parts
+    of ``part`` pairs so that progress is told."""
     import numpy as np
 
     from rescorer.score.scorer import score_pairs
@@ -99,14 +104,19 @@ def _score_in_parts(
 @click.command()
 @click.argument("model_dir")
 @click.argument("phrases", nargs=-1)
-@click.option("--input", "input_path", metavar="FILE", help="Source phrases, one per line.")
+@click.option(
+    "--input",
+    "input_path",
+    metavar="FILE",
+    help="Phrases, one per line (source phrases; target ones for an inverse model).",
+)
 @click.option(
     "-n",
     "--samples",
     default=50,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Samples per source phrase.",
+    help="Samples per given phrase.",
 )
 @click.option(
     "--alpha",
@@ -128,7 +138,7 @@ def _score_in_parts(
     default=5,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Results shown per source phrase (text format).",
+    help="Results shown per given phrase (text format).",
 )
 @click.option(
     "--format",
@@ -136,7 +146,8 @@ def _score_in_parts(
     type=click.Choice(["text", "moses"]),
     default="text",
     show_default=True,
-    help="moses: 'src ||| tgt ||| p' lines of every distinct finished result without <unk>.",
+    help="moses: 'src ||| tgt ||| p' lines of every distinct finished result without <unk>"
+    " (p: the model's, p(tgt|src) or, inverse, p(src|tgt)).",
 )
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @click.option(
@@ -144,7 +155,7 @@ def _score_in_parts(
     default=64,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Source phrases per batch.",
+    help="Given phrases per batch.",
 )
 @seed_option
 @device_option
@@ -173,7 +184,8 @@ def sample(
 
     Ancestral sampling: --samples draws per phrase of at most 3 x its words, cut at EOS; the
     distinct results with their counts and log p, best first. --beam K: GroundHog's beam search.
-    Seeded: a phrase's samples do not depend on the other phrases or on --batch.
+    Seeded: a phrase's samples do not depend on the other phrases or on --batch. An inverse
+    model (train --direction inverse) is given target phrases and generates source phrases.
 
     \b
     Example:
@@ -185,10 +197,11 @@ def sample(
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
-    sources = _phrases(phrases, input_path)
-    loaded = _load(model_dir, device)
+    loaded, sides = load_for_analysis(model_dir, device)
+    sources = _phrases(phrases, input_path, sides.given)
+    tell_direction(sides, quiet)
     dropped = 0
-    progress = _stages(quiet, progress_every)(
+    progress = analysis_stages(quiet, progress_every)(
         "sampling" if beam is None else "beam search", "phrases", "of the phrases"
     )
 
@@ -221,7 +234,8 @@ def sample(
                 if fmt == "moses":
                     for g in results:
                         if g.finished and g.words and not g.has_unk:
-                            yield f"{src} ||| {g.text} ||| {format_prob(g.logp)}"
+                            pair = (g.text, src) if sides.inverse else (src, g.text)
+                            yield f"{pair[0]} ||| {pair[1]} ||| {format_prob(g.logp)}"
                         else:
                             dropped += 1
                     continue
@@ -243,6 +257,17 @@ def sample(
 
 
 # --------------------------------------------------------------------------------- compare
+column_option = click.option(
+    "--table-column",
+    "--direct-column",
+    "column",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The table's score column compared with the RNN, from 0 (default: Moses' p(e|f), 2,"
+    " for a forward model; its p(f|e), 0, for an inverse one).",
+)
+
+
 @click.command()
 @click.argument("table")
 @click.argument("phrases", nargs=-1)
@@ -252,57 +277,55 @@ def sample(
     default=5,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Random frequent long sources compared (without PHRASES).",
+    help="Random frequent long phrases compared (without PHRASES).",
 )
 @click.option(
     "--rare",
     default=5,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Random rare long sources compared (without PHRASES).",
+    help="Random rare long phrases compared (without PHRASES).",
 )
 @click.option(
     "--band",
     default=0.1,
     show_default=True,
     type=click.FloatRange(0, 1, min_open=True),
-    help="Frequent/rare: the top/bottom share of long sources by the table's source count.",
+    help="Frequent/rare: the top/bottom share of long phrases by the table's count of them.",
 )
 @click.option(
     "--min-words",
     default=4,
     show_default=True,
     type=click.IntRange(min=1),
-    help="A long source phrase has at least this many words.",
+    help="A long phrase has at least this many words.",
 )
 @click.option(
+    "--min-candidates",
     "--min-targets",
+    "min_candidates",
     default=3,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Random sources have at least this many targets in TABLE.",
+    help="Random phrases are paired with at least this many phrases in TABLE.",
 )
 @click.option(
+    "--summary-phrases",
     "--summary-sources",
+    "summary_phrases",
     default=1000,
     show_default=True,
     type=click.IntRange(min=0),
-    help="Random long sources the length summary is measured on (0: none).",
+    help="Random long phrases the length summary is measured on (0: none).",
 )
-@click.option(
-    "--direct-column",
-    default=2,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="The score column holding p(e|f), from 0 (Moses: 2).",
-)
+@column_option
 @click.option(
     "--format",
     "fmt",
     type=click.Choice(["text", "markdown"]),
     default="text",
     show_default=True,
-    help="markdown: one table row per source, as in docs/analyses.md.",
+    help="markdown: one table row per given phrase, as in docs/analyses.md.",
 )
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @seed_option
@@ -318,9 +341,9 @@ def compare(
     rare: int,
     band: float,
     min_words: int,
-    min_targets: int,
-    summary_sources: int,
-    direct_column: int,
+    min_candidates: int,
+    summary_phrases: int,
+    column: int | None,
     fmt: str,
     out: str,
     seed: int,
@@ -331,19 +354,23 @@ def compare(
     """The top-3 targets of source phrases by the table's p(e|f) and by the RNN (Table 2).
 
     PHRASES, or a seeded random choice of long frequent and rare source phrases; then the mean
-    target length of each side's top choice over --summary-sources random long sources.
+    target length of each side's top choice over --summary-phrases random long sources. An
+    inverse model (train --direction inverse) reads target phrases: it ranks the sources of
+    target PHRASES by the table's p(f|e) and by the RNN.
 
     \b
     Example:
       rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown -o table2.md
+      rescorer compare model/phrase-table.gz "n&apos; est pas" -m inverse-model/ -o -
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
 
-    loaded = _load(model_dir, device)
-    stages = _stages(quiet, progress_every)
+    loaded, sides = load_for_analysis(model_dir, device)
+    tell_direction(sides, quiet)
+    stages = analysis_stages(quiet, progress_every)
 
     def score(pairs: list[tuple[str, str]]) -> Any:
-        return _score_in_parts(loaded, pairs, stages)
+        return score_in_parts(loaded, pairs, stages)
 
     rows, summary = compare_table(
         table,
@@ -353,238 +380,15 @@ def compare(
         rare=rare,
         band=band,
         min_words=min_words,
-        min_targets=min_targets,
-        summary_sources=summary_sources,
+        min_candidates=min_candidates,
+        summary_phrases=summary_phrases,
         seed=seed,
-        direct_column=direct_column,
+        column=column,
         stages=stages,
+        sides=sides,
     )
-    lines = format_markdown(rows) if fmt == "markdown" else format_text(rows)
+    fmt_rows = format_markdown if fmt == "markdown" else format_text
+    lines = fmt_rows(rows, sides=sides)
     if summary is not None:
         lines += ["", *summary.lines()]
     _echo_lines(out, iter(lines))
-
-
-# ------------------------------------------------------------------------------------ plot
-@click.group(cls=Group)
-def plot() -> None:
-    """PNG figures of the paper: scatter, words, phrases (Figs. 3-5).
-
-    Each writes OUT (a PNG) and beside it OUT's .json (fig.png -> fig.json): what the figure
-    shows, read back from it: per panel the title, the axis labels, the points drawn, the words
-    or phrases they are and the labels with their boxes. Labels never overlap.
-
-    \b
-    Example:
-      rescorer plot scatter model/phrase-table.gz -m rnn-model/ -o fig3-scatter.png
-      rescorer plot words -m rnn-model/ --side both -o fig4-words.png
-      rescorer plot phrases model/phrase-table.gz -m rnn-model/ -o fig5-phrases.png
-    """
-
-
-png_option = click.option(
-    "-o", "--output", "out", required=True, help="PNG file to write (and its .json beside it)."
-)
-
-
-@plot.command()
-@click.argument("table")
-@model_option
-@png_option
-@click.option(
-    "--pairs",
-    default=5000,
-    show_default=True,
-    type=click.IntRange(min=2),
-    help="Pairs drawn, a seeded uniform sample of TABLE's lines.",
-)
-@click.option(
-    "--direct-column",
-    default=2,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="The score column holding p(e|f), from 0 (Moses: 2).",
-)
-@seed_option
-@device_option
-@progress_option
-@quiet_option
-@user_errors
-def scatter(
-    table: str,
-    model_dir: str,
-    out: str,
-    pairs: int,
-    direct_column: int,
-    seed: int,
-    device: str,
-    progress_every: float,
-    quiet: bool,
-) -> None:
-    """RNN ln p(e|f) against the table's, over a random sample of pairs (Fig. 3).
-
-    \b
-    Example:
-      rescorer plot scatter model/phrase-table.gz -m rnn-model/ --pairs 5000 -o fig3.png
-    """
-    from rescorer.analysis.plots import plot_scatter, sample_pairs
-
-    stages = _stages(quiet, progress_every)
-    loaded = _load(model_dir, device)
-    sampled = sample_pairs(table, pairs, seed, direct_column, stages)
-    logp = _score_in_parts(loaded, list(zip(sampled.src, sampled.tgt, strict=True)), stages)
-    caption = plot_scatter(out, sampled.table_p, logp, f"{table} vs {model_dir}")
-    if not quiet:
-        say(f"{out}: {caption}")
-
-
-@plot.command()
-@model_option
-@png_option
-@click.option(
-    "--side",
-    type=click.Choice(["target", "source", "both"]),
-    default="target",
-    show_default=True,
-    help="Whose embeddings: the decoder's (target), the encoder's (source), or one panel each.",
-)
-@click.option(
-    "--points",
-    default=3000,
-    show_default=True,
-    type=click.IntRange(min=5),
-    help="Words drawn per panel: the most frequent of the shortlist.",
-)
-@click.option(
-    "--labels",
-    default=300,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Words named at most per panel: the most frequent whose label overlaps no other.",
-)
-@seed_option
-@progress_option
-@quiet_option
-@user_errors
-def words(
-    model_dir: str,
-    out: str,
-    side: str,
-    points: int,
-    labels: int,
-    seed: int,
-    progress_every: float,
-    quiet: bool,
-) -> None:
-    """2-D map (t-SNE) of the word embeddings, frequent words named (Fig. 4).
-
-    \b
-    Example:
-      rescorer plot words -m rnn-model/ --side both --points 2000 --labels 200 -o fig4.png
-    """
-    from rescorer.analysis.plots import embedding_rows, plot_words
-
-    loaded = _load(model_dir, "cpu")
-    sides = ["source", "target"] if side == "both" else [side]
-    panels = [
-        (
-            s,
-            embedding_rows(loaded.model, s),
-            loaded.src_vocab if s == "source" else loaded.tgt_vocab,
-        )
-        for s in sides
-    ]
-    stages = _stages(quiet, progress_every)
-    named = plot_words(
-        out, panels, points, labels, seed, f"word embeddings of {model_dir}", stages=stages
-    )
-    if not quiet:
-        say(f"{out}: {' and '.join(f'{n:,}' for n in named)} words named")
-
-
-@plot.command()
-@click.argument("table")
-@model_option
-@png_option
-@click.option(
-    "--phrases",
-    "size",
-    default=5000,
-    show_default=True,
-    type=click.IntRange(min=5),
-    help="Source phrases drawn, a seeded uniform sample of TABLE's long ones.",
-)
-@click.option(
-    "--min-words",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="A long source phrase has at least this many words.",
-)
-@click.option(
-    "--zoom",
-    multiple=True,
-    metavar="PHRASE",
-    help="A zoomed panel around this phrase (repeatable; default: 3 random ones).",
-)
-@click.option(
-    "--neighbours",
-    default=20,
-    show_default=True,
-    type=click.IntRange(min=2),
-    help="Phrases in a zoomed panel: the centre's nearest in the map.",
-)
-@seed_option
-@device_option
-@progress_option
-@quiet_option
-@user_errors
-def phrases(
-    table: str,
-    model_dir: str,
-    out: str,
-    size: int,
-    min_words: int,
-    zoom: tuple[str, ...],
-    neighbours: int,
-    seed: int,
-    device: str,
-    progress_every: float,
-    quiet: bool,
-) -> None:
-    """2-D map (t-SNE) of the summary vectors c of long source phrases (Fig. 5).
-
-    \b
-    Example:
-      rescorer plot phrases model/phrase-table.gz -m rnn-model/ --phrases 3000 -o fig5.png
-      rescorer plot phrases pt.gz -m rnn-model/ --zoom "the european union" -o fig5.png
-    """
-    import random
-
-    from rescorer.analysis.plots import long_source_sample, plot_phrases, summary_vectors
-
-    stages = _stages(quiet, progress_every)
-    loaded = _load(model_dir, device)
-    chosen = long_source_sample(table, size, min_words, seed, stages)
-    if len(chosen) < 5:
-        raise RescorerError(f"{table}: only {len(chosen)} source phrases of >= {min_words} words")
-    chosen += [z for z in zoom if z not in chosen]
-    centres = (
-        [chosen.index(z) for z in zoom]
-        if zoom
-        else random.Random(seed).sample(range(len(chosen)), min(3, len(chosen)))
-    )
-    vectors = summary_vectors(loaded.model, loaded.src_vocab, chosen, stages=stages)
-    plot_phrases(
-        out,
-        chosen,
-        vectors,
-        centres,
-        neighbours,
-        seed,
-        f"phrase representations c of {model_dir}",
-        min_words=min_words,
-        stages=stages,
-    )
-    if not quiet:
-        say(f"{out}: {len(chosen):,} phrases")

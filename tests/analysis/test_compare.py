@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from conftest import SLICE
 
-from rescorer.analysis.compare import compare_table, long_sources
+from rescorer.analysis.compare import compare_table, long_phrases
 from rescorer.cli import cli
 
 
@@ -33,23 +33,23 @@ def shorter_is_better(pairs: Sequence[tuple[str, str]]) -> list[float]:
 def test_ranks_by_direct_probability_and_by_rnn() -> None:
     table = _slice_by_source()
     rows, summary = compare_table(
-        str(SLICE), shorter_is_better, frequent=3, rare=3, band=0.3, summary_sources=40, seed=5
+        str(SLICE), shorter_is_better, frequent=3, rare=3, band=0.3, summary_phrases=40, seed=5
     )
     assert [r.group for r in rows] == ["frequent"] * 3 + ["rare"] * 3
     for row in rows:
-        entries = table[row.info.src]
-        assert len(row.info.src.split()) >= 4 and len(entries) >= 3
-        assert row.info.count == entries[0][2] and row.info.targets == len(entries)
+        entries = table[row.info.phrase]
+        assert len(row.info.phrase.split()) >= 4 and len(entries) >= 3
+        assert row.info.count == entries[0][2] and row.info.candidates == len(entries)
         expected = sorted(entries, key=lambda e: -e[1])  # stable: file order on ties
-        assert [c.tgt for c in row.by_table()] == [e[0] for e in expected]
+        assert [c.phrase for c in row.by_table()] == [e[0] for e in expected]
         by_rnn = sorted(entries, key=lambda e: len(e[0].split()) - 1e-3 * len(e[0]))
-        assert [c.tgt for c in row.by_rnn()] == [e[0] for e in by_rnn]
+        assert [c.phrase for c in row.by_rnn()] == [e[0] for e in by_rnn]
     frequent = min(r.info.count for r in rows if r.group == "frequent")
     rare = max(r.info.count for r in rows if r.group == "rare")
     assert frequent > rare
     # The slice has 15 qualifying sources: the summary takes all of them.
     qualifying = [e for s, e in table.items() if len(s.split()) >= 4 and len(e) >= 3]
-    assert summary is not None and summary.sources == len(qualifying) == 15
+    assert summary is not None and summary.phrases == len(qualifying) == 15
     top = [max(e, key=lambda x: x[1])[0] for e in qualifying]  # max keeps the first of ties
     assert summary.table_top == sum(len(t.split()) for t in top) / 15
     assert summary.rnn_top < summary.table_top  # this stand-in prefers short targets
@@ -57,11 +57,11 @@ def test_ranks_by_direct_probability_and_by_rnn() -> None:
     assert [r.info for r in again] == [r.info for r in rows]
 
 
-def test_long_sources_counts_whole_groups() -> None:
+def test_long_phrases_counts_whole_groups() -> None:
     table = _slice_by_source()
-    found = long_sources(str(SLICE), min_words=4, min_targets=3)
+    found = long_phrases(str(SLICE), min_words=4, min_candidates=3)
     expected = [s for s, e in table.items() if len(s.split()) >= 4 and len(e) >= 3]
-    assert [s.src for s in found] == expected
+    assert [s.phrase for s in found] == expected
 
 
 def test_cli_given_phrase_markdown(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ ANALYSES = {
     ),
     "compare": (
         ["compare", "{table}", "--summary-sources", "300"],
-        ["reading {table} (long sources)", "reading {table} (their targets)", "scoring"],
+        ["reading {table} (long source phrases)", "reading {table} (their candidates)", "scoring"],
     ),
     "sample": (["sample", "{model}", "--input", "{sources}", "-n", "5"], ["sampling"]),
 }
