@@ -228,28 +228,7 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     assert [s["system"] for s in results["systems"]] == ["a", "b-tiny@10", "b-tiny@20"]
 
 
-def two_model_scoring_missing(tmp_path: Path, model: Path) -> str | None:
-    """Why system (e) cannot run with this rescorer (issue 24), or None."""
-    train_help = subprocess.run(
-        [sys.executable, "-m", "rescorer", "train", "--help"], capture_output=True, text=True
-    ).stdout
-    if "--direction" not in train_help:
-        return "rescorer train has no --direction yet (issue 24): no inverse model for (e)"
-    out = tmp_path / "probe.gz"
-    argv = [
-        sys.executable, "-m", "rescorer", "score", str(TABLE), "-m", str(model), "-m",
-        str(model), "-o", str(out), "-q", "--compile", "no",
-    ]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, check=False)
-    if proc.returncode != 0 or scores_per_line(out) != scores_per_line(TABLE) + 2:
-        return "rescorer score does not add one column per -m yet (issue 24)"
-    return None
-
-
 def test_system_e_adds_both_directions(tmp_path: Path, tiny_model_dir: Path) -> None:
-    reason = two_model_scoring_missing(tmp_path, tiny_model_dir)
-    if reason is not None:
-        pytest.skip(reason)
     inverse = train_tiny(tmp_path / "inverse", *TINY_TRAIN_FLAGS, "--direction", "inverse")
     work = tmp_path / "work"
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
