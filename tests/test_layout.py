@@ -37,6 +37,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
 TORCH_FREE = [
+    "rescorer.io.inputs",
+    "rescorer.io.outputs",
+    "rescorer.io.jsonfiles",
     "rescorer.io.table",
     "rescorer.io.chunks",
     "rescorer.io.check",

@@ -17,7 +17,7 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 from rescorer.errors import InputError
-from rescorer.io.files import display_name, iter_raw_lines, open_binary
+from rescorer.io.inputs import display_name, iter_raw_lines, open_binary
 from rescorer.io.table import (
     SNIFF_LINES,
     TableKind,

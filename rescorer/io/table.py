@@ -4,7 +4,7 @@ A line is ``src ||| tgt ||| s1 s2 ... ||| align ||| counts ||| sparse ||| props`
 ``" ||| "`` between fields (docs/moses-formats.md §1.1). Reading splits off the source, the
 target and the dense score field and keeps the rest of the line as it was, so an unchanged entry
 is written back byte for byte and appending a column touches nothing outside the score field.
-Opening and atomic writing are :mod:`rescorer.io.files`'.
+Opening is :mod:`rescorer.io.inputs`', atomic writing :mod:`rescorer.io.outputs`'.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from typing import BinaryIO
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, FIELD_SEP_B, GZIP_MAGIC, LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.files import (
+from rescorer.io.inputs import (
     InputMeter,
     display_name,
     gzip_text_size,
     iter_raw_lines,
     open_binary,
     open_input,
-    open_output,
 )
+from rescorer.io.outputs import open_output
 from rescorer.io.progress import Progress
 
 PROGRESS_LINES = 8192  # lines between progress checks (each check is one clock read)

@@ -71,7 +71,7 @@ def input_ngrams(
     path: str, *, max_length: int = MAX_NGRAM, tokenize: Callable[[str], str] | None = None
 ) -> set[str]:
     """Every n-gram (1 <= n <= max_length) of every line of ``path``, words joined by a space."""
-    from rescorer.io.files import open_text
+    from rescorer.io.inputs import open_text
 
     ngrams: set[str] = set()
     with open_text(path) as lines:
@@ -211,7 +211,8 @@ def filter_table(
     resolved from ``run_dir`` (default: that ini's folder) and checked before any work.
     """
     weights = weights or WeightSpec()
-    from rescorer.io.files import display_name, open_output
+    from rescorer.io.inputs import display_name
+    from rescorer.io.outputs import open_output
     from rescorer.io.progress import Progress
     from rescorer.io.table import read_table
 

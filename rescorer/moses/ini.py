@@ -510,7 +510,7 @@ def _is_penalty(value: float) -> bool:
 
 def _from_manifest(table_path: str) -> AddedColumns | None:
     """The columns a shard's manifest (TABLE.manifest.json) says its run added, if it has one."""
-    from rescorer.io.files import read_json_object
+    from rescorer.io.jsonfiles import read_json_object
 
     path = table_path + ".manifest.json"  # rescorer.score.shards.manifest_path (torch-free here)
     if not os.path.exists(path):
@@ -613,7 +613,7 @@ def write_scored_ini(
 ) -> IniUpdate:
     """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table, every
     path absolute (resolved from ``run_dir``, default the ini's folder) and checked to exist."""
-    from rescorer.io.files import open_output
+    from rescorer.io.outputs import open_output
     from rescorer.io.table import not_a_reordering_table, sniff_table_kind
 
     for name, path in (("INI", ini_path), ("--phrase-table", table_path)):

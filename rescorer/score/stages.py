@@ -15,7 +15,8 @@ import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.files import gzip_member, iter_raw_lines, open_binary
+from rescorer.io.inputs import iter_raw_lines, open_binary
+from rescorer.io.outputs import gzip_member
 from rescorer.io.table import (
     column_texts,
     insert_columns,

@@ -15,7 +15,7 @@ from conftest import DATA_DIR, GOLDEN, SHARED, SLICE, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError
-from rescorer.io.files import open_output
+from rescorer.io.outputs import open_output
 from rescorer.io.table import (
     TableReader,
     copy_table,
