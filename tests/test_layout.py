@@ -41,6 +41,8 @@ TORCH_FREE = [
     "rescorer.io.outputs",
     "rescorer.io.jsonfiles",
     "rescorer.io.table",
+    "rescorer.io.columns",
+    "rescorer.io.reordering",
     "rescorer.io.chunks",
     "rescorer.io.check",
     "rescorer.score.shards",

@@ -614,7 +614,7 @@ def write_scored_ini(
     """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table, every
     path absolute (resolved from ``run_dir``, default the ini's folder) and checked to exist."""
     from rescorer.io.outputs import open_output
-    from rescorer.io.table import not_a_reordering_table, sniff_table_kind
+    from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind
 
     for name, path in (("INI", ini_path), ("--phrase-table", table_path)):
         if same_file(out_path, path):
