@@ -48,6 +48,8 @@ TORCH_FREE = [
     "rescorer.score.shards",
     "rescorer.vocab",
     "rescorer.moses.ini",
+    "rescorer.moses.ini_rewrite",
+    "rescorer.moses.added_columns",
     "rescorer.moses.combine",
     "rescorer.moses.filter",
     "rescorer.moses.nbest",

@@ -24,13 +24,8 @@ from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import parse_number
 from rescorer.moses.combine import Combiner, WeightSpec, peek
-from rescorer.moses.ini import (
-    MosesIni,
-    pick_table_feature,
-    read_ini,
-    same_file,
-    with_table_path,
-)
+from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini, same_file
+from rescorer.moses.ini_rewrite import with_table_path
 
 if TYPE_CHECKING:
     from rescorer.io.table import PhraseEntry
