@@ -25,7 +25,8 @@ from rescorer.constants import (
     UNK_SYMBOL,
 )
 from rescorer.errors import RescorerError, check
-from rescorer.io.files import make_dir, read_json, write_json
+from rescorer.io.jsonfiles import read_json, write_json
+from rescorer.io.outputs import make_dir
 from rescorer.io.schema import schema_problem
 from rescorer.io.table import split_tokens
 

@@ -35,7 +35,7 @@ import numpy as np
 from benchlib import cpu_name, git_commit
 
 from rescorer.io.chunks import Chunk, iter_chunks
-from rescorer.io.files import open_binary
+from rescorer.io.inputs import open_binary
 from rescorer.io.table import copy_table, read_table
 from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import Vocab, build_vocabs

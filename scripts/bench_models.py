@@ -62,8 +62,8 @@ def count_work(table: str, inverse: str, chunk_bytes: int) -> dict[str, dict[str
     import numpy as np
 
     from rescorer.io.chunks import iter_chunks
-    from rescorer.io.files import open_binary
-    from rescorer.io.table import split_columns
+    from rescorer.io.columns import split_columns
+    from rescorer.io.inputs import open_binary
     from rescorer.score.pairs import encode_inverse, prefix_tree
     from rescorer.vocab import Vocab
 

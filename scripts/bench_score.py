@@ -39,7 +39,7 @@ from benchlib import cpu_name, git_commit, write_slice
 
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.io.chunks import iter_chunks
-from rescorer.io.files import open_binary
+from rescorer.io.inputs import open_binary
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_

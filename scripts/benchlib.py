@@ -8,7 +8,7 @@ import subprocess
 
 from isal import igzip
 
-from rescorer.io.files import open_binary
+from rescorer.io.inputs import open_binary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -3,7 +3,7 @@
 A tmpfs of that size where this process may mount one (root on Linux: the real ENOSPC of a
 full disk); elsewhere (CI as a user, macOS) a plain folder and a per-process file size limit
 (``ulimit -f``, RLIMIT_FSIZE) for the command: a write past the limit fails with EFBIG, which
-rescorer meets like a full disk (rescorer.io.files.DISK_ERRNOS). Both act in the kernel, under
+rescorer meets like a full disk (rescorer.io.outputs.DISK_ERRNOS). Both act in the kernel, under
 every writer (ours, torch's, safetensors'), with no hook in the code under test.
 """
 

@@ -37,12 +37,19 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
 TORCH_FREE = [
+    "rescorer.io.inputs",
+    "rescorer.io.outputs",
+    "rescorer.io.jsonfiles",
     "rescorer.io.table",
+    "rescorer.io.columns",
+    "rescorer.io.reordering",
     "rescorer.io.chunks",
     "rescorer.io.check",
     "rescorer.score.shards",
     "rescorer.vocab",
     "rescorer.moses.ini",
+    "rescorer.moses.ini_rewrite",
+    "rescorer.moses.added_columns",
     "rescorer.moses.combine",
     "rescorer.moses.filter",
     "rescorer.moses.nbest",

@@ -75,7 +75,7 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
       rescorer moses-ini model/moses.ini --phrase-table model/phrase-table.rnn.gz \\
           -o model/moses.rnn.ini
     """
-    from rescorer.moses.ini import write_scored_ini
+    from rescorer.moses.ini_rewrite import write_scored_ini
     from rescorer.score.output import refuse_clobber
 
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])

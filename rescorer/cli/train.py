@@ -183,7 +183,7 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     if (table is None) == (pairs is None):
         raise click.UsageError("give either TABLE or --pairs SRC TGT")
     if table is not None:
-        from rescorer.io.table import not_a_reordering_table, sniff_table_kind
+        from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind
 
         not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)

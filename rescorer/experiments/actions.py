@@ -18,14 +18,10 @@ from rescorer.experiments.models import sha256_file
 from rescorer.experiments.steps import Step, StepError
 from rescorer.experiments.systems import System
 from rescorer.experiments.tools import rescorer_argv
-from rescorer.io.files import open_text, write_text
-from rescorer.moses.ini import (
-    MosesIni,
-    absolute_paths,
-    pick_table_feature,
-    read_ini,
-    with_feature_paths,
-)
+from rescorer.io.inputs import open_text
+from rescorer.io.outputs import write_text
+from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini
+from rescorer.moses.ini_rewrite import absolute_paths, with_feature_paths
 
 REORDERING = "LexicalReordering"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rescorer.errors import RescorerError
-from rescorer.io.files import read_json_object, write_json
+from rescorer.io.jsonfiles import read_json_object, write_json
 
 LAYOUT = 2  # the second edition's work folder (one folder: snapshots, (c)-(e), two tuners)
 TRAINED_LABEL = "train"  # the label of a model trained by the driver (--train)

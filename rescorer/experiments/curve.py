@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rescorer.io.files import atomic_path, write_json
+from rescorer.io.jsonfiles import write_json
+from rescorer.io.outputs import atomic_path
 
 DPI = 100
 MISSING = "no curve.png: drawing it needs matplotlib (pip install 'rescorer[analysis]')"

@@ -11,7 +11,7 @@ from rescorer.experiments.models import ModelInfo
 from rescorer.experiments.steps import WorkDir
 from rescorer.experiments.systems import Model, System
 from rescorer.experiments.tools import MosesTools
-from rescorer.io.files import iter_raw_lines, open_binary, open_text
+from rescorer.io.inputs import iter_raw_lines, open_binary, open_text
 
 
 @dataclass

@@ -20,7 +20,8 @@ from typing import Any
 
 from rescorer.constants import CONFIG_FILE, PROVENANCE_FILE, TRAIN_LOG_FILE, WEIGHTS_FILE
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.files import open_text, read_json_object
+from rescorer.io.inputs import open_text
+from rescorer.io.jsonfiles import read_json_object
 from rescorer.verdict import LEARNED_RATIO
 
 # A model has "clearly" learned when its best validation perplexity is at most half its unigram

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
-from rescorer.io.files import write_json
+from rescorer.io.jsonfiles import write_json
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"

@@ -53,7 +53,8 @@ from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import WorkDir
 from rescorer.experiments.systems import Model, plan
 from rescorer.experiments.tools import MosesTools
-from rescorer.io.files import write_json, write_text
+from rescorer.io.jsonfiles import write_json
+from rescorer.io.outputs import write_text
 
 __all__ = ["Table1Config", "check_config", "run_table1"]
 

@@ -17,14 +17,9 @@ from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 
 from rescorer.errors import InputError
-from rescorer.io.files import display_name, iter_raw_lines, open_binary
-from rescorer.io.table import (
-    SNIFF_LINES,
-    TableKind,
-    parse_raw_line,
-    split_tokens,
-    table_kind,
-)
+from rescorer.io.inputs import display_name, iter_raw_lines, open_binary
+from rescorer.io.reordering import SNIFF_LINES, TableKind, table_kind
+from rescorer.io.table import parse_raw_line, split_tokens
 
 MAX_EXAMPLES = 10
 

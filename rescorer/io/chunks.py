@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from rescorer.constants import FIELD_SEP_B
 from rescorer.errors import RescorerError
-from rescorer.io.files import MAX_READ_LINE, line_too_long, open_binary
+from rescorer.io.inputs import MAX_READ_LINE, line_too_long, open_binary
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,6 @@ class Stages:
 
     def reading(self, path: str, why: str = "") -> Progress:
         """The stage of one pass over a table: ``reading NAME (WHY): ... lines``."""
-        from rescorer.io.files import display_name
+        from rescorer.io.inputs import display_name
 
         return self(f"reading {display_name(path)}{f' ({why})' if why else ''}", "lines")

@@ -1,36 +1,36 @@
-"""Moses phrase tables in and out, losslessly, one line at a time.
+"""Moses phrase tables in and out, losslessly, one line at a time: the owner of the format.
 
 A line is ``src ||| tgt ||| s1 s2 ... ||| align ||| counts ||| sparse ||| props`` with exactly
 ``" ||| "`` between fields (docs/moses-formats.md §1.1). Reading splits off the source, the
 target and the dense score field and keeps the rest of the line as it was, so an unchanged entry
 is written back byte for byte and appending a column touches nothing outside the score field.
-Opening and atomic writing are :mod:`rescorer.io.files`'.
+Here are the line grammar, its limits, the number grammar every reader of rescorer uses
+(:func:`parse_number`), the score formats and the streaming reader (:class:`TableReader`).
+Two neighbours read table text by this grammar: :mod:`rescorer.io.columns` (whole chunks at
+once, the scoring workers' fast path) and :mod:`rescorer.io.reordering` (is it a lexicalised
+reordering table?). Opening is :mod:`rescorer.io.inputs`', atomic writing
+:mod:`rescorer.io.outputs`'.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import os
-import re
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import add, itemgetter
 from typing import BinaryIO
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL, FIELD_SEP, FIELD_SEP_B, GZIP_MAGIC, LOGP_FLOOR
-from rescorer.errors import InputError, RescorerError
-from rescorer.io.files import (
+from rescorer.errors import InputError
+from rescorer.io.inputs import (
     InputMeter,
     display_name,
     gzip_text_size,
     iter_raw_lines,
     open_binary,
     open_input,
-    open_output,
 )
+from rescorer.io.outputs import open_output
 from rescorer.io.progress import Progress
 
 PROGRESS_LINES = 8192  # lines between progress checks (each check is one clock read)
@@ -100,29 +100,6 @@ def format_prob(logp: float) -> str:
 def format_logp(logp: float) -> str:
     """Raw natural-log probability (``--column logp``): eight significant digits."""
     return f"{logp:.8g}"
-
-
-def column_texts(logp: Sequence[float], column: str, unk: Sequence[int] | None) -> list[bytes]:
-    """The text each line gets: ``format_prob`` (column "prob") or ``format_logp`` of its
-    log-probability, then with ``unk`` the word penalty ``format_score(exp(unk))``. Made
-    with maps over the whole chunk, not a Python loop per line."""
-    if column == "prob":
-        texts = map("{:g}".format, map(math.exp, map(max, logp, repeat(LOGP_FLOOR))))
-    else:
-        texts = map("{:.8g}".format, logp)
-    if unk:  # a table of the counts that occur
-        penalty = [" " + format_score(math.exp(k)) for k in range(max(unk) + 1)]
-        texts = map(str.__add__, texts, map(penalty.__getitem__, unk))
-    joined = "\n".join(texts)
-    return joined.encode("ascii").split(b"\n") if joined else []
-
-
-def insert_columns(lines: Sequence[bytes], cuts: Sequence[int], texts: Sequence[bytes]) -> bytes:
-    """Each raw line with " " + its text inserted at its cut (the end of its score field), and
-    a newline: what ``PhraseEntry.line_with_columns`` gives, joined."""
-    heads = map(bytes.__getitem__, lines, map(slice, cuts))
-    tails = map(bytes.__getitem__, lines, map(slice, cuts, repeat(None)))
-    return b"".join(chain.from_iterable(zip(heads, repeat(b" "), texts, tails, repeat(b"\n"))))
 
 
 # Limits (README, Limits): a longer line, or a phrase of more tokens, is a bad line (refused
@@ -216,98 +193,6 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
     return f"found {len(entry.scores)} scores, expected {num_scores} (the count of the first line)"
 
 
-# ------------------------------------------------------------------------ table kinds
-SNIFF_LINES = 1000  # the first lines that tell a phrase table from a reordering table
-# A lexicalised reordering table (train-model.perl -reordering, Moses'
-# LexicalReorderingConfiguration) holds, per orientation model and direction, one probability
-# per orientation: msd 3 (monotone, swap, discontinuous), mslr 4 (monotone, swap, left,
-# right), monotonicity and leftright 2; bidirectional tables hold the backward then the
-# forward group. Each group sums to 1. Its lines are "src ||| tgt ||| scores" (fe) or
-# "src ||| scores" (f): no alignment or count fields.
-_ORIENTATIONS = {2: "monotonicity or leftright", 3: "msd", 4: "mslr"}
-_SUM_TOLERANCE = 1e-4  # six significant digits a score: a group's sum is 1 within 1e-5
-
-
-@dataclass(frozen=True)
-class TableKind:
-    """What the first lines of a table say it is."""
-
-    reordering: bool  # a lexicalised reordering table, not a phrase table
-    what: str  # "a phrase table" or "a lexicalised reordering table (...)"
-
-
-PHRASE_TABLE = TableKind(False, "a phrase table")
-
-
-def table_kind(raw_lines: Iterable[bytes]) -> TableKind:
-    """Phrase table or lexicalised reordering table, from (the first SNIFF_LINES of) its lines.
-
-    A reordering table when every line has 2 or 3 fields (no alignment or counts), the same
-    number of scores, 2, 3, 4, 6 or 8 of them, in one or two equal groups (backward, forward)
-    of 2 to 4 probabilities that each sum to 1. A phrase table's scores do not: its four
-    columns are two conditional phrase probabilities and two lexical weights of one pair.
-    Anything else (including malformed lines) is taken for a phrase table, whose reader then
-    says what is wrong with it.
-    """
-    shape: tuple[int, int] | None = None  # fields, scores
-    groups = None  # the group sizes that every line so far fits
-    for raw in itertools.islice((r for r in raw_lines if r.strip()), SNIFF_LINES):
-        try:
-            fields = raw.decode("utf-8").rstrip("\n").split(FIELD_SEP)
-        except UnicodeDecodeError:
-            return PHRASE_TABLE
-        scores = parse_scores(fields[-1]) if len(fields) in (2, 3) else "not 2 or 3 fields"
-        if isinstance(scores, str) or shape not in (None, (len(fields), len(scores))):
-            return PHRASE_TABLE
-        shape = (len(fields), len(scores))
-        if groups is None:
-            groups = [size for size in _ORIENTATIONS if len(scores) in (size, 2 * size)]
-        groups = [size for size in groups if _sums_to_one(scores, size)]
-        if not groups:
-            return PHRASE_TABLE
-    if shape is None or not groups:
-        return PHRASE_TABLE
-    (num_fields, num_scores), size = shape, groups[0]
-    model = _ORIENTATIONS[size].split(" or ")[0]
-    condition = "fe" if num_fields == 3 else "f"
-    if num_scores == 2 * size:
-        layout = f"backward and forward groups of {size}"
-        name = f"{model}-bidirectional-{condition}"
-    else:
-        layout, name = f"one group of {size}", f"{model}-{condition}"
-    return TableKind(
-        True,
-        f"a lexicalised reordering table ({num_scores} scores a line: {layout} orientation "
-        f"probabilities that each sum to 1, as in {name})",
-    )
-
-
-def _sums_to_one(scores: Sequence[float], size: int) -> bool:
-    return all(0.0 <= v <= 1.0 for v in scores) and all(
-        abs(sum(scores[i : i + size]) - 1.0) <= _SUM_TOLERANCE for i in range(0, len(scores), size)
-    )
-
-
-def sniff_table_kind(path: str) -> TableKind | None:
-    """``table_kind`` of the first lines of the file ``path``; None for stdin or a pipe,
-    which can be read only once (the caller looks at its first chunk instead)."""
-    if path == "-" or not os.path.isfile(path):
-        return None
-    with open_binary(path) as stream:
-        return table_kind(itertools.islice(iter_raw_lines(stream, path), SNIFF_LINES))
-
-
-def not_a_reordering_table(name: str, kind: TableKind | None) -> None:
-    """Raise the one refusal of score, train and moses-ini when ``kind`` is a reordering
-    table (nothing when it is a phrase table or unknown)."""
-    if kind is not None and kind.reordering:
-        raise RescorerError(
-            f"{name} is {kind.what}, not a phrase table: rescorer scores and trains on the "
-            "phrase table (train-model.perl's model/phrase-table.gz, the path= of the "
-            "moses.ini's PhraseDictionary line)"
-        )
-
-
 def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
     """The ``phrases`` that are source phrases of the table ``path``: one pass over its raw
     lines that looks at the source field only (a line without ``" ||| "`` is an InputError)."""
@@ -322,92 +207,6 @@ def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
             if raw[:end] in wanted:
                 found.add(raw[:end])
     return {phrase.decode("utf-8") for phrase in found}
-
-
-# ------------------------------------------------------------------------ whole chunks
-@dataclass
-class ChunkColumns:
-    """Every line of a chunk of table text, split into columns by :func:`split_columns`."""
-
-    lines: list[bytes]  # the raw lines, without newline
-    cuts: list[int]  # byte offset of the end of each line's score field
-    src: list[bytes]  # each line's source phrase: tokens separated by single spaces
-    tgt: list[bytes]  # each line's target phrase, likewise
-
-
-# Bytes that the per-line parser treats specially: CR (refused), tab (a token separator), and
-# vertical tab and form feed (which ``bytes.split()`` would take as score separators).
-_CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
-
-
-def _plain_phrases(column: Sequence[bytes]) -> bool:
-    """Whether every phrase is non-empty, tokens separated by single spaces (so its tokens are
-    ``phrase.split(" ")``, as :func:`split_tokens` would give them)."""
-    joined = b"\n".join(column)
-    return not (
-        b"  " in joined
-        or b"\n " in joined
-        or b" \n" in joined
-        or b"\n\n" in joined
-        or joined[:1] in (b"", b" ", b"\n")
-        or joined[-1:] in (b" ", b"\n")
-    )
-
-
-# A number float() reads as a finite value: at most 30 integer digits and a 2-digit exponent.
-_NUMBER = rb"[-+]?(?:[0-9]{1,30}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,2})?"
-
-
-@functools.lru_cache(maxsize=8)
-def _score_fields(num_scores: int | None) -> re.Pattern[bytes]:
-    """Score fields joined by newlines (and one at the end), num_scores numbers each."""
-    more = b"*" if num_scores is None else b"{%d}" % (num_scores - 1)
-    return re.compile(rb"(?:%s(?: %s)%s\n)*" % (_NUMBER, _NUMBER, more))
-
-
-def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
-    """The lines of ``data`` (whole lines; the last may lack its newline) split into columns
-    with a few passes over the whole chunk instead of :func:`parse_raw_line` per line.
-
-    The result is what ``parse_raw_line`` gives line by line. None when that cannot be
-    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
-    phrases with runs of spaces, a bad or missing score, another score count than
-    ``num_scores``, lines with and without fields after the scores); the caller then parses
-    line by line, which also names the bad line.
-    """
-    if any(b in data for b in _CAREFUL_BYTES):
-        return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        return ChunkColumns([], [], [], [])
-    fields = [line.split(FIELD_SEP_B, 3) for line in lines]
-    widths = set(map(len, fields))
-    if widths not in ({3}, {4}):
-        return None
-    src, tgt, scores = (list(map(itemgetter(k), fields)) for k in range(3))
-    if not (_plain_phrases(src) and _plain_phrases(tgt)):
-        return None
-    # A phrase of MAX_PHRASE_TOKENS bytes has fewer tokens: longer ones are counted line by line.
-    if max(map(len, src)) > MAX_PHRASE_TOKENS or max(map(len, tgt)) > MAX_PHRASE_TOKENS:
-        return None
-    if max(map(len, lines)) > MAX_LINE_BYTES:
-        return None
-    # Scores: one pass of a strict pattern over all score fields. It accepts a subset of what
-    # parse_scores takes (plain decimal numbers, single spaces, num_scores a line); the rest
-    # goes line by line.
-    if _score_fields(num_scores).fullmatch(b"\n".join(scores) + b"\n") is None:
-        return None
-    # line = src SEP tgt SEP scores [SEP rest]: the score field ends two separators after.
-    cuts = [len(FIELD_SEP_B) * 2] * len(lines)
-    for column in (src, tgt, scores):
-        cuts = list(map(add, cuts, map(len, column)))
-    return ChunkColumns(lines, cuts, src, tgt)
 
 
 @dataclass

@@ -33,8 +33,9 @@ from rescorer.constants import (
     WEIGHTS_FILE,
 )
 from rescorer.errors import RescorerError
-from rescorer.io import files
-from rescorer.io.files import write_json
+from rescorer.io import jsonfiles
+from rescorer.io.jsonfiles import read_json_object, write_json
+from rescorer.io.outputs import atomic_path, make_dir, open_writable, write_error
 from rescorer.io.schema import schema_problem
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, count_parameters
 from rescorer.verdict import training_verdict
@@ -66,19 +67,19 @@ class LoadedModel(NamedTuple):
 
 def read_json(path: str | Path) -> Any:
     """A JSON file of a model directory."""
-    return files.read_json(path, what="not a complete rescorer model directory?")
+    return jsonfiles.read_json(path, what="not a complete rescorer model directory?")
 
 
 def save_weights(path: str | Path, model: EncoderDecoder) -> None:
     """The model's parameters as safetensors (fp32, CPU), atomically."""
     state = model.state_dict()
     tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state.items()}
-    with files.atomic_path(path) as tmp:  # safetensors writes 0600; atomic_path sets the usual mode
+    with atomic_path(path) as tmp:  # safetensors writes 0600; atomic_path sets the usual mode
         try:
             save_file(tensors, tmp, metadata={"format": "pt", "config_format": CONFIG_FORMAT})
         except SafetensorError as exc:  # a full disk: one line naming the file
             on_disk = os.path.getsize(tmp) if os.path.exists(tmp) else None
-            raise files.write_error(str(path), exc, on_disk) from exc
+            raise write_error(str(path), exc, on_disk) from exc
 
 
 class ModelDir:
@@ -120,7 +121,7 @@ class ModelDir:
                 f"{config.src_vocab_size}/{config.tgt_vocab_size}"
             )
         model_dir = cls(folder)
-        files.make_dir(model_dir.path)
+        make_dir(model_dir.path)
         model_dir.log_path.unlink(missing_ok=True)
         if direction is None:
             direction = (train_config or {}).get("direction", FORWARD)
@@ -146,7 +147,7 @@ class ModelDir:
         save_weights(self.weights_path, model)
 
     def read_provenance(self) -> dict[str, Any]:
-        return files.read_json_object(self.provenance_path, what="a model's provenance")
+        return read_json_object(self.provenance_path, what="a model's provenance")
 
     def update_provenance(self, provenance: dict[str, Any]) -> None:
         write_json(self.provenance_path, provenance)
@@ -159,7 +160,7 @@ class ModelDir:
 
     def append_log(self, record: dict[str, Any]) -> None:
         """One JSON line in the training log."""
-        with files.open_writable(str(self.log_path), "ab") as f:
+        with open_writable(str(self.log_path), "ab") as f:
             f.write((json.dumps(record) + "\n").encode("utf-8"))
 
 
@@ -280,7 +281,7 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         raise RescorerError(f"{weights_path}: weights do not fit {CONFIG_FILE}: {exc}") from exc
     provenance_path = folder / PROVENANCE_FILE
     provenance = (
-        files.read_json_object(provenance_path, what="a model's provenance")
+        read_json_object(provenance_path, what="a model's provenance")
         if provenance_path.is_file()
         else {}
     )
@@ -297,7 +298,7 @@ def describe_model_dir(folder: str | Path) -> str:
         num_params = count_parameters(EncoderDecoder(config))
     provenance_path = folder / PROVENANCE_FILE
     provenance = (
-        files.read_json_object(provenance_path, what="a model's provenance")
+        read_json_object(provenance_path, what="a model's provenance")
         if provenance_path.is_file()
         else {}
     )

@@ -292,7 +292,8 @@ def combine_table(
 ) -> CombineStats:
     """``rescorer combine``: stream a table, write each pair's combined score (a progress
     line every ``progress_every`` seconds off a terminal; 0: none)."""
-    from rescorer.io.files import display_name, open_output
+    from rescorer.io.inputs import display_name
+    from rescorer.io.outputs import open_output
     from rescorer.io.progress import Progress
     from rescorer.io.table import read_table
 

@@ -24,13 +24,8 @@ from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import parse_number
 from rescorer.moses.combine import Combiner, WeightSpec, peek
-from rescorer.moses.ini import (
-    MosesIni,
-    pick_table_feature,
-    read_ini,
-    same_file,
-    with_table_path,
-)
+from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini, same_file
+from rescorer.moses.ini_rewrite import with_table_path
 
 if TYPE_CHECKING:
     from rescorer.io.table import PhraseEntry
@@ -71,7 +66,7 @@ def input_ngrams(
     path: str, *, max_length: int = MAX_NGRAM, tokenize: Callable[[str], str] | None = None
 ) -> set[str]:
     """Every n-gram (1 <= n <= max_length) of every line of ``path``, words joined by a space."""
-    from rescorer.io.files import open_text
+    from rescorer.io.inputs import open_text
 
     ngrams: set[str] = set()
     with open_text(path) as lines:
@@ -211,7 +206,8 @@ def filter_table(
     resolved from ``run_dir`` (default: that ini's folder) and checked before any work.
     """
     weights = weights or WeightSpec()
-    from rescorer.io.files import display_name, open_output
+    from rescorer.io.inputs import display_name
+    from rescorer.io.outputs import open_output
     from rescorer.io.progress import Progress
     from rescorer.io.table import read_table
 

@@ -100,7 +100,7 @@ def parse_nbest_line(text: str, path: str, lineno: int) -> NBestEntry:
 
 def read_nbest(path: str) -> Iterator[NBestEntry]:
     """Stream the entries of an n-best list (plain or gzip, ``-`` for stdin)."""
-    from rescorer.io.files import display_name, open_text
+    from rescorer.io.inputs import display_name, open_text
 
     name = display_name(path)
     with open_text(path) as lines:
@@ -110,7 +110,7 @@ def read_nbest(path: str) -> Iterator[NBestEntry]:
 
 def read_feature_lines(path: str) -> Iterator[tuple[int, Features]]:
     """An extra-feature file: one ``Name= v ...`` line per n-best line."""
-    from rescorer.io.files import display_name, open_text
+    from rescorer.io.inputs import display_name, open_text
 
     name = display_name(path)
     with open_text(path) as lines:
@@ -231,7 +231,8 @@ class RerankStats:
 
 def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> RerankStats:
     """``rescorer rerank``: the best hypothesis per sentence (or the re-sorted list)."""
-    from rescorer.io.files import display_name, open_output
+    from rescorer.io.inputs import display_name
+    from rescorer.io.outputs import open_output
 
     name = display_name(nbest_path)
     stats = RerankStats()
@@ -359,7 +360,8 @@ def add_pair_feature(
     does in Moses. The n-best lines are written back with the features appended to their
     feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
     ``rerank --feature-file``."""
-    from rescorer.io.files import display_name, open_output, open_text
+    from rescorer.io.inputs import display_name, open_text
+    from rescorer.io.outputs import open_output
     from rescorer.io.table import sources_among
 
     name_nb, name_in = display_name(nbest_path), display_name(input_path)

@@ -10,7 +10,7 @@ from typing import Any
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL
 from rescorer.errors import RescorerError
-from rescorer.io.files import GZIP_MEMBER_LEVELS
+from rescorer.io.outputs import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.score.profile import Phases
 

@@ -26,14 +26,9 @@ from typing import IO, Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.io.files import (
-    fsync,
-    open_input,
-    open_writable,
-    read_json,
-    write_error,
-    write_json,
-)
+from rescorer.io.inputs import open_input
+from rescorer.io.jsonfiles import read_json, write_json
+from rescorer.io.outputs import fsync, open_writable, write_error
 from rescorer.io.schema import schema_problem
 from rescorer.score.config import ScoreStats
 from rescorer.score.shards import manifest_path, write_manifest
@@ -497,7 +492,7 @@ def _options_differ(old: Any, new: Any) -> str:
 def _not_a_line_start(table: str, offset: int, next_line: int) -> str | None:
     """Whether byte ``offset`` of the decompressed table starts line ``next_line``: read once
     up to it (a resumed run reads these bytes again to skip them)."""
-    from rescorer.io.files import open_binary
+    from rescorer.io.inputs import open_binary
 
     newlines, last, seen = 0, b"\n", 0
     with open_binary(table) as stream:

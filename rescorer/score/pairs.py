@@ -113,7 +113,7 @@ def encode_columns(
     src_vocab: Vocab, tgt_vocab: Vocab, src: Sequence[bytes], tgt: Sequence[bytes]
 ) -> tuple[GroupedPairs, np.ndarray]:
     """What GroupedPairsBuilder and Vocab.unk_count give pair by pair, for the columns of a
-    chunk (:func:`rescorer.io.table.split_columns`) at once: the pairs, and (N,) int32 the
+    chunk (:func:`rescorer.io.columns.split_columns`) at once: the pairs, and (N,) int32 the
     target words of each pair outside the shortlist."""
     # Consecutive pairs with the same source share it (the builder's rule).
     new = np.ones(len(src), dtype=bool)  # (N,) the pair starts a run of its source

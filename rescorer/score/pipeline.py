@@ -47,16 +47,10 @@ import numpy as np
 
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
-from rescorer.io.files import (
-    InputMeter,
-    WriteError,
-    display_name,
-    gzip_member,
-    gzip_text_size,
-    open_binary,
-)
+from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_binary
+from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Progress
-from rescorer.io.table import not_a_reordering_table, sniff_table_kind, table_kind
+from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.score.config import (
     MAX_AHEAD_BYTES,
     NOT_IN_RUN_KEY,

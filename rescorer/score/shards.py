@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import RescorerError
 from rescorer.io.chunks import ShardRange
-from rescorer.io.files import atomic_path, open_binary, read_json_object, write_json
+from rescorer.io.inputs import open_binary
+from rescorer.io.jsonfiles import read_json_object, write_json
+from rescorer.io.outputs import atomic_path
 
 if TYPE_CHECKING:
     from rescorer.score.config import ScoreConfig, ScoreStats

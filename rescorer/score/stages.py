@@ -15,14 +15,10 @@ import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.files import gzip_member, iter_raw_lines, open_binary
-from rescorer.io.table import (
-    column_texts,
-    insert_columns,
-    parse_raw_line,
-    split_columns,
-    split_tokens,
-)
+from rescorer.io.columns import column_texts, insert_columns, split_columns
+from rescorer.io.inputs import iter_raw_lines, open_binary
+from rescorer.io.outputs import gzip_member
+from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
     GroupedPairs,
     GroupedPairsBuilder,

@@ -21,7 +21,7 @@ import numpy as np
 from rescorer.batching import PairArrays, PairArraysBuilder
 from rescorer.constants import INVERSE
 from rescorer.errors import InputError, RescorerError, check
-from rescorer.io.files import open_text
+from rescorer.io.inputs import open_text
 from rescorer.io.progress import Progress
 from rescorer.io.table import TableReader, split_tokens
 from rescorer.model.encdec import ModelConfig

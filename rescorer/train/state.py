@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from rescorer.errors import RescorerError
-from rescorer.io.files import atomic_path, open_writable
+from rescorer.io.outputs import atomic_path, open_writable
 from rescorer.model.encdec import EncoderDecoder
 
 STATE_FORMAT = "rescorer-train-state-1"

@@ -89,7 +89,7 @@ def test_a_shard_without_a_chunk_is_the_empty_range_where_the_next_one_starts() 
 def test_an_endless_line_stops_the_cutter_with_its_number() -> None:
     """Issue 28, item 3: a line with no newline grew the buffer until memory ran out."""
     from rescorer.errors import InputError
-    from rescorer.io.files import MAX_READ_LINE
+    from rescorer.io.inputs import MAX_READ_LINE
 
     head = DATA[:5000]
     lines_before = head.count(b"\n")

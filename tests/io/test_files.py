@@ -1,4 +1,5 @@
-"""rescorer/io/files.py: openers and what they tell about a file."""
+"""The openers and writers (rescorer/io/inputs.py, outputs.py, jsonfiles.py): what they tell
+about a file."""
 
 from __future__ import annotations
 
@@ -10,15 +11,9 @@ import pytest
 from conftest import SLICE
 
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.files import (
-    MAX_READ_LINE,
-    WriteError,
-    gzip_text_size,
-    iter_raw_lines,
-    open_binary,
-    open_writable,
-    read_json,
-)
+from rescorer.io.inputs import MAX_READ_LINE, gzip_text_size, iter_raw_lines, open_binary
+from rescorer.io.jsonfiles import read_json
+from rescorer.io.outputs import WriteError, open_writable
 
 
 def test_gzip_text_size_reads_the_trailer_only_when_it_can_be_trusted(tmp_path: Path) -> None:

@@ -14,17 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rescorer.errors import InputError
+from rescorer.io.columns import column_texts, insert_columns, split_columns
 from rescorer.io.table import (
-    column_texts,
     copy_table,
     format_logp,
     format_prob,
     format_score,
-    insert_columns,
     parse_line,
     parse_raw_line,
     read_table,
-    split_columns,
 )
 
 BUDGET = settings(

@@ -17,7 +17,8 @@ from conftest import DATA_DIR, MOSES, REAL_INI, TINY_SYSTEM
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
-from rescorer.moses.ini import read_ini, update_for_scored_table, write_scored_ini
+from rescorer.moses.ini import read_ini
+from rescorer.moses.ini_rewrite import update_for_scored_table, write_scored_ini
 
 SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 # The real tuned ini of a system whose files are all there (the same lines as REAL_INI but the

@@ -642,7 +642,7 @@ def test_an_interrupt_records_the_last_whole_chunk(
     monkeypatch.setattr(output.Output, name, real)
     record = json.loads(Path(f"{out}.partial.json").read_text())
     from rescorer.io.chunks import iter_chunks
-    from rescorer.io.files import open_binary
+    from rescorer.io.inputs import open_binary
 
     with open_binary(str(SLICE)) as stream:
         ends = [c.offset + len(c.data) for c in iter_chunks(stream, 8192)]

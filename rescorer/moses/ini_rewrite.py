@@ -1,0 +1,243 @@
+"""moses.ini rewritten: every path= made absolute, or a phrase-table feature pointed at a new
+table (num-features, the new columns' weights, path=), and ``rescorer moses-ini`` itself
+(:func:`write_scored_ini`).
+
+The format is :mod:`rescorer.moses.ini`'s: this module replaces tokens of the lines parsed
+there, by its grammar, and leaves every other byte alone; every ini it writes names absolute
+paths that exist (why: that module's docstring). What the new columns of a scored table are is
+:mod:`rescorer.moses.added_columns`' question.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from rescorer.errors import InputError, RescorerError
+from rescorer.moses.added_columns import AddedColumns, check_added_columns, count_columns
+from rescorer.moses.ini import (
+    _TOKEN,
+    COMPACT_TABLE,
+    ONDISK_TABLE,
+    TEXT_TABLE,
+    FeatureLine,
+    MosesIni,
+    code_part,
+    pick_table_feature,
+    read_ini,
+    same_file,
+)
+
+# mert-moses.pl and mert's extractor take a name with "_" for a sparse feature; a dense
+# feature's name must look like this (mert-moses.pl:1517-1519, mert/Data.cpp:227).
+DENSE_NAME = re.compile(r"[A-Za-z][0-9A-Za-z]*\Z")
+
+# Tables rescorer moses-ini can point at a new table (the others have no text-table path).
+REWRITABLE_TABLES = (TEXT_TABLE, COMPACT_TABLE, ONDISK_TABLE, "PhraseDictionaryScope3")
+DEFAULT_NEW_WEIGHT = 0.2
+
+
+def _replace_arg(line: str, key: str, value: str) -> str:
+    """``line`` with the token ``key=...`` replaced by ``key=value`` (other bytes unchanged)."""
+    code_end = len(code_part(line))
+    for match in _TOKEN.finditer(line, 0, code_end):
+        if match.group().startswith(key + "="):
+            return f"{line[: match.start()]}{key}={value}{line[match.end() :]}"
+    raise AssertionError(f"no {key}= in {line!r}")  # callers check the key exists
+
+
+def _append_values(line: str, values: Sequence[float]) -> str:
+    """A weight line with ``values`` appended after its last number (comment, ending kept)."""
+    code = code_part(line)
+    end = len(code.rstrip(" \t"))
+    added = "".join(f" {v:g}" for v in values)
+    return f"{line[:end]}{added}{line[end:]}"
+
+
+@dataclass(frozen=True)
+class IniUpdate:
+    """A rewritten ini and what changed."""
+
+    text: str
+    feature: FeatureLine
+    num_features: int  # the new count
+    new_path: str  # the path= now in the ini
+    binarize_command: str | None  # for compact / on-disk tables: how to rebuild them
+    warnings: tuple[str, ...] = ()  # things to check before tuning
+    added: AddedColumns | None = None  # what the new columns are (write_scored_ini checks)
+
+
+def update_for_scored_table(
+    ini: MosesIni,
+    table_path: str,
+    num_columns: int,
+    *,
+    weights: Sequence[float] = (),
+    feature_name: str | None = None,
+) -> IniUpdate:
+    """Point a TranslationModel at a table with more columns: num-features, weights, path.
+
+    ``weights`` are the added columns' weights, one per column in column order or one for all
+    (default 0.2 each); the added columns are the table's column count minus the feature's
+    num-features (docs/moses-formats.md §2.2). Whether they are what a score run adds is
+    :func:`check_added_columns`' question.
+    """
+    feature = pick_table_feature(
+        ini,
+        feature_name,
+        fits=lambda m: (m.num_features or 0) < num_columns,
+        why=f"have fewer than the new table's {num_columns} columns",
+    )
+    old = feature.num_features
+    where = f"{ini.path}:{feature.lineno}"
+    if old is None:
+        raise RescorerError(f"{where}: {feature.name} has no num-features=")
+    if not DENSE_NAME.match(feature.name):
+        raise RescorerError(
+            f"{where}: feature name {feature.name!r} is not [A-Za-z][0-9A-Za-z]*: "
+            "mert-moses.pl would take its columns for sparse features"
+        )
+    if feature.kind not in REWRITABLE_TABLES:
+        raise RescorerError(f"{where}: rescorer cannot rewrite a {feature.kind}; edit it by hand")
+    if feature.get("tuneable-components") is not None:
+        raise RescorerError(f"{where}: {feature.name} has tuneable-components=; edit it by hand")
+    added = num_columns - old
+    if added <= 0:
+        raise RescorerError(
+            f"{table_path} has {num_columns} score columns, {feature.name} already has "
+            f"num-features={old}: is it the scored table?"
+        )
+    if len(weights) > 1 and len(weights) != added:
+        raise RescorerError(
+            f"{table_path} has {num_columns} score columns, {feature.name} has {old}: that is "
+            f"{added} new column(s), but {len(weights)} --new-weight values were given (give "
+            "one per new column, in column order, or one for all)"
+        )
+    new_weights = (
+        tuple(weights)
+        if len(weights) == added
+        else ((weights[0] if weights else DEFAULT_NEW_WEIGHT),) * added
+    )
+    weight_line = ini.weight_line(feature.name)
+    if len(weight_line.values) != old:
+        raise InputError(
+            ini.path,
+            weight_line.lineno,
+            f"{feature.name} has {len(weight_line.values)} weights but num-features={old}",
+        )
+    new_path, command = _binarized_target(feature, table_path, num_columns)
+    if feature.get("path") is None:
+        raise RescorerError(f"{where}: {feature.name} has no path=")
+    # a binarised table is built after this (binarize_command): its file is not there yet
+    unchecked = (feature.name,) if command is not None else ()
+    lines = _absolute_path_lines(ini, {feature.name: new_path}, unchecked=unchecked)
+    lines[feature.lineno] = _replace_arg(lines[feature.lineno], "num-features", str(num_columns))
+    lines[weight_line.lineno] = _append_values(ini.lines[weight_line.lineno - 1], new_weights)
+    return IniUpdate(ini.text(lines), feature, num_columns, new_path, command)
+
+
+def _binarized_target(
+    feature: FeatureLine, table_path: str, num_columns: int
+) -> tuple[str, str | None]:
+    """The path for the ini and, for binarised tables, the command that builds it (§2.2)."""
+    base = table_path[:-3] if table_path.endswith(".gz") else table_path
+    if feature.kind == COMPACT_TABLE:
+        command = (
+            f"processPhraseTableMin -in {table_path} -out {base} -nscores {num_columns} -threads 1"
+        )
+        return f"{base}.minphr", command
+    if feature.kind == ONDISK_TABLE:
+        n_in = len((feature.get("input-factor") or "0").split(","))
+        n_out = len((feature.get("output-factor") or "0").split(","))
+        folder = f"{base}.folder"
+        command = f"CreateOnDiskPt {n_in} {n_out} {num_columns} 100 2 {table_path} {folder}"
+        return folder, command
+    return table_path, None
+
+
+def with_table_path(ini: MosesIni, feature: FeatureLine, table_path: str) -> str:
+    """The ini's text with ``feature``'s path= replaced by ``table_path`` and every other path=
+    absolute, each checked to exist (the rest byte for byte): an ini that runs anywhere."""
+    return with_feature_paths(ini, {feature.name: os.path.abspath(table_path)})
+
+
+def with_feature_paths(ini: MosesIni, paths: Mapping[str, str]) -> str:
+    """The ini's text with the path= of each named feature replaced and every other path=
+    resolved against ``ini.run_dir`` (other bytes unchanged); every file checked to exist."""
+    return ini.text(_absolute_path_lines(ini, paths))
+
+
+def absolute_paths(ini: MosesIni) -> str:
+    """The ini's text with every feature's path= absolute, resolved as Moses resolves it from
+    ``ini.run_dir`` (not checked: the caller says which file it misses, and when).
+
+    Moses resolves a relative path against the directory it runs in, and mert-moses.pl runs
+    it in its working directory, so an ini meant to be used from elsewhere needs these.
+    """
+    return ini.text(_absolute_path_lines(ini, {}, unchecked=[f.name for f in ini.features]))
+
+
+def _absolute_path_lines(
+    ini: MosesIni, paths: Mapping[str, str], *, unchecked: Sequence[str] = ()
+) -> dict[int, str]:
+    """The ini's lines (by 1-based number) with every path= absolute: ``paths[name]`` (a path
+    given on the command line, so relative to the current directory) for the named features,
+    the path= resolved against ``ini.run_dir`` for the others. Each must name a file Moses
+    finds, except those of the features in ``unchecked``."""
+    lines = dict(enumerate(ini.lines, start=1))
+    for name in paths:
+        if ini.feature(name).get("path") is None:
+            feature = ini.feature(name)
+            raise RescorerError(f"{ini.path}:{feature.lineno}: {feature.name} has no path=")
+    for feature in ini.features:
+        raw = feature.get("path")
+        if raw is None:
+            continue
+        path = os.path.abspath(paths[feature.name]) if feature.name in paths else raw
+        resolved = ini.resolve(path)
+        if feature.name not in unchecked:
+            ini.feature_file(feature, path)
+        if resolved != raw:
+            lines[feature.lineno] = _replace_arg(lines[feature.lineno], "path", resolved)
+    return lines
+
+
+def write_scored_ini(
+    ini_path: str,
+    table_path: str,
+    out_path: str,
+    *,
+    weights: Sequence[float] = (),
+    feature_name: str | None = None,
+    run_dir: str | None = None,
+) -> IniUpdate:
+    """``rescorer moses-ini``: write ``out_path``, the ini pointing at the scored table, every
+    path absolute (resolved from ``run_dir``, default the ini's folder) and checked to exist."""
+    from rescorer.io.outputs import open_output
+    from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind
+
+    for name, path in (("INI", ini_path), ("--phrase-table", table_path)):
+        if same_file(out_path, path):
+            raise RescorerError(f"-o {out_path} is {name} itself: write the new ini elsewhere")
+    ini = read_ini(ini_path, run_dir)
+    not_a_reordering_table(table_path, sniff_table_kind(table_path))
+    num_columns = count_columns(table_path)
+    # absolute paths: Moses resolves relative ones against the directory it runs in, and
+    # mert-moses.pl runs it in its working dir
+    update = update_for_scored_table(
+        ini, os.path.abspath(table_path), num_columns, weights=weights, feature_name=feature_name
+    )
+    added = check_added_columns(table_path, update.feature.num_features or 0, num_columns)
+    warnings = list(update.warnings)
+    if os.path.exists(table_path + ".partial.json"):
+        warnings.append(
+            f"{table_path}.partial.json: a score run to {table_path} has not finished; "
+            f"{table_path} is an earlier run's output"
+        )
+    update = dataclasses.replace(update, added=added, warnings=tuple(warnings))
+    with open_output(out_path) as out:
+        out.write(update.text)
+    return update
