@@ -30,7 +30,8 @@ from rescorer.analysis.sides import FORWARD_SIDES, Sides
 from rescorer.batching import pad_batch
 from rescorer.constants import FIRST_WORD_ID
 from rescorer.errors import RescorerError
-from rescorer.io.files import atomic_path, write_json
+from rescorer.io.jsonfiles import write_json
+from rescorer.io.outputs import atomic_path
 from rescorer.io.progress import Progress, Stages
 from rescorer.io.table import TableReader, split_tokens
 from rescorer.model.encdec import EncoderDecoder

@@ -50,7 +50,7 @@ def tell_direction(sides: Sides, quiet: bool) -> None:
 
 
 def _phrases(phrases: Sequence[str], input_path: str | None, side: str = "source") -> list[str]:
-    from rescorer.io.files import open_text
+    from rescorer.io.inputs import open_text
 
     found = [p.strip() for p in phrases]
     if input_path is not None:
@@ -62,7 +62,7 @@ def _phrases(phrases: Sequence[str], input_path: str | None, side: str = "source
 
 
 def _echo_lines(out: str, lines: Iterator[str]) -> None:
-    from rescorer.io.files import open_output
+    from rescorer.io.outputs import open_output
 
     if out == "-":
         for line in lines:
