@@ -41,6 +41,7 @@ TORCH_FREE = [
     "rescorer.io.chunks",
     "rescorer.io.check",
     "rescorer.score.shards",
+    "rescorer.score.merge",
     "rescorer.vocab",
     "rescorer.moses.ini",
     "rescorer.moses.combine",

@@ -229,8 +229,8 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
       rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
     """
     from rescorer.errors import RescorerError
-    from rescorer.score.shards import merge as merge_parts
-    from rescorer.score.shards import parts_from_glob
+    from rescorer.score.merge import merge as merge_parts
+    from rescorer.score.merge import parts_from_glob
 
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
