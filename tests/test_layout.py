@@ -53,6 +53,8 @@ TORCH_FREE = [
     "rescorer.score.config",
     "rescorer.score.stages",
     "rescorer.score.output",
+    "rescorer.score.record",
+    "rescorer.score.clobber",
     "rescorer.score.pipeline",
     "rescorer.experiments.table1",
     "rescorer.analysis.compare",
