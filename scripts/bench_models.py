@@ -84,7 +84,7 @@ def count_work(table: str, inverse: str, chunk_bytes: int) -> dict[str, dict[str
                 w["encoder_steps"] += sum(
                     len(lv.tokens) for lv in prefix_tree(p.src_ids, p.src_off)
                 )
-                # the decoder's tree: [conditioning phrase j, y_1..y_{T-1}] (scorer.py)
+                # the decoder's tree: [conditioning phrase j, y_1..y_{T-1}] (score/trees.py)
                 seq = np.empty(len(p.tgt_ids), dtype=np.int64)
                 seq[1:] = p.tgt_ids[:-1]
                 seq[p.tgt_off[:-1]] = tgt_vocab.num_rows + p.pair_src

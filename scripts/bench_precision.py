@@ -41,10 +41,10 @@ from rescorer.device import autocast, has_tf32, resolve_device
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
 from rescorer.score.config import ScoreConfig
+from rescorer.score.merge import merge
 from rescorer.score.pairs import encode_pairs
 from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer
-from rescorer.score.shards import merge
 
 BOUND = 0.02  # nats, at the 99th percentile
 TF32_DROPPED_BITS = 13  # fp32 keeps 23 mantissa bits, TF32 10

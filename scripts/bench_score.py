@@ -46,8 +46,9 @@ from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.config import ScoreConfig, chunk_bytes_for
 from rescorer.score.pairs import token_batches
 from rescorer.score.pipeline import score_table
-from rescorer.score.scorer import Scorer, Work, score_pairs_straightforward
+from rescorer.score.scorer import Scorer, score_pairs_straightforward
 from rescorer.score.stages import init_worker, parse_chunk
+from rescorer.score.trees import Work
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = os.path.join(
@@ -90,7 +91,7 @@ def model_macs(
     decoder positions (EOS included) of which ``starts`` begin a target; ``tree``: the prefix
     tree decoder (``Scorer``'s default), else the padded one (``decoder_states``, also training).
 
-    rescorer/model/encdec.py and rescorer/score/scorer.py run:
+    rescorer/model/encdec.py, rescorer/score/scorer.py and rescorer/score/trees.py run:
     - every encoder step (the first too: h_0 = 0 goes through the products): the input
       projection [W_r; W_u; W] e (E x 3H), then [U_r; U_u] h and U (r h) (3 H x H);
     - once per source row: s0 = tanh(W_init c + b) (H x H) and [C_r; C_u; C; O_c] c

@@ -76,7 +76,7 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
           -o model/moses.rnn.ini
     """
     from rescorer.moses.ini_rewrite import write_scored_ini
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
     update = write_scored_ini(
@@ -122,7 +122,7 @@ def combine(
       rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
     """
     from rescorer.moses.combine import combine_table
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
 
     run_dir = opts.pop("run_dir")
     refuse_clobber(
@@ -189,7 +189,7 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out, run_dir = opts.pop("ini_in"), opts.pop("ini_out"), opts.pop("run_dir")
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber(
         [("input table", table), ("--input", config.input_path), ("--moses-ini", ini_in),
@@ -227,7 +227,7 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
           -o -
     """
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber(
         [("n-best list", nbest), ("--weights", ini), ("--decoded-with", opts["decoded_with"])]

@@ -229,13 +229,13 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
       rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
     """
     from rescorer.errors import RescorerError
-    from rescorer.score.shards import merge as merge_parts
-    from rescorer.score.shards import parts_from_glob
+    from rescorer.score.merge import merge as merge_parts
+    from rescorer.score.merge import parts_from_glob
 
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
     paths = list(parts) if parts else parts_from_glob(str(manifest_glob))
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
     from rescorer.score.shards import SUFFIX
 
     inputs = [(what, p + end) for p in paths for what, end in (("part", ""), ("manifest", SUFFIX))]
@@ -380,7 +380,7 @@ def score_nbest(
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest import add_pair_feature
-    from rescorer.score.output import refuse_clobber
+    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.score.scorer import score_pairs

@@ -1,6 +1,7 @@
 """The durable output of ``rescorer score``: ``OUT.partial``, its lock and its progress record,
-where a ``--resume`` run starts, and the fingerprints (input, model) that tie a record to its
-run. No torch here.
+and where a ``--resume`` run starts. No torch here. The record's format, the fingerprints in it
+and the checks made of it are in :mod:`rescorer.score.record`; the files a run may write, in
+:mod:`rescorer.score.clobber`.
 
 The record is written at most every ``--checkpoint-every`` seconds (and at the end, and when
 the run is interrupted), not per chunk: each one costs two or three fsyncs, a wall on network
@@ -13,133 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
-import glob
-import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
-from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
-from rescorer.io.inputs import open_input
 from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.outputs import fsync, open_writable, write_error
-from rescorer.io.schema import schema_problem
+from rescorer.score.clobber import file_id, leftovers
 from rescorer.score.config import ScoreStats
+from rescorer.score.record import not_a_line_start, options_differ, record_problem, tail_sha256
 from rescorer.score.shards import manifest_path, write_manifest
-
-TAIL_BYTES = 1 << 16  # the output bytes a progress record vouches for by hash
-HEAD_BYTES = 1 << 20  # the input bytes at each end that its fingerprint hashes
-
-
-def _tail_sha256(path: str, end: int) -> str:
-    """sha256 of the TAIL_BYTES of ``path`` before offset ``end``."""
-    start = max(0, end - TAIL_BYTES)
-    with open(path, "rb") as f:
-        f.seek(start)
-        return hashlib.sha256(f.read(end - start)).hexdigest()
-
-
-def input_fingerprint(path: str) -> dict[str, Any]:
-    """Size and sha256 of the first and last HEAD_BYTES: cheap on 10^9-line tables, and a
-    table that was rewritten, appended to or truncated since the record changes it."""
-    with open_input(path) as f:  # an unreadable input: one line naming it
-        size = os.fstat(f.fileno()).st_size
-        head = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
-        f.seek(max(0, size - HEAD_BYTES))
-        tail = hashlib.sha256(f.read(HEAD_BYTES)).hexdigest()
-    return {"bytes": size, "head_sha256": head, "tail_sha256": tail}
-
-
-def model_fingerprint(model_dir: str) -> str | None:
-    """sha256 over the files that decide the scores (config, vocabularies, weights)."""
-    digest = hashlib.sha256()
-    try:
-        for name in (CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE):
-            with open(os.path.join(model_dir, name), "rb") as f:
-                for block in iter(functools.partial(f.read, 1 << 20), b""):
-                    digest.update(block)
-    except OSError:
-        return None  # load_model_dir has said what is missing
-    return digest.hexdigest()
-
-
-def file_id(path: str) -> tuple[int, int] | None:
-    """(device, inode) of ``path`` after resolving links (``-``: standard input), or None if it
-    does not exist."""
-    try:
-        st = os.fstat(0) if path == "-" else os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def refuse_clobber(
-    inputs: Sequence[tuple[str, str | None]], outputs: Sequence[tuple[str, str | None]]
-) -> None:
-    """Refuse, before anything is touched, a run that would write, truncate, replace or remove
-    one of its own inputs: ``inputs`` and ``outputs`` are (what, path) pairs, compared by
-    device and inode after resolving links (a symlink, a hard link, ``./x`` all count), and
-    outputs with each other (two outputs of one run in one file lose one of them).
-
-    The one check every command that writes files runs (score, filter, combine, merge, rerank,
-    score-nbest, moses-ini)."""
-    seen: dict[tuple[int, int], tuple[str, str]] = {}
-    for what, path in inputs:
-        ident = file_id(path) if path is not None else None
-        if ident is not None and path is not None:
-            seen.setdefault(ident, (what, path))
-    for what, path in outputs:
-        if path is None or path == "-":  # stdout
-            continue
-        ident = file_id(path)
-        if ident is None:
-            continue
-        if ident in seen:
-            other, other_path = seen[ident]
-            name = "standard input" if other_path == "-" else other_path
-            raise RescorerError(
-                f"{what} {path} is the {other} itself ({name}, the same file): this run would "
-                "overwrite or remove it; write elsewhere"
-            )
-        seen[ident] = (what, path)
-
-
-def score_files(out: str, skip_bad_lines: str | None) -> list[tuple[str, str]]:
-    """Every file a ``score`` run writes, replaces or removes, as (what, path) pairs: OUT, its
-    partial file, lock and record, its manifest, the leftover temporary files it deletes, and
-    the --skip-bad-lines file and its lock."""
-    files = []
-    if out != "-":
-        files = [
-            ("-o", out),
-            ("the partial output of -o", out + ".partial"),
-            ("the lock of -o", out + ".partial.lock"),
-            ("the progress record of -o", out + ".partial.json"),
-            ("the shard manifest of -o", manifest_path(out)),
-        ]
-        files += [("a leftover temporary file of -o", p) for p in _leftovers(out)]
-    if skip_bad_lines is not None:
-        files += [
-            ("--skip-bad-lines", skip_bad_lines),
-            ("the lock of --skip-bad-lines", skip_bad_lines + ".lock"),
-        ]
-    return files
-
-
-def _leftovers(out: str) -> list[str]:
-    """Temporary files of a record or manifest write that a killed run left beside OUT."""
-    found = []
-    for path in (out + ".partial.json", manifest_path(out)):
-        folder, name = os.path.split(os.path.abspath(path))
-        pattern = os.path.join(glob.escape(folder), f".{glob.escape(name)}.*.tmp")
-        found += glob.glob(pattern)
-    return found
 
 
 @dataclass
@@ -212,7 +100,7 @@ class Output:
             return
         # A run killed while it replaced its record or wrote its manifest leaves the temporary
         # file behind; the lock says that run is gone, so its leftovers can go.
-        for leftover in _leftovers(self.out):
+        for leftover in leftovers(self.out):
             _remove(leftover)
 
     def unlock(self) -> None:
@@ -242,7 +130,7 @@ class Output:
             return fresh
         state = read_json(self.record, what="the progress record of an interrupted run")
         again = "run without --resume to start over"
-        problem = _record_problem(state)
+        problem = record_problem(state)
         if problem:
             raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")
         old = state["run"]
@@ -255,7 +143,7 @@ class Output:
         ):
             if old.get(key) != self.run_key.get(key):
                 if key == "config":
-                    what += f" ({_options_differ(old.get(key), self.run_key.get(key))})"
+                    what += f" ({options_differ(old.get(key), self.run_key.get(key))})"
                 raise RescorerError(f"{self.record}: was written {what}; {again}")
         out_bytes = state["out_bytes"]
         try:
@@ -270,12 +158,12 @@ class Output:
                 f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says "
                 f"(lost in a crash or power loss?); {again}"
             )
-        if _tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
+        if tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
             raise RescorerError(
                 f"{self.partial}: its last written bytes differ from its record; {again}"
             )
         if table:
-            problem = _not_a_line_start(table, state["offset"], state["next_line"])
+            problem = not_a_line_start(table, state["offset"], state["next_line"])
             if problem:
                 raise RescorerError(f"{self.record}: {problem}; {again}")
         return Resume(
@@ -386,7 +274,7 @@ class Output:
             "offset": point.offset,
             "next_line": point.next_line,
             "out_bytes": point.out_bytes,
-            "tail_sha256": _tail_sha256(self.partial, point.out_bytes),
+            "tail_sha256": tail_sha256(self.partial, point.out_bytes),
             "bad_bytes": point.bad_bytes,
             "stats": stats,
         }
@@ -421,93 +309,6 @@ class Output:
             _remove(self.partial)
             _remove(self.record)
         self.unlock()
-
-
-# The progress record OUT.partial.json (this module writes it in Output.checkpoint).
-_COUNT = {"type": "integer", "minimum": 0}
-_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
-RECORD_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["run", "offset", "next_line", "out_bytes", "tail_sha256", "bad_bytes", "stats"],
-    "properties": {
-        "run": {
-            "type": "object",
-            "required": ["table", "input", "model_dir", "model", "config"],
-            "properties": {
-                "table": {"type": "string"},
-                "input": {"type": ["object", "null"]},
-                # one model: its folder and hash; several (score -m A -m B): lists of them
-                "model_dir": {
-                    "anyOf": [
-                        {"type": "string"},
-                        {"type": "array", "items": {"type": "string"}, "minItems": 2},
-                    ]
-                },
-                "model": {
-                    "anyOf": [
-                        {"type": ["string", "null"]},
-                        {"type": "array", "items": {"type": ["string", "null"]}, "minItems": 2},
-                    ]
-                },
-                "config": {"type": "object"},
-            },
-        },
-        "offset": _COUNT,
-        "next_line": {"type": "integer", "minimum": 1},
-        "out_bytes": _COUNT,
-        "tail_sha256": _SHA256,
-        "bad_bytes": _COUNT,
-        "stats": {
-            "type": "object",
-            "required": ["lines_in", "lines_out", "bad"],
-            "properties": {
-                "lines_in": _COUNT,
-                "lines_out": _COUNT,
-                "bad": _COUNT,
-                "range_sha256": {"type": "string"},
-                "seconds": {"type": "number", "minimum": 0},
-            },
-        },
-    },
-}
-
-
-def _record_problem(state: Any) -> str | None:
-    problem = schema_problem(state, RECORD_SCHEMA)
-    return problem.replace("the file", "the record", 1) if problem else None
-
-
-def _options_differ(old: Any, new: Any) -> str:
-    """The options that differ between two run keys' configs, as the user would type them."""
-    old, new = (d if isinstance(d, dict) else {} for d in (old, new))
-    names = {"compresslevel": "--compress-level"}
-    said = []
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            flag = names.get(key, "--" + key.replace("_", "-"))
-            said.append(f"{flag} was {old.get(key)!r}, now {new.get(key)!r}")
-    return "; ".join(said) or "unknown"
-
-
-def _not_a_line_start(table: str, offset: int, next_line: int) -> str | None:
-    """Whether byte ``offset`` of the decompressed table starts line ``next_line``: read once
-    up to it (a resumed run reads these bytes again to skip them)."""
-    from rescorer.io.inputs import open_binary
-
-    newlines, last, seen = 0, b"\n", 0
-    with open_binary(table) as stream:
-        while seen < offset:
-            data = stream.read(min(1 << 22, offset - seen))
-            if not data:
-                return f"resumes at byte {offset}, beyond the end of {table} ({seen} bytes)"
-            seen += len(data)
-            newlines += data.count(b"\n")
-            last = data[-1:]
-    if last != b"\n":
-        return f"resumes at byte {offset}, inside line {newlines + 1} of {table}"
-    if newlines + 1 != next_line:
-        return f"resumes at line {next_line}, but byte {offset} starts line {newlines + 1}"
-    return None
 
 
 def _take_lock(lock_path: str, owner: str, doing: str) -> int:

@@ -25,8 +25,9 @@ table.
 
 This module runs the stages; the parts live beside it: the options and worker policy in
 :mod:`~rescorer.score.config`, what the workers run in :mod:`~rescorer.score.stages`, the durable
-output (lock, partial file, record, resume, fingerprints) in :mod:`~rescorer.score.output`, the
-shard manifest in :mod:`~rescorer.score.shards`.
+output (lock, partial file, resume) in :mod:`~rescorer.score.output`, its progress record and the
+fingerprints in :mod:`~rescorer.score.record`, the files a run may write in
+:mod:`~rescorer.score.clobber`, the shard manifest in :mod:`~rescorer.score.shards`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
+from rescorer.score.clobber import refuse_clobber, score_files
 from rescorer.score.config import (
     MAX_AHEAD_BYTES,
     NOT_IN_RUN_KEY,
@@ -60,16 +62,10 @@ from rescorer.score.config import (
     resolve_workers,
     want_compile,
 )
-from rescorer.score.output import (
-    Output,
-    Resume,
-    input_fingerprint,
-    model_fingerprint,
-    refuse_clobber,
-    score_files,
-)
+from rescorer.score.output import Output, Resume
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
+from rescorer.score.record import input_fingerprint, model_fingerprint
 from rescorer.score.shards import (
     chain_sha256,
     complete_manifest,

@@ -797,7 +797,7 @@ def test_a_pairs_score_does_not_depend_on_chunks_or_shards(
     """The same pairs scored with --chunk-bytes 2 KiB and 64 KiB and as 3 merged shards: each
     pair's score moves by less than the bound (issue 14, item 3). ``auto`` is fp32 (rounding
     only); bf16 is held to the bound the README states."""
-    from rescorer.score.shards import merge
+    from rescorer.score.merge import merge
 
     def logp_column(path: Path) -> np.ndarray:
         return np.array([e.scores[-1] for e in read_table(str(path))])

@@ -16,7 +16,7 @@ from conftest import ROOT, SAMPLE_TABLE, SLICE
 from torch.utils.flop_counter import FlopCounterMode
 
 import rescorer.model.encdec as encdec
-import rescorer.score.scorer as scorer_module
+import rescorer.score.trees as trees_module
 from rescorer.batching import PairArraysBuilder
 from rescorer.io.table import read_table, split_tokens
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
@@ -42,8 +42,8 @@ def flops(run: Callable[[], object]) -> int:
 @pytest.fixture
 def unpadded(monkeypatch: pytest.MonkeyPatch) -> None:
     """No row padding in the scorer and the readout: every product has the counted rows."""
-    monkeypatch.setattr(scorer_module, "ROW_MULTIPLE", 1)
-    monkeypatch.setattr(scorer_module, "ROW_BUCKET", 1)
+    monkeypatch.setattr(trees_module, "ROW_MULTIPLE", 1)
+    monkeypatch.setattr(trees_module, "ROW_BUCKET", 1)
     monkeypatch.setattr(encdec, "ROW_BUCKET", 1)
 
 
