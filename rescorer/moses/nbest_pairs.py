@@ -1,0 +1,186 @@
+"""The phrase pairs of Moses n-best hypotheses and ``rescorer score-nbest``'s feature over them
+(no torch here).
+
+Moses writes a hypothesis' phrase segmentation in a 5th field with
+``-include-segmentation-in-n-best`` (``0-1=0-2 2=3 ...``: source and target word ranges,
+inclusive) or as ``|i-j|`` markers after each target phrase with ``-report-segmentation``
+(docs/moses-formats.md §4). :func:`phrase_segments` reads either; :func:`add_pair_feature` adds
+one feature per model to each hypothesis: the sum over its phrase pairs of ln p, floored as
+Moses floors a table column. Reading the lists themselves is :mod:`rescorer.moses.nbest`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rescorer.constants import LOGP_FLOOR
+from rescorer.errors import InputError
+from rescorer.moses.nbest import NBEST_SEP, NBestEntry, read_nbest
+
+SEGMENT = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
+MARKER = re.compile(r"\|(\d+)-(\d+)\|")
+NO_SEGMENTATION = (
+    "no phrase segmentation: decode with -include-segmentation-in-n-best (a 5th field "
+    "'0-1=0-2 2=3 ...') or -report-segmentation (markers '|0-1|' after each phrase); word "
+    "alignments (-print-alignment-info-in-n-best) do not give the phrases"
+)
+
+
+def _span(first: str, last: str | None) -> tuple[int, int]:
+    return int(first), int(last if last is not None else first)
+
+
+def phrase_segments(
+    entry: NBestEntry, source: Sequence[str], path: str
+) -> tuple[list[tuple[str, str]], str]:
+    """The (source phrase, target phrase) pairs a hypothesis was built from, in target order,
+    and the hypothesis words without segmentation markers.
+
+    Read from the ``-include-segmentation-in-n-best`` field (``src=tgt`` word ranges, inclusive)
+    or from ``-report-segmentation`` markers (``|i-j|`` after each target phrase: its source
+    range); ``source`` is the input sentence's words (Moses-escaped, as Moses read them)."""
+    words = entry.hypothesis.split()
+    has_markers = any(MARKER.fullmatch(w) for w in words)
+    spans: list[tuple[tuple[int, int], tuple[int, int]]] = []
+    if has_markers:
+        plain: list[str] = []
+        start = 0
+        for word in words:
+            mark = MARKER.fullmatch(word)
+            if mark is None:
+                plain.append(word)
+                continue
+            spans.append((_span(mark[1], mark[2]), (start, len(plain) - 1)))
+            start = len(plain)
+        if start != len(plain):
+            raise InputError(path, entry.lineno, "words after the last '|i-j|' marker")
+        words = plain
+    else:
+        field = next((f for f in entry.fields[4:] if f.strip() and "=" in f.split()[0]), None)
+        if field is None:
+            raise InputError(path, entry.lineno, NO_SEGMENTATION)
+        for token in field.split():
+            seg = SEGMENT.fullmatch(token)
+            if seg is None:
+                raise InputError(
+                    path, entry.lineno, f"segment {token!r}: expected 'i-j=k-l', 'i=k' and so on"
+                )
+            spans.append((_span(seg[1], seg[2]), _span(seg[3], seg[4])))
+        spans.sort(key=lambda s: s[1])
+    pairs = []
+    for (s0, s1), (t0, t1) in spans:
+        if not (0 <= s0 <= s1 < len(source)):
+            raise InputError(
+                path,
+                entry.lineno,
+                f"source words {s0}-{s1} outside the input sentence {entry.sent_id} "
+                f"({len(source)} words): is --input the file that was decoded?",
+            )
+        if not (0 <= t0 <= t1 + 1 <= len(words)):
+            raise InputError(path, entry.lineno, f"target words {t0}-{t1} outside the hypothesis")
+        pairs.append((" ".join(source[s0 : s1 + 1]), " ".join(words[t0 : t1 + 1])))
+    return pairs, " ".join(words)
+
+
+PairScorer = Callable[[list[tuple[str, str]]], Sequence[float]]
+
+
+@dataclass
+class NBestFeatureStats:
+    hypotheses: int = 0
+    sentences: int = 0
+    phrase_pairs: int = 0  # over all hypotheses
+    scored_pairs: int = 0  # distinct pairs scored (per block of sentences)
+    passed_through: int = 0  # segments of words the table has no entry for (feature 0)
+
+
+def add_pair_feature(
+    nbest_path: str,
+    input_path: str,
+    out_path: str,
+    features: Sequence[tuple[str, PairScorer]],
+    *,
+    phrase_table: str,
+    features_only: bool = False,
+    block_lines: int = 20000,
+) -> NBestFeatureStats:
+    """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
+    of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
+    pairs of max(ln p, -100), ``score`` giving ln p of (source, target) pairs (an inverse
+    model's scorer: ln p(source | target)): what Moses adds up from a table column holding p.
+    A segment that Moses passed through untranslated (a source word without an entry in
+    ``phrase_table``, the table the list was decoded with: Moses' unknown-word option,
+    TranslationOptionCollection's ProcessUnknownWord) takes no table score, so it adds 0, as it
+    does in Moses. The n-best lines are written back with the features appended to their
+    feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
+    ``rerank --feature-file``."""
+    from rescorer.io.inputs import display_name, open_text
+    from rescorer.io.outputs import open_output
+    from rescorer.io.table import sources_among
+
+    name_nb, name_in = display_name(nbest_path), display_name(input_path)
+    with open_text(input_path) as lines:
+        sentences = [line.split() for line in lines]
+    # Moses makes an unknown-word option for a single source word it has no entry for
+    translated = sources_among(phrase_table, {word for words in sentences for word in words})
+    stats = NBestFeatureStats()
+    seen_ids: set[int] = set()
+
+    def passed_through(pair: tuple[str, str]) -> bool:
+        return " " not in pair[0] and pair[0] not in translated
+
+    def flush(block: list[NBestEntry], out: Any) -> None:
+        segmented = []
+        for entry in block:
+            if entry.sent_id >= len(sentences):
+                raise InputError(
+                    name_nb,
+                    entry.lineno,
+                    f"sentence {entry.sent_id}, but {name_in} has {len(sentences)} lines",
+                )
+            pairs = phrase_segments(entry, sentences[entry.sent_id], name_nb)[0]
+            unknown = [pair for pair in pairs if passed_through(pair)]
+            stats.passed_through += len(unknown)
+            segmented.append([pair for pair in pairs if pair not in unknown])
+            stats.phrase_pairs += len(pairs)
+        distinct = sorted({pair for pairs in segmented for pair in pairs})
+        logps = [
+            dict(zip(distinct, score(distinct) if distinct else [], strict=True))
+            for _, score in features
+        ]
+        stats.scored_pairs += len(distinct)
+        for entry, pairs in zip(block, segmented, strict=True):
+            added = " ".join(
+                f"{name}= {sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs):.8g}"
+                for (name, _), logp in zip(features, logps, strict=True)
+            )
+            if features_only:
+                out.write(f"{added}\n")
+            else:
+                fields = list(entry.fields)
+                fields[2] = f"{fields[2].rstrip(' ')} {added} "
+                out.write(NBEST_SEP.join(fields) + "\n")
+
+    with open_output(out_path) as out:
+        block: list[NBestEntry] = []
+        for entry in read_nbest(nbest_path):
+            taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
+            if taken:
+                raise InputError(
+                    name_nb,
+                    entry.lineno,
+                    f"already has a feature {taken[0]}= (choose another --name)",
+                )
+            stats.hypotheses += 1
+            seen_ids.add(entry.sent_id)
+            block.append(entry)
+            if len(block) >= block_lines:
+                flush(block, out)
+                block = []
+        if block:
+            flush(block, out)
+    stats.sentences = len(seen_ids)
+    return stats
