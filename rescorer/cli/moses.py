@@ -1,4 +1,5 @@
-"""``rescorer moses-ini``, ``combine``, ``filter`` and ``rerank``: Moses integration."""
+"""``rescorer moses-ini``, ``combine``, ``filter``, ``rerank`` and ``score-nbest``: Moses
+integration."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rescorer.cli.common import (
+    device_option,
     progress_option,
     quiet_option,
     say,
+    score_precision_option,
     user_errors,
     weight_options,
     weight_spec,
@@ -241,4 +244,126 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
     say(
         f"{stats.sentences:,} sentences, {stats.hypotheses:,} hypotheses; "
         f"1-best changed for {stats.changed:,}"
+    )
+
+
+@click.command("score-nbest")
+@click.argument("nbest")
+@click.option(
+    "-m",
+    "--model",
+    "model_dirs",
+    required=True,
+    multiple=True,
+    help="Model folder from rescorer train; repeat for one feature per model, in order.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    metavar="FILE",
+    help="The source sentences that were decoded, one per line (as Moses read them).",
+)
+@click.option(
+    "--phrase-table",
+    "phrase_table",
+    required=True,
+    metavar="TABLE",
+    help="The table the list was decoded with (or its unfiltered original): a word it has no "
+    "entry for was passed through by Moses and adds 0, as in Moses.",
+)
+@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
+@click.option(
+    "--name",
+    "names",
+    multiple=True,
+    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...).",
+)
+@click.option(
+    "--features-only",
+    is_flag=True,
+    help="Write 'NAME= v' lines (for rerank --feature-file), not the n-best list.",
+)
+@device_option
+@score_precision_option
+@user_errors
+def score_nbest(
+    nbest: str,
+    model_dirs: tuple[str, ...],
+    input_path: str,
+    phrase_table: str,
+    out: str,
+    names: tuple[str, ...],
+    features_only: bool,
+    device: str,
+    precision: str,
+) -> None:
+    """Add the RNN feature to each hypothesis of a Moses n-best list NBEST.
+
+    The feature is the sum over the hypothesis' phrase pairs of ln p(target|source), each
+    floored at -100 as Moses floors a table column: the feature decoding with a scored table
+    would have given; a word passed through untranslated (no entry in --phrase-table) adds 0,
+    as it does in Moses. The phrases come from the segmentation Moses writes with
+    -include-segmentation-in-n-best or -report-segmentation; the source phrases from --input.
+    Each line is written back with NAME= appended to its features (total unchanged), for
+    Moses' extractor/mert, or rerank --weight NAME=...
+
+    Several -m give one feature each, in order (RNN0, RNN1, ... unless --name): an inverse
+    model's is the sum of ln p(source|target).
+
+    \b
+    Example:
+      moses -f moses.ini -n-best-list dev.nbest 100 -include-segmentation-in-n-best < dev.en
+      rescorer score-nbest dev.nbest -m rnn-model/ --input dev.en \\
+          --phrase-table model/phrase-table.gz -o dev.rnn.nbest
+      rescorer score-nbest dev.nbest -m rnn-fwd/ -m rnn-inv/ --input dev.en \\
+          --phrase-table model/phrase-table.gz -o dev.rnn.nbest
+    """
+    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
+    if len(names) != len(model_dirs):
+        raise click.BadParameter(
+            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
+            param_hint="--name",
+        )
+    for name in names:
+        if not name or "=" in name or " " in name:
+            raise click.BadParameter(
+                f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+            )
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
+    from rescorer.constants import INVERSE
+    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.moses.nbest_pairs import add_pair_feature
+    from rescorer.score.clobber import refuse_clobber
+
+    refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
+    from rescorer.score.scorer import score_pairs
+
+    dev = resolve_device(device)
+    prec = resolve_precision(precision, dev, "score")
+
+    def scorer(model_dir: str) -> Any:
+        loaded = load_model_dir(model_dir, dev)
+        inverse = loaded.direction == INVERSE
+
+        def score(pairs: list[tuple[str, str]]) -> Any:
+            if inverse:  # p(source | target): the model reads the target phrase
+                pairs = [(target, source) for source, target in pairs]
+            return score_pairs(
+                loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec
+            )
+
+        return score
+
+    features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
+    stats = add_pair_feature(
+        nbest, input_path, out, features, phrase_table=phrase_table, features_only=features_only
+    )
+    click.echo(
+        f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
+        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored, "
+        f"{stats.passed_through:,} passed through untranslated: 0)",
+        err=True,
     )
