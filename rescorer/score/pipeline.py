@@ -27,7 +27,8 @@ This module runs the stages; the parts live beside it: the options and worker po
 :mod:`~rescorer.score.config`, what the workers run in :mod:`~rescorer.score.stages`, the durable
 output (lock, partial file, resume) in :mod:`~rescorer.score.output`, its progress record and the
 fingerprints in :mod:`~rescorer.score.record`, the files a run may write in
-:mod:`~rescorer.score.clobber`, the shard manifest in :mod:`~rescorer.score.shards`.
+:mod:`~rescorer.score.clobber`, the shard manifest in :mod:`~rescorer.score.shards`, the
+models' warnings and columns in :mod:`~rescorer.score.models`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import itertools
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +62,12 @@ from rescorer.score.config import (
     resolve_workers,
     want_compile,
 )
+from rescorer.score.models import (
+    collect_columns,
+    coverage_check,
+    non_finite_error,
+    one_or_list,
+)
 from rescorer.score.output import Output, Resume
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
@@ -82,7 +88,6 @@ from rescorer.score.stages import (
     num_scores_of,
     parse_chunk,
 )
-from rescorer.verdict import coverage_warning, unlearned_warning
 
 
 def score_table(
@@ -112,23 +117,6 @@ def score_table(
         raise RescorerError("score: no model given (-m)")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
 
-    def coverage_of(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
-        """The model's warnings, given once the first chunk has been scored (an input that is
-        refused outright gets its one error line and nothing else)."""
-        unlearned = unlearned_warning(provenance, folder)
-
-        def coverage(inside: int, pairs: int) -> bool:
-            nonlocal unlearned
-            if unlearned:
-                print(f"rescorer score: {unlearned}", file=sys.stderr)
-                unlearned = None
-            message = coverage_warning(provenance, folder, inside, pairs)
-            if message:
-                print(f"rescorer score: {message}", file=sys.stderr)
-            return message is not None
-
-        return coverage
-
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
@@ -152,8 +140,8 @@ def score_table(
         "table": os.path.abspath(table) if table != "-" else "-",
         "input": input_fingerprint(table) if regular else None,
         # One model: its folder and hash, as before multi-model runs; several: lists, in order.
-        "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
-        "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
+        "model_dir": one_or_list([os.path.abspath(folder) for folder in model_dirs]),
+        "model": one_or_list([model_fingerprint(folder) for folder in model_dirs]),
         "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
     }
     manifest: dict[str, Any] | None = None
@@ -253,7 +241,7 @@ def score_table(
                 lambda: progress.update(stats.pairs_scored, fraction()),
                 out,
                 phases or nothing,
-                [coverage_of(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
+                [coverage_check(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
                 model_dirs,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
@@ -337,9 +325,9 @@ def _run(
         formatter."""
         pending, parsed = scoring.popleft()
         with phase("d2h"):
-            logp = _collect_models(pending, parsed)  # (N,) or (N,M)
+            logp = collect_columns(pending, parsed)  # (N,) or (N,M)
         if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
-            raise _non_finite(logp, parsed, name, model_dirs, stats.precision)
+            raise non_finite_error(logp, parsed, name, model_dirs, stats.precision)
         stats.pairs_scored += len(logp)
         for k, pairs in enumerate(parsed.by_model):
             inside[k] += pairs_inside_shortlists(pairs)
@@ -390,40 +378,3 @@ def _run(
     write_ready(limit=0)
     with phase("write"):
         output.checkpoint()  # the end: everything written is on disk before OUT is renamed
-
-
-def _collect_models(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
-    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order,
-    from each model's submitted scoring (``Scorer.submit``'s results, waited for here)."""
-    columns = []
-    for scores, order in zip(pending, parsed.orders, strict=True):
-        logp = scores.result()  # (N,) in the model's pair order
-        if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
-            in_lines = np.empty_like(logp)
-            in_lines[order] = logp
-            logp = in_lines
-        columns.append(logp)
-    return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)
-
-
-def _one_or_list(values: list[Any]) -> Any:
-    return values[0] if len(values) == 1 else values
-
-
-def _non_finite(
-    logp: np.ndarray, parsed: ParsedChunk, name: str, model_dirs: Sequence[str], precision: str
-) -> RescorerError:
-    """The error for the first pair whose score is nan or inf: the model, the line, the pair.
-    ``logp`` is (N,) with one model, (N,M) with M."""
-    table = logp.reshape(len(logp), -1)  # (N,M)
-    i, k = (int(x) for x in np.argwhere(~np.isfinite(table))[0])
-    model_dir = model_dirs[k]
-    lineno = parsed.first_line + i
-    for bad_line in sorted(b[0] for b in parsed.bad):  # good line i sits after these
-        if bad_line <= lineno:
-            lineno += 1
-    line = parsed.lines[i][:200].decode("utf-8", "replace")
-    return RescorerError(
-        f"{model_dir}: the model scores {name}:{lineno} as {table[i, k]} in {precision}, not a "
-        f"finite log probability (weights that overflow?); the line: {line}"
-    )

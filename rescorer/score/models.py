@@ -1,0 +1,72 @@
+"""The ``-m`` models of one ``rescorer score`` run, as :mod:`~rescorer.score.pipeline` uses them:
+each model's warnings once its first chunk is scored (has it learned, does the table fit its
+shortlists), its scores collected into the chunk's columns in line order (an inverse model's
+pairs come grouped by target phrase), and the error for a score that is not finite.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rescorer.errors import RescorerError
+from rescorer.score.stages import ParsedChunk
+from rescorer.verdict import coverage_warning, unlearned_warning
+
+
+def coverage_check(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
+    """The model's warnings, given once the first chunk has been scored (an input that is
+    refused outright gets its one error line and nothing else)."""
+    unlearned = unlearned_warning(provenance, folder)
+
+    def coverage(inside: int, pairs: int) -> bool:
+        nonlocal unlearned
+        if unlearned:
+            print(f"rescorer score: {unlearned}", file=sys.stderr)
+            unlearned = None
+        message = coverage_warning(provenance, folder, inside, pairs)
+        if message:
+            print(f"rescorer score: {message}", file=sys.stderr)
+        return message is not None
+
+    return coverage
+
+
+def collect_columns(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
+    """log p (N,) float64 of the chunk's pairs with one model, (N,M) with M, in line order,
+    from each model's submitted scoring (``Scorer.submit``'s results, waited for here)."""
+    columns = []
+    for scores, order in zip(pending, parsed.orders, strict=True):
+        logp = scores.result()  # (N,) in the model's pair order
+        if order is not None:  # an inverse model's pairs, grouped by target: back to the lines
+            in_lines = np.empty_like(logp)
+            in_lines[order] = logp
+            logp = in_lines
+        columns.append(logp)
+    return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)
+
+
+def one_or_list(values: list[Any]) -> Any:
+    return values[0] if len(values) == 1 else values
+
+
+def non_finite_error(
+    logp: np.ndarray, parsed: ParsedChunk, name: str, model_dirs: Sequence[str], precision: str
+) -> RescorerError:
+    """The error for the first pair whose score is nan or inf: the model, the line, the pair.
+    ``logp`` is (N,) with one model, (N,M) with M."""
+    table = logp.reshape(len(logp), -1)  # (N,M)
+    i, k = (int(x) for x in np.argwhere(~np.isfinite(table))[0])
+    model_dir = model_dirs[k]
+    lineno = parsed.first_line + i
+    for bad_line in sorted(b[0] for b in parsed.bad):  # good line i sits after these
+        if bad_line <= lineno:
+            lineno += 1
+    line = parsed.lines[i][:200].decode("utf-8", "replace")
+    return RescorerError(
+        f"{model_dir}: the model scores {name}:{lineno} as {table[i, k]} in {precision}, not a "
+        f"finite log probability (weights that overflow?); the line: {line}"
+    )
