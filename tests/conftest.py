@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,15 @@ import pytest
 import torch
 
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test interrupts with SIGINT: the default disposition, as
+    at a terminal. A shell that starts pytest as a background job (``cmd &`` in a script, nohup)
+    ignores SIGINT, children inherit that, and Python then leaves SIGINT ignored, so the child
+    would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 # Every test data path (tests/data/README.md says where each file came from).
 TESTS = Path(__file__).resolve().parent

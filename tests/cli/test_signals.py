@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_INI, SLICE
+from conftest import REAL_INI, SLICE, default_sigint
 
 LINES = gzip.decompress(SLICE.read_bytes()).decode("utf-8").splitlines(keepends=True)
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -38,6 +38,7 @@ def interrupt_while_reading_stdin(args: list[str], signum: int) -> tuple[int, st
         stderr=subprocess.PIPE,
         text=True,
         env=ONE_THREAD,
+        preexec_fn=default_sigint,
     )
     try:
         os.write(write_end, "".join(LINES[:50]).encode("utf-8"))

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import SLICE
+from conftest import SLICE, default_sigint
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -713,6 +713,7 @@ def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=default_sigint,
     )
     deadline = time.monotonic() + 60
     while not record.exists() and time.monotonic() < deadline and proc.poll() is None:

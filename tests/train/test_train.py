@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import ROOT
+from conftest import ROOT, default_sigint
 
 from rescorer.batching import PairArraysBuilder, PairBatch, epoch_batches, pad_batch
 from rescorer.cli import cli
@@ -334,6 +334,7 @@ def test_interrupt_then_resume_matches_one_run(tmp_path: Path, sample_table: Pat
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,
     )
     assert proc.stderr is not None
     for line in proc.stderr:
