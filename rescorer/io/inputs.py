@@ -171,10 +171,33 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
+class _UntilEof(io.RawIOBase):
+    """A raw stream that ends at the first end of file it meets. A terminal gives one end of file
+    per Ctrl-D and reads on after it; a buffered ``read(n)`` returns what it has at the first
+    and would read again, so the user would have to press Ctrl-D twice (or more)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
+        if self._eof:
+            return 0
+        n = self._raw.readinto(buffer)
+        if n == 0:
+            self._eof = True
+        return int(n or 0)
+
+
 def _peekable(stream: BinaryIO) -> io.BufferedReader:
-    """``stream`` itself if it can peek (a real stdin), else a buffered wrapper that can."""
-    if isinstance(stream, io.BufferedReader):
-        return stream
+    """A buffered reader that can peek and stops at the first end of file: over a real stdin's
+    file descriptor, else over ``stream`` itself (a test's bytes)."""
+    raw = getattr(stream, "raw", None)
+    if isinstance(stream, io.BufferedReader) and isinstance(raw, io.FileIO):
+        return io.BufferedReader(_UntilEof(raw), buffer_size=1 << 16)
     return io.BufferedReader(_Prefixed(b"", stream), buffer_size=1 << 16)
 
 

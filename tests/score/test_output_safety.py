@@ -352,7 +352,7 @@ def test_stdin_at_a_terminal_says_it_is_read(tmp_path: Path, model_dir: Path) ->
         stdin=slave, stderr=subprocess.PIPE, env=env,
     )  # fmt: skip
     os.close(slave)
-    for _ in range(600):  # Ctrl-D ends one read at a terminal; the reader may read again
+    for _ in range(600):  # until it has started reading: one Ctrl-D then ends the input
         os.write(master, b"\x04")
         try:
             proc.wait(timeout=0.2)
@@ -363,3 +363,36 @@ def test_stdin_at_a_terminal_says_it_is_read(tmp_path: Path, model_dir: Path) ->
     os.close(master)
     assert proc.returncode == 0, err
     assert "reading the phrase table from standard input" in err.decode()
+
+
+def test_stdin_at_a_terminal_ends_at_the_first_ctrl_d(tmp_path: Path, model_dir: Path) -> None:
+    """One line typed, one Ctrl-D: the run ends. Before, the first Ctrl-D only ended a buffered
+    read of 1 MiB, which then read again: a user had to press Ctrl-D twice or more."""
+    import pty
+    import subprocess
+    import sys
+
+    with gzip.open(SLICE, "rb") as f:
+        line = f.readline()  # a real line, newline included
+    master, slave = pty.openpty()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "o.txt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", "score", "-", "-m", str(model_dir),
+         "-o", str(out), "--device", "cpu", "-q"],
+        stdin=slave, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    os.close(slave)
+    # A terminal in canonical mode keeps both until they are read: the line, then one end of file.
+    os.write(master, line + b"\x04")
+    try:
+        _, err = proc.communicate(timeout=120)  # a hang, not a speed limit
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("score - at a terminal still reads after one Ctrl-D")
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, err
+    written = out.read_bytes().splitlines(keepends=True)
+    assert len(written) == 1 and written[0].startswith(line.split(b" ||| ")[0] + b" ||| ")
