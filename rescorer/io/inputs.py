@@ -151,11 +151,15 @@ class _GzipReader:
 
 
 class _Prefixed(io.RawIOBase):
-    """A raw stream that yields ``head`` and then the rest of ``stream`` (for peeking)."""
+    """A raw stream that yields ``head`` and then the rest of ``stream`` (for peeking), and ends
+    at the first end of file it meets. A terminal gives one end of file per Ctrl-D and reads on
+    after it; a buffered ``read(n)`` returns what it has at the first and would read again, so
+    the user would have to press Ctrl-D twice (or more)."""
 
-    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+    def __init__(self, head: bytes, stream: Any) -> None:
         self._head = head
         self._stream = stream
+        self._eof = False
 
     def readable(self) -> bool:
         return True
@@ -166,39 +170,22 @@ class _Prefixed(io.RawIOBase):
             buffer[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
-        data = self._stream.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-
-class _UntilEof(io.RawIOBase):
-    """A raw stream that ends at the first end of file it meets. A terminal gives one end of file
-    per Ctrl-D and reads on after it; a buffered ``read(n)`` returns what it has at the first
-    and would read again, so the user would have to press Ctrl-D twice (or more)."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self._eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:  # type: ignore[override]
         if self._eof:
             return 0
-        n = self._raw.readinto(buffer)
-        if n == 0:
+        data = self._stream.read(len(buffer))
+        if not data:
             self._eof = True
-        return int(n or 0)
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
 
 
 def _peekable(stream: BinaryIO) -> io.BufferedReader:
     """A buffered reader that can peek and stops at the first end of file: over a real stdin's
     file descriptor, else over ``stream`` itself (a test's bytes)."""
     raw = getattr(stream, "raw", None)
-    if isinstance(stream, io.BufferedReader) and isinstance(raw, io.FileIO):
-        return io.BufferedReader(_UntilEof(raw), buffer_size=1 << 16)
-    return io.BufferedReader(_Prefixed(b"", stream), buffer_size=1 << 16)
+    source = raw if isinstance(stream, io.BufferedReader) and isinstance(raw, io.FileIO) else stream
+    return io.BufferedReader(_Prefixed(b"", source), buffer_size=1 << 16)
 
 
 def iter_raw_lines(stream: BinaryIO, path: str) -> Iterator[bytes]:
