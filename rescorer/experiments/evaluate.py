@@ -34,6 +34,22 @@ def _new_weights(weights: dict[str, list[float]], feature: str, base_columns: in
     return weights.get(feature, [])[base_columns:]
 
 
+def named_weights(
+    weights: dict[str, list[float]], feature: str, base_columns: int, names: Sequence[str]
+) -> dict[str, float]:
+    """A tuned ini's weights, one per name: ``Feature`` for a feature of one weight,
+    ``Feature[i]`` for the i-th of several, and the new columns of the phrase-table feature
+    (past its ``base_columns``) by their own names (RNN, RNN inverse, WP), in the ini's order."""
+    flat: dict[str, float] = {}
+    for name, values in weights.items():
+        for i, value in enumerate(values):
+            if name == feature and i >= base_columns:
+                flat[names[i - base_columns]] = value
+            else:
+                flat[name if len(values) == 1 else f"{name}[{i}]"] = value
+    return flat
+
+
 def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict[str, Any]:
     """A system against the baseline: ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
     pooled = pooled_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
@@ -76,6 +92,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             added = _new_weights(tune["weights"], feature, base_columns)
             row["new_weights"] = dict(zip(names, added, strict=False))
             row["weights"] = tune["weights"]
+            row["named_weights"] = named_weights(tune["weights"], feature, base_columns, names)
             row["iterations"] = tune["iterations"]
             row["table_lines"] = (
                 records[f"prune-{system.key}-{run}"]["table_lines"]
@@ -166,6 +183,13 @@ def _system_entry(
         name: statistics.fmean(r["new_weights"][name] for r in rows)
         for name in column_names(system, ctx.models)
         if all(name in r["new_weights"] for r in rows)
+    }
+    # Which features moved: every weight's mean over the runs (each run's ini as its tuner
+    # wrote it; mert-moses.pl normalises the weights to sum 1 in absolute value).
+    entry["weight_means"] = {
+        name: statistics.fmean(r["named_weights"][name] for r in rows)
+        for name in rows[0]["named_weights"]
+        if all(name in r["named_weights"] for r in rows)
     }
     entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
     return entry

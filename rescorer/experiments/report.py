@@ -50,6 +50,28 @@ def _models_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _weights_table(results: dict[str, Any]) -> list[str]:
+    """Which features moved: the mean tuned weight of every feature, a column per system."""
+    systems = [s for s in results["systems"] if s.get("weight_means")]
+    if not systems:
+        return []
+    names: dict[str, None] = {}  # every weight's name, in the order of first appearance
+    for s in systems:
+        names.update(dict.fromkeys(s["weight_means"]))
+    lines = [
+        "",
+        "Mean tuned weights over each system's runs (as the tuner wrote them; "
+        "mert-moses.pl normalises them to sum 1 in absolute value):",
+        "",
+        _row(["weight", *(s["system"] for s in systems)]),
+        "|---|" + "---:|" * len(systems),
+    ]
+    for name in names:
+        cells = [_fmt(s["weight_means"].get(name), "+.4f") for s in systems]
+        lines.append(_row([name.replace("|", "\\|"), *cells]))
+    return lines
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """Every table of results.json, in Markdown."""
     sents = results["sentences"]
@@ -84,6 +106,7 @@ def results_markdown(results: dict[str, Any]) -> str:
             _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip
         lines.append(_row(cells))
+    lines += _weights_table(results)
     if "dev_rest_mean" in results["systems"][0]:
         n = sents["tune"]
         lines += [

@@ -142,6 +142,12 @@ def test_the_whole_second_edition_on_a_tiny_real_system(
         assert row["weights"] == {k: list(v) for k, v in tuned.items()}
         names = {"a": [], "c-tiny@20": ["RNN", "WP"]}.get(key.removesuffix("-mira"), ["RNN"])
         assert row["new_weights"] == dict(zip(names, tuned[TM][4:], strict=True))
+        named = {k: v for k, v in row["named_weights"].items() if k not in names}
+        assert named == {
+            (k if len(v) == 1 else f"{k}[{i}]"): x
+            for k, v in tuned.items()
+            for i, x in enumerate(v if k != TM else v[:4])
+        }
         seeds.add(row["seed"])
         mert = work / f"tune-{tuned_from}-{run}" / "mert"
         log = (mert / "run1.mert.log").read_text()
@@ -162,6 +168,11 @@ def test_the_whole_second_edition_on_a_tiny_real_system(
                 # multi-bleu.perl rounds to 2 decimals and does not smooth
                 assert row[f"{part}_multi_bleu"] == pytest.approx(ours, abs=0.006)
     assert seeds == {1001, 1002}
+    for key, s in systems.items():  # which features moved: each weight's mean over the runs
+        rows = [r["named_weights"] for r in results["runs"] if r["system"] == key]
+        assert s["weight_means"] == pytest.approx(
+            {name: sum(r[name] for r in rows) / len(rows) for name in rows[0]}
+        )
 
     # each system against its own tuner's baseline, with both tests and the interval
     assert systems["a"].get("test_vs_baseline") is None

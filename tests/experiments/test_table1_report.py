@@ -75,6 +75,28 @@ def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
     assert "![test BLEU gain against training hours](curve.png)" in text
 
 
+def test_the_weights_table_has_a_row_per_weight_and_a_column_per_system() -> None:
+    results = dict(RESULTS)
+    results["systems"] = [
+        system("a", "a", "mert", [], weight_means={"LM0": 0.1, "TranslationModel0[0]": 0.05}),
+        system(
+            "c-fwd@3h", "c", "mert", ["fwd@3h"],
+            weight_means={"LM0": 0.08, "TranslationModel0[0]": 0.04, "RNN": 0.012, "WP": -0.01},
+        ),
+        system("b-old", "b", "mert", ["old"]),  # no weights recorded: no column
+    ]  # fmt: skip
+    lines = results_markdown(results).splitlines()
+    start = lines.index("| weight | a | c-fwd@3h |")
+    assert lines[start + 1] == "|---|---:|---:|"
+    assert lines[start + 2 : start + 6] == [
+        "| LM0 | +0.1000 | +0.0800 |",
+        "| TranslationModel0[0] | +0.0500 | +0.0400 |",
+        "| RNN | – | +0.0120 |",
+        "| WP | – | -0.0100 |",
+    ]
+    assert "| weight |" not in results_markdown(RESULTS)  # none recorded: no table
+
+
 def test_the_curve_has_a_point_per_timed_mert_snapshot(tmp_path: Path) -> None:
     points = curve_points(RESULTS)
     expected = [("fwd@1h", 1.05, -0.2), ("fwd@3h", 3.1, 0.6)]  # by hours; no MIRA, no "old"
