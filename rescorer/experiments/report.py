@@ -81,7 +81,9 @@ def results_markdown(results: dict[str, Any]) -> str:
         f"Tuners: {'; '.join(results['tuners'].values())}. Start: {results['start']}; test "
         f"{sents['test']} sentences. BLEU = sacreBLEU ({results['sacrebleu_signature']}); "
         f"± = sample standard deviation over runs (K); Δ: mean BLEU minus the baseline's "
-        f"((a), or (a) by the same tuner); {results['significance']}.",
+        f"((a), or (a) by the same tuner); Δ pooled: the BLEU of the system's replicas pooled "
+        f"into one corpus minus the baseline's, the statistic MultEval's p tests; "
+        f"{results['significance']}.",
         "",
         *_models_table(results),
     ]
@@ -89,10 +91,10 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines += ["", f"![test BLEU gain against training hours]({results['curve']})"]
     lines += [
         "",
-        "| system | K | table lines | dev BLEU | test BLEU | Δ test | 95% interval | p (test) "
-        "| p (test, shared coin, ours) | Δ dev | p (dev) | RNN weight | RNN inverse weight "
-        "| WP weight |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | K | table lines | dev BLEU | test BLEU | Δ test | 95% interval | Δ pooled "
+        "| p (test) | p (test, shared coin, ours) | Δ dev | p (dev) | RNN weight "
+        "| RNN inverse weight | WP weight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in results["systems"]:
         test, dev = s.get("test_vs_baseline"), s.get("dev_vs_baseline")
@@ -101,7 +103,8 @@ def results_markdown(results: dict[str, Any]) -> str:
             f"({s['letter']}) {s['name']}", str(s["runs"]), f"{s['table_lines']:,}",
             f"{_fmt(s['dev_mean'])} ± {_fmt(s['dev_sd'])}",
             f"{_fmt(s['test_mean'])} ± {_fmt(s['test_sd'])}",
-            _fmt(test["delta"], "+.2f") if test else "–", _interval(test), _p(test),
+            _fmt(test["delta"], "+.2f") if test else "–", _interval(test),
+            _fmt(test["pooled_delta"], "+.2f") if test else "–", _p(test),
             _p(test, "_shared_coin"), _fmt(dev["delta"], "+.2f") if dev else "–",
             _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip

@@ -15,7 +15,7 @@ from rescorer.experiments.report import results_markdown
 def versus(delta: float, low: float, high: float, reached: int) -> dict[str, Any]:
     return {
         "delta": delta, "interval": [low, high], "p": (reached + 1) / 301, "reached": reached,
-        "pooled_delta": delta, "p_shared_coin": 0.5, "reached_shared_coin": 149,
+        "pooled_delta": delta + 0.05, "p_shared_coin": 0.5, "reached_shared_coin": 149,
         "trials": 300, "pairs": 2,
     }  # fmt: skip
 
@@ -66,9 +66,10 @@ def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
     assert text.startswith("**Warning:** model fwd@1h: best validation perplexity 200.00")
     row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@3h |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[5:9] == ["+0.60", "[+0.10, +1.10]", "< 1/301", "0.500"]
+    # the mean gain and its interval, then MultEval's pooled gain and p, then the shared coin's p
+    assert cells[5:10] == ["+0.60", "[+0.10, +1.10]", "+0.65", "< 1/301", "0.500"]
     row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@1h |"))
-    assert "| -0.20 | [-0.90, +0.40] | 0.269 | 0.500 |" in row
+    assert "| -0.20 | [-0.90, +0.40] | -0.15 | 0.269 | 0.500 |" in row
     models = next(line for line in text.splitlines() if line.startswith("| fwd@3h (best) |"))
     assert "| forward | 1,000 | 0.50 | 9.50 | 322.90 | 3.10 |" in models
     assert f"`{RESULTS['models'][0]['weights_sha256']}`" in models
