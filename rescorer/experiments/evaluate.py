@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,10 +30,6 @@ def _mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def _new_weights(weights: dict[str, list[float]], feature: str, base_columns: int) -> list[float]:
-    return weights.get(feature, [])[base_columns:]
-
-
 def named_weights(
     weights: dict[str, list[float]], feature: str, base_columns: int, names: Sequence[str]
 ) -> dict[str, float]:
@@ -43,11 +39,20 @@ def named_weights(
     flat: dict[str, float] = {}
     for name, values in weights.items():
         for i, value in enumerate(values):
-            if name == feature and i >= base_columns:
+            if name == feature and base_columns <= i < base_columns + len(names):
                 flat[names[i - base_columns]] = value
             else:
                 flat[name if len(values) == 1 else f"{name}[{i}]"] = value
     return flat
+
+
+def _means(rows: Sequence[dict[str, Any]], key: str, names: Iterable[str]) -> dict[str, float]:
+    """Each named weight's mean over the runs, for the names every run has under ``key``."""
+    return {
+        name: statistics.fmean(r[key][name] for r in rows)
+        for name in names
+        if all(name in r[key] for r in rows)
+    }
 
 
 def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict[str, Any]:
@@ -89,10 +94,10 @@ def evaluate(ctx: Context) -> dict[str, Any]:
                 row[f"{part}_bleu"], signature = sacrebleu_score(hyps, refs[part])
                 row[f"{part}_multi_bleu"] = multi_bleu(ctx.tools, prep / f"{part}.ref", hyp_path)
                 stats.setdefault((system.key, part), []).append(corpus_stats(hyps, refs[part]))
-            added = _new_weights(tune["weights"], feature, base_columns)
-            row["new_weights"] = dict(zip(names, added, strict=False))
+            named = named_weights(tune["weights"], feature, base_columns, names)
+            row["new_weights"] = {name: named[name] for name in names if name in named}
             row["weights"] = tune["weights"]
-            row["named_weights"] = named_weights(tune["weights"], feature, base_columns, names)
+            row["named_weights"] = named
             row["iterations"] = tune["iterations"]
             row["table_lines"] = (
                 records[f"prune-{system.key}-{run}"]["table_lines"]
@@ -179,17 +184,9 @@ def _system_entry(
             if base is not None:
                 theirs = np.stack(stats[(base, "dev")])[:, rows_of]
                 entry[f"{part}_vs_baseline"] = _versus(theirs, ours, ctx.cfg)
-    entry["new_weight_means"] = {
-        name: statistics.fmean(r["new_weights"][name] for r in rows)
-        for name in column_names(system, ctx.models)
-        if all(name in r["new_weights"] for r in rows)
-    }
+    entry["new_weight_means"] = _means(rows, "new_weights", column_names(system, ctx.models))
     # Which features moved: every weight's mean over the runs (each run's ini as its tuner
     # wrote it; mert-moses.pl normalises the weights to sum 1 in absolute value).
-    entry["weight_means"] = {
-        name: statistics.fmean(r["named_weights"][name] for r in rows)
-        for name in rows[0]["named_weights"]
-        if all(name in r["named_weights"] for r in rows)
-    }
+    entry["weight_means"] = _means(rows, "named_weights", rows[0]["named_weights"])
     entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
     return entry
