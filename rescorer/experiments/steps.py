@@ -94,8 +94,11 @@ def _last_line(log: Path) -> str:
 class WorkDir:
     """The work directory of an experiment: runs steps once, reports progress on stderr."""
 
-    def __init__(self, root: Path, *, echo: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, root: Path, *, echo: Callable[[str], None] | None = None, prog: str = "table1"
+    ) -> None:
         self.root = root
+        self.prog = prog
         self.root.mkdir(parents=True, exist_ok=True)
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
@@ -118,17 +121,17 @@ class WorkDir:
         """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json."""
         record = self.done(name)
         if record is not None:
-            self.say(f"table1: {name}: done before ({record['seconds']:.0f} s), skipped")
+            self.say(f"{self.prog}: {name}: done before ({record['seconds']:.0f} s), skipped")
             return record
         folder = self.root / name
         if folder.exists() and not keep_partial:
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
         step = Step(name, folder)
-        self.say(f"table1: {name}: running (log: {step.log})")
+        self.say(f"{self.prog}: {name}: running (log: {step.log})")
         start = time.monotonic()
         result = action(step)
         record = {**result, "seconds": round(time.monotonic() - start, 1)}
         write_json(folder / DONE_FILE, record, fsync=True)
-        self.say(f"table1: {name}: done in {record['seconds']:.0f} s")
+        self.say(f"{self.prog}: {name}: done in {record['seconds']:.0f} s")
         return record

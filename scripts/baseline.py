@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""A tuned Moses phrase-based baseline from a bitext, by one command, with the real tools.
+
+Thin over rescorer.experiments.baseline (its docstring lists the steps): tokenise and lowercase
+with Moses' scripts, clean-corpus-n 1-80, a 5-gram KenLM of the target side, train-model.perl
+(MGIZA++, grow-diag-final-and, msd-bidirectional-fe), cube pruning, MERT on dev, then the test
+set decoded and scored. Every step runs in its own folder of --work and is skipped once done,
+so the same command after a kill goes on where it stopped (MERT from its last iteration).
+
+CORPUS holds train.SRC train.TGT dev.SRC dev.TGT test.SRC test.TGT (raw text, one segment a
+line; --tokenized when they are tokenised and lowercased already). WORK/system is then a Moses
+system folder that scripts/table1.py takes as its SYSTEM.
+
+Example (the help-prose system of Table 1's third edition):
+
+    python scripts/help_corpus.py -o runs/help/corpus
+    nice python scripts/baseline.py runs/help/corpus --work runs/help/baseline
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from rescorer.errors import RescorerError
+from rescorer.experiments.baseline import BaselineConfig, run_baseline
+
+HERE = Path(__file__).resolve().parent
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
+@click.option(
+    "--moses",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=HERE.parent.parent / "shared" / "tools" / "moses",
+    show_default="../shared/tools/moses",
+    help="The Moses toolkit (bin/, scripts/, mgiza/).",
+)
+@click.option("--src", default="en", show_default=True, help="Source language (file suffix).")
+@click.option("--tgt", default="fr", show_default=True, help="Target language (file suffix).")
+@click.option("--tokenized", is_flag=True, help="The corpus is tokenised and lowercased.")
+@click.option("--max-length", default=80, show_default=True, help="clean-corpus-n's limit.")
+@click.option("--lm-order", default=5, show_default=True)
+@click.option("--discount-fallback", is_flag=True, help="lmplz on a tiny corpus.")
+@click.option("--max-phrase-length", default=7, show_default=True)
+@click.option(
+    "--no-cube-pruning",
+    "cube_pruning",
+    flag_value=False,
+    default=True,
+    help="Keep Moses' default search (cube pruning is added before tuning).",
+)
+@click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
+@click.option("--dev-lines", type=int, help="Tune on the first N dev lines [default: all].")
+@click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
+@click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")
+def main(**opts: object) -> None:
+    """Build, tune and evaluate a Moses baseline from CORPUS in --work."""
+    config = BaselineConfig(**opts)  # type: ignore[arg-type]
+    try:
+        record = run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
+    except RescorerError as exc:
+        click.echo(f"baseline: error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(record, indent=2))
+    click.echo(f"system folder: {config.work / 'system'}", err=True)
+
+
+if __name__ == "__main__":
+    main()

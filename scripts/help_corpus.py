@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""A parallel corpus of LibreOffice help prose, rebuilt from Debian's packages by one command.
+
+Thin over rescorer.experiments.help_corpus (its docstring says how pages are aligned): the two
+help packages are fetched with `apt-get download` (never installed), unpacked with `dpkg -x`,
+aligned by page and paragraph id, cleaned and split; the folder gets train/dev/test.{SRC,TGT}
+(raw text), *.origin, corpus.json (versions, checksums, counts), files.sha256 and a README.
+
+Example (the help-prose system of Table 1's third edition):
+
+    python scripts/help_corpus.py -o runs/help/corpus --dev 1500 --test 5000
+
+Another language: `--tgt-package libreoffice-help-de --tgt de`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rescorer.errors import RescorerError
+from rescorer.experiments.help_corpus import CorpusConfig, build
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-o", "--out", required=True, type=click.Path(path_type=Path), help="Folder.")
+@click.option("--src-package", default="libreoffice-help-en-us", show_default=True)
+@click.option("--tgt-package", default="libreoffice-help-fr", show_default=True)
+@click.option("--src", default="en", show_default=True, help="Suffix of the source files.")
+@click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files.")
+@click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev.")
+@click.option("--test", default=5000, show_default=True, help="Distinct sources in test.")
+@click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed.")
+def main(**opts: object) -> None:
+    """Build the corpus into --out (downloads kept in OUT/debs and reused)."""
+    config = CorpusConfig(**opts)  # type: ignore[arg-type]
+    try:
+        build(config, say=lambda msg: click.echo(msg, err=True))
+    except RescorerError as exc:
+        click.echo(f"help-corpus: error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""scripts/baseline.py: a tuned Moses baseline from a raw bitext, with the real Moses tools.
+
+The bitext (tests/data/tiny-bitext, see tests/data/README.md) is 400 training, 20 dev and 10
+test paragraphs of the LibreOffice help corpus (scripts/help_corpus.py). Skipped when
+../shared/tools/moses is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DATA_DIR, MOSES, ROOT
+
+from rescorer.moses.ini import read_ini
+
+SCRIPT = ROOT / "scripts" / "baseline.py"
+BITEXT = DATA_DIR / "tiny-bitext"
+
+needs_moses = pytest.mark.skipif(
+    not (MOSES / "bin" / "moses").exists() or not (MOSES / "mgiza" / "mgiza").exists(),
+    reason=f"the real Moses toolkit with MGIZA++ is not at {MOSES} (../shared/tools/moses)",
+)
+
+
+def build(work: Path, *flags: str, corpus: Path = BITEXT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            str(corpus),
+            "--work",
+            str(work),
+            "--moses",
+            str(MOSES),
+            "--discount-fallback",
+            "--max-iterations",
+            "2",
+            "--mert-seed",
+            "1",
+            "--threads",
+            "2",
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.slow
+@needs_moses
+def test_a_bitext_becomes_a_tuned_system_folder_and_a_rerun_skips_every_step(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    proc = build(work)
+    assert proc.returncode == 0, proc.stderr
+    system = work / "system"
+    ini = read_ini(str(system / "moses.ini"))
+    # the tuned ini names its files relatively, beside it, like ../shared/data/en-fr
+    paths = [f.get("path") for f in ini.features if f.get("path")]
+    assert sorted(paths) == sorted(
+        ["phrase-table.gz", "reordering-table.wbe-msd-bidirectional-fe.gz", "lm.fr.binary"]
+    )
+    text = (system / "moses.ini").read_text(encoding="utf-8")
+    assert "[search-algorithm]\n1" in text and "# BLEU" in text  # cube pruning, MERT's ini
+    for name in ("dev", "test", "train"):
+        assert (system / f"{name}.en").is_file() and (system / f"{name}.fr").is_file()
+    # tokenised (Moses' escaping) and lowercased
+    first = (system / "dev.en").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith("use this icon to insert the not superset")
+    assert "placeholders . instead" in first and "&lt; ? &gt;" in first
+    assert (system / "dev.fr").read_text(encoding="utf-8").startswith("cette icône permet d&apos; ")
+    prepared = json.loads((work / "prepare" / "done.json").read_text())
+    assert prepared["lines"]["train"] == 400 and prepared["lines"]["test"] == 10
+    assert prepared["lines"]["train.clean"] <= 400
+    tuned = json.loads((work / "tune" / "done.json").read_text())
+    assert tuned["iterations"] == 2
+    evaluated = json.loads(proc.stdout)
+    assert 0 <= evaluated["test_multi_bleu"] <= 100
+    hyp = Path(evaluated["hyp"]).read_text(encoding="utf-8").splitlines()
+    assert len(hyp) == 10
+    # the same command again: every step is done, nothing runs
+    again = build(work)
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("done before") == 6, again.stderr
+    # decoding from another folder with the system folder's ini works (paths resolved there)
+    decoded = subprocess.run(
+        [str(MOSES / "bin" / "moses"), "-f", "moses.ini"],
+        input="open the file .\n",
+        capture_output=True,
+        text=True,
+        cwd=system,
+    )
+    assert decoded.returncode == 0 and decoded.stdout.strip(), decoded.stderr[-500:]
+
+
+@needs_moses
+def test_a_killed_step_runs_again_from_scratch(tmp_path: Path) -> None:
+    """A step folder without done.json is what a kill left: the step runs again."""
+    work = tmp_path / "work"
+    proc = build(work, "--max-iterations", "1")
+    assert proc.returncode == 0, proc.stderr
+    (work / "evaluate" / "done.json").unlink()
+    (work / "evaluate" / "stale").write_text("left by a kill")
+    again = build(work, "--max-iterations", "1")
+    assert again.returncode == 0, again.stderr
+    assert "evaluate: running" in again.stderr and again.stderr.count("done before") == 5
+    assert not (work / "evaluate" / "stale").exists()
+
+
+def test_files_that_are_not_parallel_are_refused_before_any_step(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BITEXT, corpus)
+    with open(corpus / "dev.fr", "a", encoding="utf-8") as f:
+        f.write("une de trop\n")
+    proc = build(tmp_path / "work", corpus=corpus)
+    if not (MOSES / "bin" / "moses").exists():
+        assert proc.returncode == 1 and "Moses" in proc.stderr
+        return
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"baseline: error: {corpus}: dev.en has 20 lines, dev.fr has 21: expected parallel files"
+    )
+    assert not (tmp_path / "work" / "prepare").exists()
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BITEXT, corpus)
+    (corpus / "test.fr").unlink()
+    proc = build(tmp_path / "work", corpus=corpus)
+    assert proc.returncode == 1
+    if (MOSES / "bin" / "moses").exists():
+        assert f"{corpus / 'test.fr'}: missing" in proc.stderr
