@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Power before spending: how wide Table 1's interval of the mean gain would be, and how often a
+true gain would be found, for a test size and a number of tuning runs K.
+
+Thin over rescorer.experiments.power (its docstring gives the variance model): the sampling
+variance and the spread between tuning runs come from a finished Table-1 results.json (e.g. the
+second edition on en-fr), the test sizes are in source words (a segment count times the mean
+words per segment of the new test set).
+
+Example (the third edition's choice, from the second edition's results):
+
+    python scripts/power.py docs/results/table1-2nd/results.json --ref-words 6542 \
+        --segments 3000 --segments 5058 --words-per-segment 14.07 --sd 0.22 --sd 0.42 --sd 0.66
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import click
+
+from rescorer.experiments.power import Z95, components, power, runs_needed, standard_error
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--ref-words", type=int, required=True, help="Source words of RESULTS' test set.")
+@click.option("--segments", type=int, multiple=True, required=True, help="Test sizes to try.")
+@click.option("--words-per-segment", type=float, required=True, help="Of the new test set.")
+@click.option(
+    "--sd",
+    "sds",
+    type=float,
+    multiple=True,
+    help="Between-run sd's to try "
+    "(baseline and system alike) [default: the median of RESULTS' systems].",
+)
+@click.option("--runs", "ks", type=int, multiple=True, default=(3, 4, 6, 8, 10), show_default=True)
+@click.option("--gain", default=0.5, show_default=True, help="The true gain to find (BLEU).")
+@click.option("--target", default=0.8, show_default=True, help="The power wanted.")
+def main(
+    results: Path,
+    ref_words: int,
+    segments: tuple[int, ...],
+    words_per_segment: float,
+    sds: tuple[float, ...],
+    ks: tuple[int, ...],
+    gain: float,
+    target: float,
+) -> None:
+    """Print the measured variance parts and a table of interval half-widths and power."""
+    measured = components(json.loads(results.read_text(encoding="utf-8")), ref_words)
+    measured = [c for c in measured if "mira" not in c.system]
+    click.echo("| system | K | sd between runs | sampling variance v_s |")
+    click.echo("|---|---:|---:|---:|")
+    for c in measured:
+        click.echo(f"| {c.system} | {c.runs} | {c.sd_system:.2f} | {c.sampling_var:.3f} |")
+    v_s = statistics.median(c.sampling_var for c in measured)
+    sds = sds or (statistics.median(c.sd_system for c in measured),)
+    click.echo(f"\nv_s = {v_s:.3f} (median) at {ref_words:,} source words\n")
+    header = " | ".join(f"K={k}" for k in ks)
+    click.echo(f"| sd | segments | words | {header} | K for {target:.0%} |")
+    click.echo("|---:|---:|---:|" + "---:|" * (len(ks) + 1))
+    for sd in sds:
+        for n in segments:
+            words = round(n * words_per_segment)
+            cells = []
+            for k in ks:
+                se = standard_error(v_s, ref_words, words, sd, sd, k)
+                cells.append(f"±{Z95 * se:.2f} ({power(gain, se):.0%})")
+            need = runs_needed(gain, target, v_s, ref_words, words, sd, sd)
+            click.echo(f"| {sd:.2f} | {n:,} | {words:,} | {' | '.join(cells)} | {need or '>100'} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The power model of Table 1 (rescorer.experiments.power) against hand computations and the
+second edition's committed results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import ROOT
+
+from rescorer.experiments.power import (
+    Z95,
+    components,
+    phi,
+    power,
+    runs_needed,
+    standard_error,
+)
+
+SECOND = ROOT / "docs" / "results" / "table1-2nd" / "results.json"
+
+
+def test_power_is_the_chance_the_interval_lies_above_zero() -> None:
+    assert phi(0.0) == pytest.approx(0.5)
+    assert phi(1.959963984540054) == pytest.approx(0.975, abs=1e-9)
+    # a gain of 2.8 SE is found 80% of the time (z 1.96 + 0.84)
+    assert power(2.8, 1.0) == pytest.approx(0.80, abs=0.002)
+    assert power(0.0, 1.0) == pytest.approx(0.025, abs=1e-6)
+
+
+def test_the_standard_error_adds_a_sampling_part_and_a_runs_part() -> None:
+    # twice the words halve the sampling variance; the runs' spread shrinks with K
+    se = standard_error(0.2, 1000, 2000, 0.3, 0.4, 5)
+    assert se == pytest.approx(math.sqrt(0.1 + (0.09 + 0.16) / 5))
+    assert standard_error(0.2, 1000, 1000, 0.0, 0.0, 1) == pytest.approx(math.sqrt(0.2))
+
+
+def test_runs_needed_is_the_smallest_k_with_enough_power() -> None:
+    k = runs_needed(0.5, 0.8, 0.01, 1000, 1000, 0.3, 0.3)
+    assert k is not None
+    se = standard_error(0.01, 1000, 1000, 0.3, 0.3, k)
+    assert power(0.5, se) >= 0.8
+    assert power(0.5, standard_error(0.01, 1000, 1000, 0.3, 0.3, k - 1)) < 0.8
+    # a sampling part alone above the bound: no K is enough
+    assert runs_needed(0.5, 0.8, 0.2, 1000, 1000, 0.3, 0.3) is None
+
+
+def test_components_of_the_second_edition_explain_its_intervals() -> None:
+    """The parts taken out of results.json put back together give its bootstrap intervals."""
+    results = json.loads(SECOND.read_text(encoding="utf-8"))
+    found = {c.system: c for c in components(results, 6542)}
+    assert {"b-fwd@1h", "b-fwd@3h", "b-fwd@6h", "c-fwd@6h", "e-fwd@6h+inv@2h"} <= set(found)
+    by_name = {s["system"]: s for s in results["systems"]}
+    for name, c in found.items():
+        lo, hi = by_name[name]["test_vs_baseline"]["interval"]
+        se = standard_error(c.sampling_var, 6542, 6542, c.sd_baseline, c.sd_system, c.runs)
+        assert Z95 * se == pytest.approx((hi - lo) / 2, rel=1e-6)
+        assert 0.0 < c.sampling_var < 0.5
+    # en-fr's baseline runs gave one output: its spread is 0
+    assert found["b-fwd@3h"].sd_baseline == 0.0
