@@ -359,7 +359,13 @@ def score_nbest(
 
     features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
     stats = add_pair_feature(
-        nbest, input_path, out, features, phrase_table=phrase_table, features_only=features_only
+        nbest,
+        input_path,
+        out,
+        features,
+        phrase_table=phrase_table,
+        features_only=features_only,
+        origins=model_dirs,
     )
     click.echo(
         f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
