@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, TINY_SYSTEM
+from conftest import DATA_DIR, MOSES, TINY_SYSTEM
 from faults import run
 from test_hostile_walk import expect_refusal
 
@@ -24,6 +24,10 @@ NBEST = DATA_DIR / "nbest"
 SEG = NBEST / "tiny.test6.nbest-seg"  # Moses' n-best list with -include-segmentation-in-n-best
 INPUT = NBEST / "tiny.test6.en"  # the sentences it decoded
 TABLE = TINY_SYSTEM / "phrase-table.gz"  # the table it was decoded with
+needs_moses = pytest.mark.skipif(
+    not (MOSES / "bin" / "moses").exists(),
+    reason=f"the real Moses toolkit is not at {MOSES} (../shared/tools/moses)",
+)
 
 
 def expect_usage_error(done: subprocess.CompletedProcess[str], *says: str, absent: Path) -> None:
@@ -68,3 +72,45 @@ def test_score_nbest_refuses_a_model_whose_scores_overflow_in_any_slot(
     out = tmp_path / "out.nbest"
     line = expect_refusal(run(score_nbest_args(models, out)), str(huge), absent=(out,))
     assert re.search(rf"{SEG}:[0-9]+ as nan", line) and "not a finite log probability" in line
+
+
+# ------------------------------------------------------- 2. moses-ini and a repeated weight line
+def system_with_two_tm_lines(tmp_path: Path) -> tuple[Path, int, int]:
+    """The tiny system whose ini has a second ``TranslationModel0=`` line (other values)."""
+    system = tmp_path / "system"
+    shutil.copytree(TINY_SYSTEM, system)
+    ini = system / "moses.ini"
+    lines = ini.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("TranslationModel0="))
+    lines.insert(first + 1, "TranslationModel0= 0.5 0.5 0.5 0.5\n")
+    ini.write_text("".join(lines), encoding="utf-8")
+    return system, first + 1, first + 2  # their 1-based line numbers
+
+
+def test_moses_ini_refuses_two_weight_lines_of_the_feature_naming_both(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """It set num-features=5 and extended the first line only, exit 0, where Moses uses the
+    last (next test)."""
+    system, first, second = system_with_two_tm_lines(tmp_path)
+    scored = tmp_path / "pt.rnn.gz"
+    done = run(["score", str(TABLE), "-m", str(tiny_model_dir), "-o", str(scored), "-q"])
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "new.ini"
+    ini = system / "moses.ini"
+    done = run(["moses-ini", str(ini), "--phrase-table", str(scored), "-o", str(out)])
+    line = expect_refusal(done, f"{ini}:{first} and {ini}:{second}", absent=(out,))
+    assert "'TranslationModel0=' weight lines" in line and "Moses uses the last" in line
+
+
+@pytest.mark.slow
+@needs_moses
+def test_moses_uses_the_last_of_two_weight_lines(tmp_path: Path) -> None:
+    """The rule the refusal states, from the real decoder: the last line's weights."""
+    system, _, _ = system_with_two_tm_lines(tmp_path)
+    done = subprocess.run(
+        [str(MOSES / "bin" / "moses"), "-f", "moses.ini", "-show-weights"],
+        cwd=system, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    shown = [line for line in done.stdout.splitlines() if line.startswith("TranslationModel0=")]
+    assert shown == ["TranslationModel0= 0.500000 0.500000 0.500000 0.500000"], done.stdout
