@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import check_duration
+from rescorer.cli.common import check_duration, check_finite
 from rescorer.errors import RescorerError
 from rescorer.experiments.table1 import Table1Config, run_table1
 
@@ -84,6 +84,7 @@ HERE = Path(__file__).resolve().parent
     "--new-weight",
     default=0.05,
     show_default=True,
+    callback=check_finite,
     help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
 @click.option("--threads", default=os.cpu_count() or 1, show_default="all cores")

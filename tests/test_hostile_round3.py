@@ -87,15 +87,21 @@ def system_with_two_tm_lines(tmp_path: Path) -> tuple[Path, int, int]:
     return system, first + 1, first + 2  # their 1-based line numbers
 
 
+@pytest.fixture(scope="module")
+def scored(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny system's table scored by the tiny model: one column more."""
+    out = tmp_path_factory.mktemp("scored") / "pt.rnn.gz"
+    done = run(["score", str(TABLE), "-m", str(tiny_model_dir), "-o", str(out), "-q"])
+    assert done.returncode == 0, done.stderr
+    return out
+
+
 def test_moses_ini_refuses_two_weight_lines_of_the_feature_naming_both(
-    tiny_model_dir: Path, tmp_path: Path
+    scored: Path, tmp_path: Path
 ) -> None:
     """It set num-features=5 and extended the first line only, exit 0, where Moses uses the
     last (next test)."""
     system, first, second = system_with_two_tm_lines(tmp_path)
-    scored = tmp_path / "pt.rnn.gz"
-    done = run(["score", str(TABLE), "-m", str(tiny_model_dir), "-o", str(scored), "-q"])
-    assert done.returncode == 0, done.stderr
     out = tmp_path / "new.ini"
     ini = system / "moses.ini"
     done = run(["moses-ini", str(ini), "--phrase-table", str(scored), "-o", str(out)])
@@ -114,3 +120,15 @@ def test_moses_uses_the_last_of_two_weight_lines(tmp_path: Path) -> None:
     )  # fmt: skip
     shown = [line for line in done.stdout.splitlines() if line.startswith("TranslationModel0=")]
     assert shown == ["TranslationModel0= 0.500000 0.500000 0.500000 0.500000"], done.stdout
+
+
+# ------------------------------------------------------------- 3. moses-ini --new-weight nan
+@pytest.mark.parametrize("weight", ["nan", "inf", "-inf", "NaN"])
+def test_moses_ini_new_weight_that_is_not_finite_is_a_usage_error(
+    scored: Path, tmp_path: Path, weight: str
+) -> None:
+    """``--new-weight nan`` wrote ``nan`` into the ini, exit 0."""
+    out = tmp_path / "new.ini"
+    args = ["moses-ini", str(TINY_SYSTEM / "moses.ini"), "--phrase-table", str(scored)]
+    done = run([*args, "--new-weight", weight, "-o", str(out)])
+    expect_usage_error(done, "--new-weight", "expected a finite number", absent=out)

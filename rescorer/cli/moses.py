@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rescorer.cli.common import (
+    check_finite,
     device_option,
     progress_option,
     quiet_option,
@@ -53,6 +54,7 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     "weights",
     type=float,
     multiple=True,
+    callback=check_finite,
     help="Starting weight of the added columns: once per column in column order, or once "
     "for all (default 0.2 each).",
 )
