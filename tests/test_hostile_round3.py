@@ -132,3 +132,38 @@ def test_moses_ini_new_weight_that_is_not_finite_is_a_usage_error(
     args = ["moses-ini", str(TINY_SYSTEM / "moses.ini"), "--phrase-table", str(scored)]
     done = run([*args, "--new-weight", weight, "-o", str(out)])
     expect_usage_error(done, "--new-weight", "expected a finite number", absent=out)
+
+
+# ------------------------------------------------------ 4. score-nbest --name with an underscore
+@pytest.mark.parametrize("name", ["RNN_0", "rnn_fwd", "0RNN", "RNN-0"])
+def test_score_nbest_refuses_a_label_mert_would_take_for_a_sparse_feature(
+    tiny_model_dir: Path, tmp_path: Path, name: str
+) -> None:
+    """``--name RNN_0`` was accepted, and mert read the feature as a sparse one (next test);
+    moses-ini refuses such feature names already."""
+    out = tmp_path / "out.nbest"
+    done = run([*score_nbest_args([tiny_model_dir], out), "--name", name])
+    expect_usage_error(done, "--name", "[A-Za-z][0-9A-Za-z]*", absent=out)
+
+
+@pytest.mark.slow
+@needs_moses
+def test_mert_extractor_takes_a_label_with_an_underscore_for_a_sparse_feature(
+    tmp_path: Path,
+) -> None:
+    """Why: the real extractor lists RNN0 among the dense features, RNN_0 as a sparse one."""
+    nbest = tmp_path / "n.nbest"
+    first = SEG.read_text(encoding="utf-8").splitlines()[0].split("|||")
+    first[2] = f"{first[2].rstrip()} RNN_0= -1.5 RNN0= -2.5 "
+    nbest.write_text("|||".join(first) + "\n", encoding="utf-8")
+    ref = tmp_path / "ref"
+    ref.write_text((TINY_SYSTEM / "test.fr").read_text(encoding="utf-8").splitlines()[0] + "\n")
+    feats = tmp_path / "f.dat"
+    subprocess.run(
+        [str(MOSES / "bin" / "extractor"), "--reference", str(ref), "--nbest", str(nbest),
+         "--ffile", str(feats), "--scfile", str(tmp_path / "s.dat")],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    header, row = feats.read_text(encoding="utf-8").splitlines()[:2]
+    assert header.split()[-1] == "RNN0_0" and "RNN_0" not in header, header
+    assert row.split()[-2:] == ["-2.5", "RNN_0=-1.5"], row

@@ -279,7 +279,8 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
     "--name",
     "names",
     multiple=True,
-    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...).",
+    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...): letters "
+    "and digits, a letter first (mert takes a label with '_' for a sparse feature).",
 )
 @click.option(
     "--features-only",
@@ -327,10 +328,14 @@ def score_nbest(
             f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
             param_hint="--name",
         )
+    from rescorer.moses.ini_rewrite import DENSE_NAME
+
     for name in names:
-        if not name or "=" in name or " " in name:
+        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
             raise click.BadParameter(
-                f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
+                "extractor take a label with '_' for a sparse feature)",
+                param_hint="--name",
             )
     if len(set(names)) != len(names):
         raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
