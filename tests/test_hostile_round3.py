@@ -10,14 +10,17 @@ model folders' (item 13) in tests/test_hostile_models.py.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR, MOSES, TINY_SYSTEM
-from faults import run
+from faults import run, small_disk
 from test_hostile_walk import expect_refusal
 
 NBEST = DATA_DIR / "nbest"
@@ -167,3 +170,63 @@ def test_mert_extractor_takes_a_label_with_an_underscore_for_a_sparse_feature(
     header, row = feats.read_text(encoding="utf-8").splitlines()[:2]
     assert header.split()[-1] == "RNN0_0" and "RNN_0" not in header, header
     assert row.split()[-2:] == ["-2.5", "RNN_0=-1.5"], row
+
+
+# ------------------------------------------------------ 5. filter --ini-out to an unwritable place
+def filter_ini_args(out: Path, ini_out: Path, table: Path = TABLE) -> list[str]:
+    system = TINY_SYSTEM
+    return ["filter", str(table), "--input", str(system / "test.en"), "--moses-ini",
+            str(system / "moses.ini"), "--ini-out", str(ini_out), "-o", str(out)]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["proc", "missing-folder", "read-only-mount"])
+def test_filter_ini_out_that_cannot_be_written_is_refused_before_any_input_is_read(
+    tmp_path: Path, where: str
+) -> None:
+    """It failed only after the whole pass and left the filtered table under -o. Now the
+    error comes first: here the table's first line is malformed, and the refusal still names
+    the ini (the table was never read); neither output exists."""
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a phrase-table line\n", encoding="utf-8")
+    out = tmp_path / "filtered.gz"
+    with unwritable(tmp_path, where) as ini_out:
+        done = run(filter_ini_args(out, ini_out, bad))
+        expect_refusal(done, str(ini_out), says="cannot write", absent=(out, ini_out))
+        done = run(filter_ini_args(out, ini_out))  # a good table: the same, nothing written
+        expect_refusal(done, str(ini_out), says="cannot write", absent=(out, ini_out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt"]  # no temporary file
+
+
+@contextlib.contextmanager
+def unwritable(tmp_path: Path, where: str) -> Iterator[Path]:
+    """A name where no file can be written: under /proc, in a missing folder, on a read-only
+    tmpfs (mounted here; skipped where this process cannot mount one)."""
+    if where == "proc":
+        yield Path("/proc/x")
+    elif where == "missing-folder":
+        yield tmp_path / "no-such-folder" / "new.ini"
+    else:
+        folder = Path(tempfile.mkdtemp(prefix="ro-"))
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                              capture_output=True, check=False)  # fmt: skip
+        if done.returncode != 0:
+            folder.rmdir()
+            pytest.skip("cannot mount a read-only tmpfs here (root on Linux only)")
+        try:
+            yield folder / "new.ini"
+        finally:
+            subprocess.run(["umount", "-l", str(folder)], check=False)
+            folder.rmdir()
+
+
+def test_filter_ini_out_on_a_full_disk_leaves_neither_output(tmp_path: Path) -> None:
+    """The ini's disk is full (a real tmpfs: a file size limit would stop the table first)."""
+    with small_disk(tmp_path, 4096) as disk:
+        if not disk.tmpfs:
+            pytest.skip("needs a tmpfs of its own (root on Linux)")
+        (disk.folder / "filler").write_bytes(b"x" * 4096)  # the whole disk
+        out, ini_out = tmp_path / "filtered.gz", disk.folder / "new.ini"
+        done = run(filter_ini_args(out, ini_out))
+        expect_refusal(done, str(ini_out), says="cannot write", absent=(out, ini_out))
+        assert sorted(p.name for p in disk.folder.iterdir()) == ["filler"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small-disk"]
