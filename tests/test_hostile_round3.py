@@ -11,6 +11,7 @@ model folders' (item 13) in tests/test_hostile_models.py.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import re
 import shutil
 import subprocess
@@ -19,7 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR, MOSES, TINY_SYSTEM
+from conftest import (
+    DATA_DIR,
+    MOSES,
+    SLICE,
+    TINY_SYSTEM,
+)
 from faults import run, small_disk
 from test_hostile_walk import expect_refusal
 
@@ -230,3 +236,56 @@ def test_filter_ini_out_on_a_full_disk_leaves_neither_output(tmp_path: Path) -> 
         expect_refusal(done, str(ini_out), says="cannot write", absent=(out, ini_out))
         assert sorted(p.name for p in disk.folder.iterdir()) == ["filler"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small-disk"]
+
+
+# ------------------------------------------ 6. score --skip-bad-lines FILE on a full disk
+def table_with_bad_lines(folder: Path) -> tuple[Path, bytes]:
+    """The real slice with a 100-byte malformed line after every 10th line; its bad lines."""
+    lines = gzip.decompress(SLICE.read_bytes()).splitlines(keepends=True)
+    text, bad = b"", b""
+    for i, line in enumerate(lines, start=1):
+        text += line
+        if i % 10 == 0:
+            wrong = f"malformed line {i:05d} ".encode().ljust(99, b"x") + b"\n"
+            text, bad = text + wrong, bad + wrong
+    table = folder / "pt.txt"
+    table.write_bytes(text)
+    return table, bad
+
+
+@pytest.mark.parametrize("records", ["none-yet", "every-chunk"])
+def test_score_skip_bad_lines_on_a_full_disk_says_what_is_true_and_keeps_what_resumes(
+    tiny_model_dir: Path, tmp_path: Path, records: str
+) -> None:
+    """FILE's disk fills (a real tmpfs; OUT elsewhere). Before, the run always said OUT.partial
+    was kept for --resume: with no progress record yet there was none to resume from, and
+    FILE was left holding a cut-off fragment. Now, without a record: nothing is kept and the
+    line says to run the command again; with one: OUT.partial, its record and FILE are kept,
+    and --resume ends with the uninterrupted run's bytes."""
+    table, bad_lines = table_with_bad_lines(tmp_path)
+    whole, whole_bad = tmp_path / "whole.txt", tmp_path / "whole.bad"
+    fast = ["--device", "cpu", "--precision", "fp32", "--chunk-bytes", "16384", "-q"]
+    base = ["score", str(table), "-m", str(tiny_model_dir), *fast]
+    done = run([*base, "-o", str(whole), "--skip-bad-lines", str(whole_bad)])
+    assert done.returncode == 0, done.stderr
+    assert whole_bad.read_bytes() == bad_lines  # 20 kB: more than the disk below holds
+    every = "3600" if records == "none-yet" else "0"
+    with small_disk(tmp_path, 16 << 10) as disk:  # FILE's lock, then 12 kB of bad lines
+        if not disk.tmpfs:
+            pytest.skip("needs a tmpfs of its own (root on Linux): OUT must not fill up")
+        out, bad = tmp_path / "out.txt", disk.folder / "bad.txt"
+        args = [*base, "-o", str(out), "--skip-bad-lines", str(bad), "--checkpoint-every", every]
+        line = expect_refusal(run(args, disk), str(bad), says="cannot write", absent=(out,))
+        partial = [Path(f"{out}.partial"), Path(f"{out}.partial.json")]
+        if records == "none-yet":
+            assert "--resume" not in line and "run the same command again" in line, line
+            assert not any(p.exists() for p in [*partial, bad]), line
+        else:
+            assert "run the same command with --resume" in line, line
+            assert all(p.exists() for p in [*partial, bad]), line
+            args.append("--resume")
+        disk.grow(16 << 20)
+        done = run(args, disk)
+        assert done.returncode == 0, done.stderr
+        assert out.read_bytes() == whole.read_bytes()
+        assert bad.read_bytes() == bad_lines
