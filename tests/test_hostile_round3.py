@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +27,11 @@ import pytest
 from conftest import (
     DATA_DIR,
     MOSES,
+    SAMPLE_TABLE,
     SLICE,
     TINY_SYSTEM,
+    TINY_TRAIN_FLAGS,
+    default_sigint,
 )
 from faults import run, small_disk
 from test_hostile_walk import expect_refusal
@@ -289,3 +296,37 @@ def test_score_skip_bad_lines_on_a_full_disk_says_what_is_true_and_keeps_what_re
         assert done.returncode == 0, done.stderr
         assert out.read_bytes() == whole.read_bytes()
         assert bad.read_bytes() == bad_lines
+
+
+# ------------------------------------------------------------ 7. train -q, interrupted
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_train_quiet_interrupted_says_where_the_state_is_in_one_line(
+    tmp_path: Path, signum: int
+) -> None:
+    """``train -q`` printed nothing when interrupted (its exit status and state were right)."""
+    out = tmp_path / "model"
+    flags = list(TINY_TRAIN_FLAGS)  # with -q
+    flags[flags.index("--max-updates") + 1] = "100000"  # far away
+    args = ["train", str(SAMPLE_TABLE), "-o", str(out), *flags, "--log-every", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        log = out / "train.log.jsonl"  # its first record: the first update is done
+        for _ in range(1200):  # at most 2 minutes
+            if log.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, stderr
+    assert stdout == "" and len(stderr.splitlines()) == 1, stderr
+    assert f"the state is saved in {out}: continue with --resume" in stderr, stderr
+    assert (out / "train-state.pt").is_file()
