@@ -39,6 +39,26 @@ def succeeded(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-4000:]
 
 
+# ------------------------------------------------------------------- 9. no sacreBLEU
+def test_without_sacrebleu_the_driver_stops_before_its_first_step(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """It ran every step, then failed with a traceback in the evaluation. sacreBLEU is made
+    unimportable in the driver's process (``sys.modules['sacrebleu'] = None``), not removed."""
+    work = tmp_path / "work"
+    argv = table1_argv(TINY_SYSTEM, tiny_model_dir, work)
+    hide = (
+        "import runpy, sys; sys.modules['sacrebleu'] = None; "
+        f"sys.argv = {argv[1:]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    done = run_table1([sys.executable, "-c", hide])
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("table1: error: sacreBLEU"), done.stderr
+    assert "pip install 'rescorer[experiments]'" in lines[0]
+    assert not work.exists()  # no step ran
+
+
 # ---------------------------------------- 11. a current folder that holds a rescorer/ folder
 @needs_moses
 def test_a_rescorer_folder_in_the_current_folder_does_not_shadow_the_package(
