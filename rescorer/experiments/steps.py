@@ -4,13 +4,14 @@ A step is complete when its folder holds ``done.json`` (written last, atomically
 step produced and its wall time). A folder without it is what a killed run left: it is removed
 and the step runs again from scratch (a fresh working directory, as mert-moses.pl needs),
 unless the step declares that it continues its own partial work (training with ``--resume``).
+A ``done.json`` that is damaged (cut short, not a record), or a finished step whose outputs
+its own check finds damaged, is warned about by name and the step runs again the same way.
 Every command a step runs appends to the step's ``log``; a command that fails stops the run
 with an error naming the step and that log.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
-from rescorer.io.jsonfiles import write_json
+from rescorer.io.jsonfiles import read_json_object, write_json
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"
@@ -99,14 +100,26 @@ class WorkDir:
         self.root.mkdir(parents=True, exist_ok=True)
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
-    def done(self, name: str) -> dict[str, Any] | None:
-        """The record of a complete step, or None."""
+    def done(
+        self, name: str, damaged: Callable[[dict[str, Any]], str | None] | None = None
+    ) -> dict[str, Any] | None:
+        """The record of a complete step, or None: also (with a warning naming the file) when
+        done.json is damaged or ``damaged`` finds a problem with the step's outputs."""
         marker = self.root / name / DONE_FILE
         if not marker.is_file():
             return None
-        with open(marker, encoding="utf-8") as f:
-            record: dict[str, Any] = json.load(f)
-        return record
+        try:
+            record = read_json_object(marker, what=f"the record of step {name}")
+            seconds = record.get("seconds")
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+                raise RescorerError(f"{marker}: no step record (its 'seconds' is {seconds!r})")
+            problem = damaged(record) if damaged is not None else None
+        except RescorerError as exc:
+            problem = str(exc)
+        if problem is None:
+            return record
+        self.say(f"table1: warning: {problem}: step {name} runs again")
+        return None
 
     def step(
         self,
@@ -114,9 +127,11 @@ class WorkDir:
         action: Callable[[Step], dict[str, Any]],
         *,
         keep_partial: bool = False,
+        damaged: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> dict[str, Any]:
-        """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json."""
-        record = self.done(name)
+        """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json.
+        ``damaged`` says what is wrong with a finished step's outputs, if anything."""
+        record = self.done(name, damaged)
         if record is not None:
             self.say(f"table1: {name}: done before ({record['seconds']:.0f} s), skipped")
             return record

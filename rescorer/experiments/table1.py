@@ -98,7 +98,11 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
             action = actions.tune if system.tuned else actions.prune
             ctx.records[name] = step(name, partial(action, ctx, system=system, run=run))
             name = f"decode-{system.key}-{run}"
-            ctx.records[name] = step(name, partial(actions.decode, ctx, system=system, run=run))
+            ctx.records[name] = step(
+                name,
+                partial(actions.decode, ctx, system=system, run=run),
+                damaged=partial(actions.decoded_damage, ctx, key=system.key, run=run),
+            )
     results = evaluate(ctx)
     png = cfg.work / "curve.png"
     png.unlink(missing_ok=True)

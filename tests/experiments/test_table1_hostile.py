@@ -8,6 +8,7 @@ re-run finishes. On the tiny real Moses system with the real decoder and tuner (
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,38 @@ def run_table1(argv: list[str], cwd: Path | None = None) -> subprocess.Completed
 
 def succeeded(done: subprocess.CompletedProcess[str]) -> None:
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-4000:]
+
+
+# ----------------------------------------------------------------- 8. a damaged work folder
+@needs_moses
+def test_a_damaged_work_folder_names_the_file_and_redoes_its_step(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """done.json cut short, ``{}`` or ``[]``, and hypotheses cut to 3 of 10 lines each gave a
+    traceback (a TypeError, a KeyError, or corpus_stats' ValueError). Now a warning names the
+    file and the step, which runs again, and the run ends as an undamaged one does."""
+    work = tmp_path / "work"
+    argv = table1_argv(TINY_SYSTEM, tiny_model_dir, work)
+    succeeded(run_table1(argv))
+    damages = {
+        "tune-a-1/done.json": lambda text: text[: len(text) // 2],
+        "prepare/done.json": lambda text: "{}",
+        "decode-b-model-1/done.json": lambda text: "[]",
+        "decode-a-1/test.hyp": lambda text: "".join(text.splitlines(keepends=True)[:3]),
+    }
+    for name, damage in damages.items():
+        path = work / name
+        path.write_text(damage(path.read_text(encoding="utf-8")), encoding="utf-8")
+        done = run_table1(argv)
+        succeeded(done)
+        step = name.split("/")[0]
+        warnings = [line for line in done.stderr.splitlines() if "warning: /" in line]
+        assert len(warnings) == 1 and str(path) in warnings[0], done.stderr
+        assert warnings[0].endswith(f": step {step} runs again"), warnings[0]
+        assert f"table1: {step}: running" in done.stderr
+        assert json.loads((work / step / "done.json").read_text())["seconds"] >= 0
+    hyp = (work / "decode-a-1" / "test.hyp").read_text(encoding="utf-8")
+    assert len(hyp.splitlines()) == 10  # decoded again, whole
 
 
 # ------------------------------------------------------------------- 9. no sacreBLEU
