@@ -9,12 +9,16 @@ re-run finishes. On the tiny real Moses system with the real decoder and tuner (
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import MOSES, ROOT, TINY_SYSTEM
+from conftest import MOSES, ROOT, TINY_SYSTEM, default_sigint
 
 SCRIPT = ROOT / "scripts" / "table1.py"
 needs_moses = pytest.mark.skipif(
@@ -90,6 +94,78 @@ def test_without_sacrebleu_the_driver_stops_before_its_first_step(
     assert len(lines) == 1 and lines[0].startswith("table1: error: sacreBLEU"), done.stderr
     assert "pip install 'rescorer[experiments]'" in lines[0]
     assert not work.exists()  # no step ran
+
+
+# ---------------------------------------------------------------- 10. Ctrl-C and SIGTERM
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """The processes whose parent is ``pid``, with their command lines (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(b")", 1)[1].split()[1]) == pid:
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+@needs_moses
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_driver_ends_its_command_says_so_and_goes_on_when_run_again(
+    tmp_path: Path, tiny_model_dir: Path, signum: int
+) -> None:
+    """Ctrl-C gave click's ``Aborted!`` and exit 1; SIGTERM exit -15, no line, and its child
+    ``rescorer filter`` left running. The system's phrase table is a FIFO no one writes, so the
+    filter step's command waits in it for as long as the test needs; the signal goes to the
+    driver alone (as ``kill PID`` sends it)."""
+    system = tmp_path / "system"
+    shutil.copytree(TINY_SYSTEM, system)
+    table = system / "phrase-table.gz"
+    table.unlink()
+    os.mkfifo(table)
+    work = tmp_path / "work"
+    argv = table1_argv(system, tiny_model_dir, work)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        child: list[tuple[int, str]] = []
+        for _ in range(1200):  # the filter command starts within seconds: at most 2 minutes
+            child = [c for c in children_of(proc.pid) if " filter " in c[1]]
+            if child or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert child, proc.communicate()
+        time.sleep(0.5)  # inside the command, waiting in the FIFO
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, stderr
+    assert "Traceback" not in stderr and "Aborted!" not in stderr, stderr
+    which = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+    assert stderr.strip().splitlines()[-1] == (
+        f"table1: interrupted by {which}; the finished steps in {work} are kept: run the same "
+        "command again to go on"
+    ), stderr
+    with pytest.raises(ProcessLookupError):  # ended, and waited for
+        os.kill(child[0][0], 0)
+    assert not (work / "filter" / "done.json").exists()
+    table.unlink()
+    shutil.copyfile(TINY_SYSTEM / "phrase-table.gz", table)
+    done = run_table1(argv)
+    succeeded(done)
+    assert "table1: prepare: done before" in done.stderr
+    assert "table1: filter: running" in done.stderr
+    assert (work / "results.json").is_file()
 
 
 # ---------------------------------------- 11. a current folder that holds a rescorer/ folder
