@@ -330,3 +330,32 @@ def test_train_quiet_interrupted_says_where_the_state_is_in_one_line(
     assert stdout == "" and len(stderr.splitlines()) == 1, stderr
     assert f"the state is saved in {out}: continue with --resume" in stderr, stderr
     assert (out / "train-state.pt").is_file()
+
+
+# ------------------------------------------------------------ 12. score-nbest's limits
+def nbest_case(folder: Path, case: str) -> tuple[Path, Path, str]:
+    """An n-best list (and its input) over score's limits: a 300-word target or source
+    phrase, or a line of 1.2 MB (a feature of 300,000 values); what the refusal says."""
+    nbest, src = folder / "in.nbest", folder / "in.en"
+    src.write_text("please\n", encoding="utf-8")  # a source word of the table
+    features, words, segments = "LM0= -1", " ".join(["le"] * 300), "0=0-299"
+    says = "a target phrase of 300 words (0-299), expected at most 256"
+    if case == "source":
+        src.write_text(" ".join(["please"] * 300) + "\n", encoding="utf-8")
+        words, segments = "le", "0-299=0"
+        says = "a source phrase of 300 words (0-299), expected at most 256"
+    elif case == "line":
+        features, words, segments = "LM0=" + " -1" * 400_000, "le", "0=0"
+        says = "a line of 1,2"
+    nbest.write_text(f"0 ||| {words} ||| {features} ||| -1 ||| {segments}\n", encoding="utf-8")
+    return nbest, src, says
+
+
+@pytest.mark.parametrize("case", ["target", "source", "line"])
+def test_score_nbest_applies_scores_limits(tiny_model_dir: Path, tmp_path: Path, case: str) -> None:
+    """score-nbest had no limit: a 1M-word phrase was a MemoryError traceback, 20k words took
+    35 s and 362 MB. score's limits now apply: 256 tokens a phrase, 1 MiB a line."""
+    nbest, src, says = nbest_case(tmp_path, case)
+    out = tmp_path / "out.nbest"
+    done = run(score_nbest_args([tiny_model_dir], out, nbest=nbest, src=src))
+    expect_refusal(done, f"{nbest}:1: ", says=says, absent=(out,))

@@ -19,6 +19,7 @@ from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS
 from rescorer.moses.nbest import NBEST_SEP, NBestEntry, read_nbest
 
 SEGMENT = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
@@ -73,6 +74,14 @@ def phrase_segments(
         spans.sort(key=lambda s: s[1])
     pairs = []
     for (s0, s1), (t0, t1) in spans:
+        for side, first, last in (("source", s0, s1), ("target", t0, t1)):
+            if last - first + 1 > MAX_PHRASE_TOKENS:  # score's limit (README, Limits)
+                raise InputError(
+                    path,
+                    entry.lineno,
+                    f"a {side} phrase of {last - first + 1:,} words ({first}-{last}), expected "
+                    f"at most {MAX_PHRASE_TOKENS} (README, Limits)",
+                )
         if not (0 <= s0 <= s1 < len(source)):
             raise InputError(
                 path,
@@ -87,6 +96,20 @@ def phrase_segments(
 
 
 PairScorer = Callable[[list[tuple[str, str]]], Sequence[float]]
+
+
+def _check_line_length(entry: NBestEntry, path: str) -> None:
+    """An n-best line longer than MAX_LINE_BYTES is refused, as score refuses a table line."""
+    chars = sum(map(len, entry.fields)) + len(NBEST_SEP) * (len(entry.fields) - 1)
+    if chars * 4 <= MAX_LINE_BYTES:  # UTF-8: at most 4 bytes a character
+        return
+    size = len(NBEST_SEP.join(entry.fields).encode("utf-8"))
+    if size > MAX_LINE_BYTES:
+        raise InputError(
+            path,
+            entry.lineno,
+            f"a line of {size:,} bytes, expected at most {MAX_LINE_BYTES:,} (README, Limits)",
+        )
 
 
 @dataclass
@@ -181,6 +204,7 @@ def add_pair_feature(
     with open_output(out_path) as out:
         block: list[NBestEntry] = []
         for entry in read_nbest(nbest_path):
+            _check_line_length(entry, name_nb)
             taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
             if taken:
                 raise InputError(
