@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from click.testing import Result as CliRunnerResult
 
 from rescorer.cli import cli
 from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model_dir
@@ -156,3 +157,55 @@ def test_the_good_model_loads(good_model: Path) -> None:
 def test_min_parameters_is_a_lower_bound(config: ModelConfig) -> None:
     with torch.device("meta"):
         assert min_parameters(config) <= count_parameters(EncoderDecoder(config))
+
+
+# --------------------------------------------------------------- issue 38, item 13
+def score_output(tmp_path: Path, folder: Path, out_name: str = "out.txt") -> CliRunnerResult:
+    table = tmp_path / "pt.txt"
+    table.write_text(TABLE)
+    out = tmp_path / out_name
+    args = ["score", str(table), "-m", str(folder), "-o", str(out), "--device", "cpu", "-q",
+            "--column", "logp", "--precision", "fp32"]  # fmt: skip
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_weights_saved_in_another_float_type_load_as_fp32(
+    tmp_path: Path, good_model: Path, dtype: torch.dtype
+) -> None:
+    """float64 and float16 weights (another tool's safetensors) gave a dtype-mismatch
+    traceback when the model ran; they load converted to fp32, and score as the fp32 weights
+    they hold."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "other"
+    shutil.copytree(good_model, folder)
+    weights = load_file(good_model / "model.safetensors")
+    save_file({k: v.to(dtype) for k, v in weights.items()}, folder / "model.safetensors")
+    loaded = load_model_dir(folder)
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    for name, value in loaded.model.state_dict().items():
+        assert torch.equal(value, weights[name].to(dtype).float()), name
+    same = score_output(tmp_path, good_model, "fp32.txt")
+    converted = score_output(tmp_path, folder, "other.txt")
+    assert converted.exit_code == 0, converted.output
+    ours = (tmp_path / "other.txt").read_text().split(" ||| ")[2].split()[-1]
+    theirs = (tmp_path / "fp32.txt").read_text().split(" ||| ")[2].split()[-1]
+    assert same.exit_code == 0
+    if dtype == torch.float64:  # fp32 -> fp64 -> fp32 loses nothing
+        assert ours == theirs
+    else:
+        assert float(ours) == pytest.approx(float(theirs), abs=0.05)
+
+
+def test_integer_weights_are_refused_in_one_line(tmp_path: Path, good_model: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ints"
+    shutil.copytree(good_model, folder)
+    weights = load_file(good_model / "model.safetensors")
+    save_file({k: v.to(torch.int32) for k, v in weights.items()}, folder / "model.safetensors")
+    result = score_output(tmp_path, folder)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "is int32, expected floating-point weights" in lines[0], lines
