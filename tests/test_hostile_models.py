@@ -209,3 +209,30 @@ def test_integer_weights_are_refused_in_one_line(tmp_path: Path, good_model: Pat
     assert result.exit_code == 1, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "is int32, expected floating-point weights" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("batch_size", "64", "train/batch_size: expected integer, found a string"),
+        ("max_updates", [1], "train/max_updates: expected integer or null, found an array"),
+        ("rho", "0.95", "train/rho: expected number, found a string"),
+        ("quiet", 1, "train/quiet: expected boolean, found an integer"),
+    ],
+)
+def test_a_training_config_of_the_wrong_types_names_the_field_and_the_type(
+    tmp_path: Path, good_model: Path, key: str, value: Any, says: str
+) -> None:
+    """``"batch_size": "64"`` in config.json gave a TypeError traceback on train --resume."""
+    folder = tmp_path / "model"
+    shutil.copytree(good_model, folder)
+    config = folder / "config.json"
+    data = json.loads(config.read_text())
+    data["train"] = {"batch_size": 16, key: value}
+    config.write_text(json.dumps(data))
+    table = tmp_path / "pt.txt"
+    table.write_text(TABLE)
+    result = CliRunner().invoke(cli, ["train", str(table), "-o", str(folder), "--resume"])
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and says in lines[0], lines
