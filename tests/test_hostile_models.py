@@ -8,6 +8,7 @@ huge hidden_size tried to allocate the model it described."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from click.testing import Result as CliRunnerResult
+from faults import run
 
 from rescorer.cli import cli
 from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model_dir
@@ -236,3 +238,26 @@ def test_a_training_config_of_the_wrong_types_names_the_field_and_the_type(
     assert result.exit_code == 1, (result.output, result.exception)
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and str(config) in lines[0] and says in lines[0], lines
+
+
+@pytest.mark.parametrize("file", ["config.json", "vocab.tgt.json"])
+@pytest.mark.parametrize("command", ["info", "score"])
+def test_a_model_file_that_is_a_fifo_is_refused_not_waited_on(
+    tmp_path: Path, good_model: Path, file: str, command: str
+) -> None:
+    """``info`` hung when config.json was a FIFO (open waits for a writer): only regular files
+    are opened. A real process, so that a hang would end at the timeout."""
+    folder = tmp_path / "model"
+    shutil.copytree(good_model, folder)
+    (folder / file).unlink()
+    os.mkfifo(folder / file)
+    table, out = tmp_path / "pt.txt", tmp_path / "out.txt"
+    table.write_text(TABLE)
+    args = ["info", str(folder)]
+    if command == "score":
+        args = ["score", str(table), "-m", str(folder), "-o", str(out), "--device", "cpu"]
+    done = run(args, timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{folder / file}: not a regular file" in lines[0], lines
+    assert not out.exists()
