@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -359,3 +361,32 @@ def test_score_nbest_applies_scores_limits(tiny_model_dir: Path, tmp_path: Path,
     out = tmp_path / "out.nbest"
     done = run(score_nbest_args([tiny_model_dir], out, nbest=nbest, src=src))
     expect_refusal(done, f"{nbest}:1: ", says=says, absent=(out,))
+
+
+# ------------------------------------------------- 14. merge and a part of empty gzip members
+def test_merge_refuses_a_part_of_more_gzip_members_than_score_writes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A part made of a real part and 20,000 empty gzip members, its manifest's size and
+    sha256 forged to match: merge decompressed every member (13.7 MB took 4.5 minutes, each
+    member copying the rest of its block) and wrote them all, exit 0. score writes one member
+    per chunk: at most min(input lines, range / --chunk-bytes + 2) for a shard."""
+    table = tmp_path / "pt.txt"
+    table.write_bytes(b"".join(gzip.decompress(SLICE.read_bytes()).splitlines(True)[:300]))
+    parts = [tmp_path / f"p{k}.gz" for k in (1, 2)]
+    for k, part in enumerate(parts, start=1):
+        done = run(["score", str(table), "-m", str(tiny_model_dir), "-o", str(part), "-q",
+                    "--device", "cpu", "--chunk-bytes", "4096", "--shard", f"{k}/2"])  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    merged = tmp_path / "merged.gz"
+    done = run(["merge", str(merged), *map(str, parts)])  # the real parts merge
+    assert done.returncode == 0, done.stderr
+    merged.unlink()
+    data = parts[1].read_bytes() + gzip.compress(b"", mtime=0) * 20_000
+    parts[1].write_bytes(data)
+    manifest = Path(f"{parts[1]}.manifest.json")
+    record = json.loads(manifest.read_text())
+    record["output"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    manifest.write_text(json.dumps(record))
+    done = run(["merge", str(merged), *map(str, parts)])
+    expect_refusal(done, str(parts[1]), says="gzip members", absent=(merged,))
