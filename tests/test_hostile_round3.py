@@ -42,6 +42,7 @@ NBEST = DATA_DIR / "nbest"
 SEG = NBEST / "tiny.test6.nbest-seg"  # Moses' n-best list with -include-segmentation-in-n-best
 INPUT = NBEST / "tiny.test6.en"  # the sentences it decoded
 TABLE = TINY_SYSTEM / "phrase-table.gz"  # the table it was decoded with
+pytestmark = pytest.mark.slow  # real processes
 needs_moses = pytest.mark.skipif(
     not (MOSES / "bin" / "moses").exists(),
     reason=f"the real Moses toolkit is not at {MOSES} (../shared/tools/moses)",
