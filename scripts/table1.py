@@ -6,7 +6,8 @@ and (a) and the best (b) tuned again by batch MIRA.
 
 Thin over rescorer.experiments.table1: every step runs in its own folder of --work and is
 skipped when complete, so re-running the same command after a kill goes on where it stopped;
-more snapshots, runs or systems can be added to the same folder later.
+more snapshots, runs or systems can be added to the same folder later. Ctrl-C or SIGTERM ends
+the command running (and what it started) and exits 130 or 143 with one line.
 
 Example (the en-fr system, three snapshots of one training run, an inverse model):
 
@@ -25,7 +26,13 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import check_duration
+from rescorer.cli.common import (
+    Terminated,
+    check_duration,
+    check_finite,
+    handle_sigterm,
+    interrupt_status,
+)
 from rescorer.errors import RescorerError
 from rescorer.experiments.table1 import Table1Config, run_table1
 
@@ -84,6 +91,7 @@ HERE = Path(__file__).resolve().parent
     "--new-weight",
     default=0.05,
     show_default=True,
+    callback=check_finite,
     help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
 @click.option("--threads", default=os.cpu_count() or 1, show_default="all cores")
@@ -116,8 +124,17 @@ def main(
     except RescorerError as exc:
         click.echo(f"table1: error: {exc}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt as exc:  # the running command and what it started have ended
+        which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        click.echo(
+            f"table1: interrupted by {which}; the finished steps in {config.work} are kept: "
+            "run the same command again to go on",
+            err=True,
+        )
+        sys.exit(interrupt_status(exc))
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":
+    handle_sigterm()  # SIGTERM ends the run as Ctrl-C does: its command ended, one line, 143
     main()

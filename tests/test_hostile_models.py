@@ -8,6 +8,7 @@ huge hidden_size tried to allocate the model it described."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 import torch
 from click.testing import CliRunner
+from click.testing import Result as CliRunnerResult
+from faults import run
 
 from rescorer.cli import cli
 from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model_dir
@@ -156,3 +159,105 @@ def test_the_good_model_loads(good_model: Path) -> None:
 def test_min_parameters_is_a_lower_bound(config: ModelConfig) -> None:
     with torch.device("meta"):
         assert min_parameters(config) <= count_parameters(EncoderDecoder(config))
+
+
+# --------------------------------------------------------------- issue 38, item 13
+def score_output(tmp_path: Path, folder: Path, out_name: str = "out.txt") -> CliRunnerResult:
+    table = tmp_path / "pt.txt"
+    table.write_text(TABLE)
+    out = tmp_path / out_name
+    args = ["score", str(table), "-m", str(folder), "-o", str(out), "--device", "cpu", "-q",
+            "--column", "logp", "--precision", "fp32"]  # fmt: skip
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_weights_saved_in_another_float_type_load_as_fp32(
+    tmp_path: Path, good_model: Path, dtype: torch.dtype
+) -> None:
+    """float64 and float16 weights (another tool's safetensors) gave a dtype-mismatch
+    traceback when the model ran; they load converted to fp32, and score as the fp32 weights
+    they hold."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "other"
+    shutil.copytree(good_model, folder)
+    weights = load_file(good_model / "model.safetensors")
+    save_file({k: v.to(dtype) for k, v in weights.items()}, folder / "model.safetensors")
+    loaded = load_model_dir(folder)
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    for name, value in loaded.model.state_dict().items():
+        assert torch.equal(value, weights[name].to(dtype).float()), name
+    same = score_output(tmp_path, good_model, "fp32.txt")
+    converted = score_output(tmp_path, folder, "other.txt")
+    assert converted.exit_code == 0, converted.output
+    ours = (tmp_path / "other.txt").read_text().split(" ||| ")[2].split()[-1]
+    theirs = (tmp_path / "fp32.txt").read_text().split(" ||| ")[2].split()[-1]
+    assert same.exit_code == 0
+    if dtype == torch.float64:  # fp32 -> fp64 -> fp32 loses nothing
+        assert ours == theirs
+    else:
+        assert float(ours) == pytest.approx(float(theirs), abs=0.05)
+
+
+def test_integer_weights_are_refused_in_one_line(tmp_path: Path, good_model: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ints"
+    shutil.copytree(good_model, folder)
+    weights = load_file(good_model / "model.safetensors")
+    save_file({k: v.to(torch.int32) for k, v in weights.items()}, folder / "model.safetensors")
+    result = score_output(tmp_path, folder)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "is int32, expected floating-point weights" in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("batch_size", "64", "train/batch_size: expected integer, found a string"),
+        ("max_updates", [1], "train/max_updates: expected integer or null, found an array"),
+        ("rho", "0.95", "train/rho: expected number, found a string"),
+        ("quiet", 1, "train/quiet: expected boolean, found an integer"),
+    ],
+)
+def test_a_training_config_of_the_wrong_types_names_the_field_and_the_type(
+    tmp_path: Path, good_model: Path, key: str, value: Any, says: str
+) -> None:
+    """``"batch_size": "64"`` in config.json gave a TypeError traceback on train --resume."""
+    folder = tmp_path / "model"
+    shutil.copytree(good_model, folder)
+    config = folder / "config.json"
+    data = json.loads(config.read_text())
+    data["train"] = {"batch_size": 16, key: value}
+    config.write_text(json.dumps(data))
+    table = tmp_path / "pt.txt"
+    table.write_text(TABLE)
+    result = CliRunner().invoke(cli, ["train", str(table), "-o", str(folder), "--resume"])
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and says in lines[0], lines
+
+
+@pytest.mark.parametrize("file", ["config.json", "vocab.tgt.json"])
+@pytest.mark.parametrize("command", ["info", "score"])
+def test_a_model_file_that_is_a_fifo_is_refused_not_waited_on(
+    tmp_path: Path, good_model: Path, file: str, command: str
+) -> None:
+    """``info`` hung when config.json was a FIFO (open waits for a writer): only regular files
+    are opened. A real process, so that a hang would end at the timeout."""
+    folder = tmp_path / "model"
+    shutil.copytree(good_model, folder)
+    (folder / file).unlink()
+    os.mkfifo(folder / file)
+    table, out = tmp_path / "pt.txt", tmp_path / "out.txt"
+    table.write_text(TABLE)
+    args = ["info", str(folder)]
+    if command == "score":
+        args = ["score", str(table), "-m", str(folder), "-o", str(out), "--device", "cpu"]
+    done = run(args, timeout=60)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{folder / file}: not a regular file" in lines[0], lines
+    assert not out.exists()

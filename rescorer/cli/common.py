@@ -4,6 +4,7 @@ the options that several commands declare."""
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import signal
@@ -119,6 +120,15 @@ def check_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
     if value in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", value):
         return value
     raise click.BadParameter(f"{value!r}: expected auto, cpu, cuda or cuda:N")
+
+
+def check_finite(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A usage error for nan or inf among a float option's values (one, or a tuple of them):
+    a weight or threshold that is not a number would be written as it is."""
+    for number in value if isinstance(value, tuple) else (value,):
+        if number is not None and not math.isfinite(number):
+            raise click.BadParameter(f"{number}: expected a finite number")
+    return value
 
 
 def check_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

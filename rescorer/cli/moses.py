@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rescorer.cli.common import (
+    check_finite,
     device_option,
     progress_option,
     quiet_option,
@@ -53,6 +54,7 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     "weights",
     type=float,
     multiple=True,
+    callback=check_finite,
     help="Starting weight of the added columns: once per column in column order, or once "
     "for all (default 0.2 each).",
 )
@@ -277,7 +279,8 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
     "--name",
     "names",
     multiple=True,
-    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...).",
+    help="The new features' labels, one per -m in order (default RNN0, RNN1, ...): letters "
+    "and digits, a letter first (mert takes a label with '_' for a sparse feature).",
 )
 @click.option(
     "--features-only",
@@ -325,10 +328,14 @@ def score_nbest(
             f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
             param_hint="--name",
         )
+    from rescorer.moses.ini_rewrite import DENSE_NAME
+
     for name in names:
-        if not name or "=" in name or " " in name:
+        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
             raise click.BadParameter(
-                f"{name!r}: a feature label has no '=' or spaces", param_hint="--name"
+                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
+                "extractor take a label with '_' for a sparse feature)",
+                param_hint="--name",
             )
     if len(set(names)) != len(names):
         raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
@@ -359,7 +366,13 @@ def score_nbest(
 
     features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
     stats = add_pair_feature(
-        nbest, input_path, out, features, phrase_table=phrase_table, features_only=features_only
+        nbest,
+        input_path,
+        out,
+        features,
+        phrase_table=phrase_table,
+        features_only=features_only,
+        origins=model_dirs,
     )
     click.echo(
         f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "

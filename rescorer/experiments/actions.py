@@ -221,6 +221,19 @@ def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, A
     return {"ini": str(ini), "lines": lines}
 
 
+def decoded_damage(ctx: Context, record: dict[str, Any], *, key: str, run: int) -> str | None:
+    """What is wrong with a finished decode step's output, if anything: each hypothesis file
+    must hold one line per sentence (a file cut short would be scored as it is)."""
+    for part in ("dev", "test"):
+        hyp = ctx.paths.hyp(key, run, part)
+        if not hyp.is_file():
+            return f"{hyp}: missing"
+        found, expected = count_lines(hyp), count_lines(ctx.paths.prepare / f"{part}.src")
+        if found != expected:
+            return f"{hyp}: {found} lines, expected {expected} (one per {part} sentence)"
+    return None
+
+
 def prune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
     """(d): the +RNN table cut to the top K per source by (b)'s tuned score (`filter --top-k`)."""
     assert system.pruned_from is not None

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rescorer.errors import RescorerError
+
 ORDER = 4
 # Per-sentence statistics, one row of STATS_WIDTH integers:
 # [hyp_len, ref_len, matches_1..matches_4, totals_1..totals_4]
@@ -67,6 +69,17 @@ def bleu_from_totals(totals: np.ndarray) -> np.ndarray:
     # exp smoothing would give every order a made-up precision
     valid &= matches.sum(axis=-1) > 0
     return np.where(valid & (hyp_len > 0), 100.0 * bp * np.exp(log_sum / ORDER), 0.0)
+
+
+def require_sacrebleu() -> None:
+    """A RescorerError saying how to install sacreBLEU when it cannot be imported."""
+    try:
+        import sacrebleu.metrics  # noqa: F401
+    except ImportError as exc:
+        raise RescorerError(
+            f"sacreBLEU cannot be imported ({exc}), and the evaluation needs it: install it "
+            "with pip install 'rescorer[experiments]' (or pip install sacrebleu)"
+        ) from None
 
 
 def sacrebleu_score(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:

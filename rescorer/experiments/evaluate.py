@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from rescorer.errors import RescorerError
 from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.config import Table1Config
@@ -91,6 +92,12 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             for part in PARTS:
                 hyp_path = ctx.paths.hyp(system.key, run, part)
                 hyps = read_lines(hyp_path)
+                if len(hyps) != len(refs[part]):  # damaged after its step's check
+                    raise RescorerError(
+                        f"{hyp_path}: {len(hyps)} lines, expected {len(refs[part])} (one per "
+                        f"{part} sentence): remove {hyp_path.parent} and run the same command "
+                        f"again to redo step {hyp_path.parent.name}"
+                    )
                 row[f"{part}_bleu"], signature = sacrebleu_score(hyps, refs[part])
                 row[f"{part}_multi_bleu"] = multi_bleu(ctx.tools, prep / f"{part}.ref", hyp_path)
                 stats.setdefault((system.key, part), []).append(corpus_stats(hyps, refs[part]))

@@ -4,16 +4,20 @@ A step is complete when its folder holds ``done.json`` (written last, atomically
 step produced and its wall time). A folder without it is what a killed run left: it is removed
 and the step runs again from scratch (a fresh working directory, as mert-moses.pl needs),
 unless the step declares that it continues its own partial work (training with ``--resume``).
+A ``done.json`` that is damaged (cut short, not a record), or a finished step whose outputs
+its own check finds damaged, is warned about by name and the step runs again the same way.
 Every command a step runs appends to the step's ``log``; a command that fails stops the run
-with an error naming the step and that log.
+with an error naming the step and that log. A command the run is interrupted in (Ctrl-C,
+SIGTERM) is ended with every process it started before the interruption goes on.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
-from rescorer.io.jsonfiles import write_json
+from rescorer.io.jsonfiles import read_json_object, write_json
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"
@@ -64,9 +68,12 @@ class Step:
             out: IO[Any] = open(stdout, "wb") if stdout else log  # noqa: SIM115
             inp: IO[Any] = open(stdin, "rb") if stdin else subprocess.DEVNULL  # type: ignore[assignment]  # noqa: SIM115
             try:
-                proc = subprocess.run(
-                    args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env, check=False
-                )
+                proc = subprocess.Popen(args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env)
+                try:
+                    proc.wait()
+                except BaseException:  # Ctrl-C or SIGTERM: no command outlives the run
+                    end_command(proc)
+                    raise
             except OSError as exc:
                 raise StepError(
                     f"step {self.name}: cannot run {args[0]}: {exc.strerror} (see {self.log})"
@@ -81,6 +88,59 @@ class Step:
                 f"step {self.name}: {Path(args[0]).name} exited with status {proc.returncode}"
                 f"{_last_line(self.log)}; see {self.log}"
             )
+
+
+# Seconds an interrupted command gets to end by itself (a Ctrl-C at a terminal reaches it too),
+# then to end on SIGTERM, before it and what it started are killed.
+END_GRACE = (2.0, 20.0)
+
+
+def end_command(proc: subprocess.Popen[bytes]) -> None:
+    """End ``proc`` and every process it started (mert-moses.pl's decoder, say): a command
+    that has not ended by itself within END_GRACE[0] seconds gets SIGTERM, as do its
+    descendants (a rescorer command then removes its temporary files and exits 143), and
+    whatever still runs END_GRACE[1] seconds later, SIGKILL."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(END_GRACE[0])
+    tree = [*_descendants(proc.pid), proc.pid] if proc.poll() is None else []
+    for pid in tree:
+        _signal(pid, signal.SIGTERM)
+    try:
+        proc.wait(END_GRACE[1])
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pid in tree[:-1]:  # the descendants: no longer ours to wait for
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (from /proc; none known elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _last_line(log: Path) -> str:
@@ -102,14 +162,26 @@ class WorkDir:
         self.root.mkdir(parents=True, exist_ok=True)
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
 
-    def done(self, name: str) -> dict[str, Any] | None:
-        """The record of a complete step, or None."""
+    def done(
+        self, name: str, damaged: Callable[[dict[str, Any]], str | None] | None = None
+    ) -> dict[str, Any] | None:
+        """The record of a complete step, or None: also (with a warning naming the file) when
+        done.json is damaged or ``damaged`` finds a problem with the step's outputs."""
         marker = self.root / name / DONE_FILE
         if not marker.is_file():
             return None
-        with open(marker, encoding="utf-8") as f:
-            record: dict[str, Any] = json.load(f)
-        return record
+        try:
+            record = read_json_object(marker, what=f"the record of step {name}")
+            seconds = record.get("seconds")
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+                raise RescorerError(f"{marker}: no step record (its 'seconds' is {seconds!r})")
+            problem = damaged(record) if damaged is not None else None
+        except RescorerError as exc:
+            problem = str(exc)
+        if problem is None:
+            return record
+        self.say(f"table1: warning: {problem}: step {name} runs again")
+        return None
 
     def step(
         self,
@@ -117,9 +189,11 @@ class WorkDir:
         action: Callable[[Step], dict[str, Any]],
         *,
         keep_partial: bool = False,
+        damaged: Callable[[dict[str, Any]], str | None] | None = None,
     ) -> dict[str, Any]:
-        """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json."""
-        record = self.done(name)
+        """Run ``action`` in a fresh ``root/name`` unless done; its result goes in done.json.
+        ``damaged`` says what is wrong with a finished step's outputs, if anything."""
+        record = self.done(name, damaged)
         if record is not None:
             self.say(f"{self.prog}: {name}: done before ({record['seconds']:.0f} s), skipped")
             return record

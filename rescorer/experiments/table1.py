@@ -37,6 +37,7 @@ from typing import Any
 
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
+from rescorer.experiments.bleu import require_sacrebleu
 from rescorer.experiments.config import (
     TRAINED_LABEL,
     Table1Config,
@@ -61,6 +62,7 @@ __all__ = ["Table1Config", "check_config", "run_table1"]
 
 def run_table1(cfg: Table1Config) -> dict[str, Any]:
     """Run every step not yet complete, then evaluate; returns what results.json holds."""
+    require_sacrebleu()  # the last step's: before the first
     check_config(cfg)
     tools = MosesTools(cfg.moses.resolve())
     tools.check()
@@ -96,7 +98,11 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
             action = actions.tune if system.tuned else actions.prune
             ctx.records[name] = step(name, partial(action, ctx, system=system, run=run))
             name = f"decode-{system.key}-{run}"
-            ctx.records[name] = step(name, partial(actions.decode, ctx, system=system, run=run))
+            ctx.records[name] = step(
+                name,
+                partial(actions.decode, ctx, system=system, run=run),
+                damaged=partial(actions.decoded_damage, ctx, key=system.key, run=run),
+            )
     results = evaluate(ctx)
     png = cfg.work / "curve.png"
     png.unlink(missing_ok=True)

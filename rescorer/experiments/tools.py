@@ -1,7 +1,8 @@
 """The commands a Table 1 run starts: the prebuilt Moses toolkit's, and rescorer's own.
 
-Moses' decoder, tuner and BLEU script are the real ones; rescorer runs as ``python -m rescorer``
-with this interpreter, exactly the commands a user types.
+Moses' decoder, tuner and BLEU script are the real ones; rescorer runs with this interpreter,
+the commands a user types (the package imported as the interpreter finds it outside the current
+folder: :data:`LAUNCH`).
 """
 
 from __future__ import annotations
@@ -43,9 +44,19 @@ class MosesTools:
                 raise RescorerError(f"--moses {self.root}: {path} is missing (a Moses toolkit?)")
 
 
+# ``python -m rescorer`` would look for rescorer in the current folder first, where a folder
+# named rescorer (a checkout's, run from its parent) shadows the installed package. This
+# imports it as this interpreter does without the current folder (unless -P left it out).
+LAUNCH = (
+    "import sys; getattr(sys.flags, 'safe_path', 0) or sys.path[:1] != [''] or sys.path.pop(0); "
+    "from rescorer.cli import main; main()"
+)
+
+
 def rescorer_argv(*args: str | os.PathLike[str]) -> list[str]:
-    """``python -m rescorer ...`` with this interpreter (the same installation)."""
-    return [sys.executable, "-m", "rescorer", *(os.fspath(a) for a in args)]
+    """``rescorer ...`` run by this interpreter (the same installation), whatever the
+    current folder holds."""
+    return [sys.executable, "-c", LAUNCH, *(os.fspath(a) for a in args)]
 
 
 def multi_bleu(tools: MosesTools, ref: Path, hyp: Path) -> float:

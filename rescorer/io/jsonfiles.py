@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 from rescorer.errors import RescorerError
@@ -33,10 +34,22 @@ def write_json(
 
 
 def read_json(path: str | os.PathLike[str], *, what: str = "file") -> Any:
-    """JSON from ``path``; a missing or unreadable file, or one over MAX_JSON_BYTES (a name that
-    points at /dev/zero must not fill the memory), is a RescorerError naming it."""
+    """JSON from ``path``; a missing or unreadable file, one that is not a regular file (a FIFO
+    would hang the read, a device never end) or one over MAX_JSON_BYTES is a RescorerError
+    naming it."""
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once, and is then refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with open(fd, "rb") as f:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(mode):
+                raise RescorerError(
+                    f"{os.fspath(path)}: not a regular file (a FIFO, a device?), expected a "
+                    f"regular file of at most {MAX_JSON_BYTES >> 20} MiB ({what})"
+                )
+            os.set_blocking(fd, True)
             data = f.read(MAX_JSON_BYTES + 1)
             if len(data) > MAX_JSON_BYTES:
                 raise RescorerError(

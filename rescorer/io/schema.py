@@ -31,7 +31,9 @@ def schema_problem(data: Any, schema: dict[str, Any]) -> str | None:
     instance = error.instance
     if error.validator == "type":  # its message would quote the whole value
         found = _JSON_TYPES.get(type(instance), type(instance).__name__)
-        return f"{where}: expected {error.validator_value}, found {found}"
+        wanted = error.validator_value
+        wanted = " or ".join(wanted) if isinstance(wanted, list) else wanted
+        return f"{where}: expected {wanted}, found {found}"
     if error.validator in ("maximum", "minimum", "const", "enum", "minLength"):
         shown = repr(instance)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."

@@ -260,6 +260,14 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
         state = load_file(str(weights_path), device=str(torch.device(device)))
     except (SafetensorError, OSError) as exc:
         raise RescorerError(f"{weights_path}: cannot read weights: {exc}") from exc
+    for name, tensor in state.items():
+        if not tensor.is_floating_point():
+            raise RescorerError(
+                f"{weights_path}: tensor {name} is {str(tensor.dtype).removeprefix('torch.')}, "
+                "expected floating-point weights"
+            )
+    # fp16, bf16 or fp64 (saved by another tool): the model computes in fp32
+    state = {k: v if v.dtype == torch.float32 else v.float() for k, v in state.items()}
     held, least = sum(t.numel() for t in state.values()), min_parameters(config)
     if held < least:  # before building the model: a forged config.json must not allocate
         raise RescorerError(
@@ -269,8 +277,9 @@ def load_model_dir(folder: str | Path, device: str | torch.device = "cpu") -> Lo
     for name, tensor in state.items():
         if not bool(torch.isfinite(tensor).all()):
             raise RescorerError(
-                f"{weights_path}: tensor {name} holds NaN or infinite values; a model that "
-                "diverged cannot score (use an earlier checkpoint or retrain)"
+                f"{weights_path}: tensor {name} holds NaN or infinite values (or fp64 ones "
+                "beyond fp32's range); a model that diverged cannot score (use an earlier "
+                "checkpoint or retrain)"
             )
     # Built on the CPU (0.1 s at paper size): a first "meta" build in a process costs ~1.5 s
     # of kernel imports. describe_model_dir, which only counts parameters, pays that.

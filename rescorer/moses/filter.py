@@ -14,11 +14,12 @@ their order and bytes; only whole lines are dropped.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from rescorer.constants import FIELD_SEP
 from rescorer.errors import InputError, RescorerError
@@ -204,18 +205,35 @@ def filter_table(
     ``weights`` rank pairs for ``--top-k`` (required then). With ``ini_out``, also writes
     ``ini_in`` (default: the weights' ini) pointing at the new table, every other path
     resolved from ``run_dir`` (default: that ini's folder) and checked before any work.
+    Both outputs are opened (a temporary file beside each) and the ini written before any
+    input is read, so an unwritable place or a full disk stops the run at once; either
+    failing leaves neither.
     """
     weights = weights or WeightSpec()
-    from rescorer.io.inputs import display_name
     from rescorer.io.outputs import open_output
-    from rescorer.io.progress import Progress
-    from rescorer.io.table import read_table
 
     if config.top_k is not None and config.top_k < 1:
         raise RescorerError(f"--top-k {config.top_k}: expected a count >= 1")
     target_ini = _ini_to_rewrite(ini_in, weights, out_path, ini_out, run_dir) if ini_out else None
     if config.input_path is None and (config.tokenize_lang or config.lowercase):
         raise RescorerError("--tokenize and --lowercase apply to --input FILE: give it")
+    with contextlib.ExitStack() as outputs:  # committed table first, then the ini
+        if ini_out is not None and target_ini is not None:
+            ini_file = outputs.enter_context(open_output(ini_out))
+            ini_file.write(with_table_path(*target_ini, out_path, written_later=True))
+            ini_file.flush()  # a full disk says so now, not after the pass
+        out = outputs.enter_context(open_output(out_path))
+        return _filter_pass(table_path, out, config, weights)
+
+
+def _filter_pass(
+    table_path: str, out: TextIO, config: FilterConfig, weights: WeightSpec
+) -> FilterStats:
+    """The one pass: read ``table_path`` (and ``--input``), write what every filter keeps."""
+    from rescorer.io.inputs import display_name
+    from rescorer.io.progress import Progress
+    from rescorer.io.table import read_table
+
     tokenize: Callable[[str], str] | None = str.lower if config.lowercase else None
     if config.tokenize_lang is not None:
         from rescorer.moses.tokenize import moses_tokenizer
@@ -237,14 +255,9 @@ def filter_table(
                     raise RescorerError("--top-k needs weights: --weights moses.ini or --weight")
                 combiner = Combiner(weights.combiner_config(len(first.scores)), source_name)
         stats = FilterStats()
-        with open_output(out_path) as out:
-            for entry in filter_entries(entries, config, stats, ngrams=ngrams, combiner=combiner):
-                out.write(entry.line())
-                out.write("\n")
-        if ini_out is not None and target_ini is not None:
-            source, feature = target_ini
-            with open_output(ini_out) as out:
-                out.write(with_table_path(source, feature, out_path))
+        for entry in filter_entries(entries, config, stats, ngrams=ngrams, combiner=combiner):
+            out.write(entry.line())
+            out.write("\n")
         return stats
     finally:
         table.close()

@@ -102,10 +102,19 @@ class MosesIni:
         return {w.name: w.values for w in self.weight_lines}
 
     def weight_line(self, name: str) -> WeightLine:
-        for line in self.weight_lines:
-            if line.name == name:
-                return line
-        raise RescorerError(f"{self.path}: no '{name}=' line in [weight]")
+        """The one ``name=`` line of ``[weight]``. Moses takes the last of several and ignores
+        the others (``moses -show-weights``; weights() does the same), so a rewrite of one of
+        them would be a guess: several are refused, naming each line."""
+        lines = [line for line in self.weight_lines if line.name == name]
+        if len(lines) > 1:
+            where = " and ".join(f"{self.path}:{line.lineno}" for line in lines)
+            raise RescorerError(
+                f"{where}: {len(lines)} '{name}=' weight lines, expected one (Moses uses the "
+                "last and ignores the others): delete the ones you do not mean"
+            )
+        if not lines:
+            raise RescorerError(f"{self.path}: no '{name}=' line in [weight]")
+        return lines[0]
 
     def resolve(self, path: str) -> str:
         """A path from the ini as Moses opens it: unless absolute, relative to ``run_dir``."""

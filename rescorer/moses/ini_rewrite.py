@@ -158,10 +158,15 @@ def _binarized_target(
     return table_path, None
 
 
-def with_table_path(ini: MosesIni, feature: FeatureLine, table_path: str) -> str:
+def with_table_path(
+    ini: MosesIni, feature: FeatureLine, table_path: str, *, written_later: bool = False
+) -> str:
     """The ini's text with ``feature``'s path= replaced by ``table_path`` and every other path=
-    absolute, each checked to exist (the rest byte for byte): an ini that runs anywhere."""
-    return with_feature_paths(ini, {feature.name: os.path.abspath(table_path)})
+    absolute, each checked to exist (the rest byte for byte): an ini that runs anywhere.
+    ``written_later``: the table is not written yet (its existence is not checked)."""
+    paths = {feature.name: os.path.abspath(table_path)}
+    unchecked = (feature.name,) if written_later else ()
+    return ini.text(_absolute_path_lines(ini, paths, unchecked=unchecked))
 
 
 def with_feature_paths(ini: MosesIni, paths: Mapping[str, str]) -> str:

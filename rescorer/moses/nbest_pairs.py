@@ -11,13 +11,15 @@ Moses floors a table column. Reading the lists themselves is :mod:`rescorer.mose
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
-from rescorer.errors import InputError
+from rescorer.errors import InputError, RescorerError
+from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS
 from rescorer.moses.nbest import NBEST_SEP, NBestEntry, read_nbest
 
 SEGMENT = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
@@ -72,6 +74,14 @@ def phrase_segments(
         spans.sort(key=lambda s: s[1])
     pairs = []
     for (s0, s1), (t0, t1) in spans:
+        for side, first, last in (("source", s0, s1), ("target", t0, t1)):
+            if last - first + 1 > MAX_PHRASE_TOKENS:  # score's limit (README, Limits)
+                raise InputError(
+                    path,
+                    entry.lineno,
+                    f"a {side} phrase of {last - first + 1:,} words ({first}-{last}), expected "
+                    f"at most {MAX_PHRASE_TOKENS} (README, Limits)",
+                )
         if not (0 <= s0 <= s1 < len(source)):
             raise InputError(
                 path,
@@ -86,6 +96,20 @@ def phrase_segments(
 
 
 PairScorer = Callable[[list[tuple[str, str]]], Sequence[float]]
+
+
+def _check_line_length(entry: NBestEntry, path: str) -> None:
+    """An n-best line longer than MAX_LINE_BYTES is refused, as score refuses a table line."""
+    chars = sum(map(len, entry.fields)) + len(NBEST_SEP) * (len(entry.fields) - 1)
+    if chars * 4 <= MAX_LINE_BYTES:  # UTF-8: at most 4 bytes a character
+        return
+    size = len(NBEST_SEP.join(entry.fields).encode("utf-8"))
+    if size > MAX_LINE_BYTES:
+        raise InputError(
+            path,
+            entry.lineno,
+            f"a line of {size:,} bytes, expected at most {MAX_LINE_BYTES:,} (README, Limits)",
+        )
 
 
 @dataclass
@@ -106,6 +130,7 @@ def add_pair_feature(
     phrase_table: str,
     features_only: bool = False,
     block_lines: int = 20000,
+    origins: Sequence[str] = (),
 ) -> NBestFeatureStats:
     """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
     of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
@@ -116,7 +141,9 @@ def add_pair_feature(
     TranslationOptionCollection's ProcessUnknownWord) takes no table score, so it adds 0, as it
     does in Moses. The n-best lines are written back with the features appended to their
     feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
-    ``rerank --feature-file``."""
+    ``rerank --feature-file``. ``origins`` name where each feature's scores come from (its
+    model folder) in the error for a score that is not finite (nan or inf: weights that
+    overflow), which stops the run as it stops ``rescorer score``."""
     from rescorer.io.inputs import display_name, open_text
     from rescorer.io.outputs import open_output
     from rescorer.io.table import sources_among
@@ -147,10 +174,20 @@ def add_pair_feature(
             segmented.append([pair for pair in pairs if pair not in unknown])
             stats.phrase_pairs += len(pairs)
         distinct = sorted({pair for pairs in segmented for pair in pairs})
-        logps = [
-            dict(zip(distinct, score(distinct) if distinct else [], strict=True))
-            for _, score in features
-        ]
+        logps = []
+        for k, (name, score) in enumerate(features):
+            values = [float(v) for v in score(distinct)] if distinct else []
+            bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+            if bad is not None:
+                pair = distinct[bad]
+                entry = next(e for e, ps in zip(block, segmented, strict=True) if pair in ps)
+                origin = origins[k] if k < len(origins) else f"the model of {name}"
+                raise RescorerError(
+                    f"{origin}: the model scores the phrase pair {pair[0]!r} -> {pair[1]!r} of "
+                    f"{name_nb}:{entry.lineno} as {values[bad]}, not a finite log probability "
+                    f"(weights that overflow?); {name}= would not be a number"
+                )
+            logps.append(dict(zip(distinct, values, strict=True)))
         stats.scored_pairs += len(distinct)
         for entry, pairs in zip(block, segmented, strict=True):
             added = " ".join(
@@ -167,6 +204,7 @@ def add_pair_feature(
     with open_output(out_path) as out:
         block: list[NBestEntry] = []
         for entry in read_nbest(nbest_path):
+            _check_line_length(entry, name_nb)
             taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
             if taken:
                 raise InputError(

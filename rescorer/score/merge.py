@@ -32,6 +32,7 @@ SHARED = (
 # Each output line is its input line and the new column(s): " " and a number ("%g" or "%.8g",
 # at most 15 characters) each, one column per model and one for --word-penalty.
 MAX_ADDED_PER_COLUMN = 16
+FIRST_PIECE = 4096  # compressed bytes fed to a new gzip member at first (doubling after)
 
 
 def parts_from_glob(pattern: str) -> list[str]:
@@ -154,12 +155,31 @@ def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
     return stats
 
 
+def most_members(manifest: dict[str, Any]) -> int:
+    """The most gzip members ``score`` writes for a shard: one per chunk, and a chunk holds at
+    least one input line and ends past a multiple of --chunk-bytes (one empty member for a
+    shard without lines)."""
+    lines_in = int(manifest["lines"]["in"])
+    chunk_bytes = manifest["options"].get("chunk_bytes")
+    span = int(manifest["range"]["end"]) - int(manifest["range"]["start"])
+    most = lines_in
+    if isinstance(chunk_bytes, int) and chunk_bytes > 0:
+        most = min(most, span // chunk_bytes + 2)
+    return max(most, 1)
+
+
 def _copy_checked(part: Part, sink: Any, gzipped: bool = False) -> tuple[int, int]:
     """Append the part to ``sink`` (or only read it), checking it against its manifest; the
-    bytes written and the lines the part holds (counted, decompressed if ``gzipped``)."""
+    bytes written and the lines the part holds (counted, decompressed if ``gzipped``).
+
+    The gzip members are walked one by one in pieces of the block (a piece grows while one
+    member goes on), so the work is bounded by the part's size however many members it has,
+    and a part of more members than ``score`` writes for its shard (:func:`most_members`) is
+    refused as soon as they are counted."""
     want = part.manifest["output"]
     digest, size, lines, last, broken = hashlib.sha256(), 0, 0, b"", False
     inflate = zlib.decompressobj(wbits=31) if gzipped else None
+    members, most = 0, most_members(part.manifest)
     with open(part.path, "rb") as f:
         if (f.read(2) == GZIP_MAGIC) != part.manifest["options"]["gzip"]:
             kind = "gzip" if part.manifest["options"]["gzip"] else "plain"
@@ -170,16 +190,26 @@ def _copy_checked(part: Part, sink: Any, gzipped: bool = False) -> tuple[int, in
             size += len(block)
             if sink is not None:
                 sink.write(block)
-            while inflate is not None and block:  # one gzip member per chunk: go on after each
+            view, at, piece = memoryview(block), 0, FIRST_PIECE
+            while inflate is not None and at < len(view):  # one member per chunk: each in turn
+                fed = view[at : at + piece]
                 try:
-                    text = inflate.decompress(block)
+                    text = inflate.decompress(fed)
                 except zlib.error:  # the hash check below names the part
                     inflate, broken = None, True
                     break
                 lines, last = lines + text.count(b"\n"), text[-1:] or last
-                block = inflate.unused_data
-                if inflate.eof:
-                    inflate = zlib.decompressobj(wbits=31)
+                at += len(fed) - len(inflate.unused_data)  # a copy of at most one piece
+                if not inflate.eof:
+                    piece = min(2 * piece, BLOCK)
+                    continue
+                members += 1
+                if members > most:
+                    raise RescorerError(
+                        f"{part.name}: more than {most:,} gzip members, the most score writes "
+                        f"for its shard (one per chunk): not the output of that shard; re-run it"
+                    )
+                inflate, piece = zlib.decompressobj(wbits=31), FIRST_PIECE
             if not gzipped:
                 lines, last = lines + block.count(b"\n"), block[-1:] or last
     lines += last not in (b"", b"\n")  # a last line without its newline (kept as it was)

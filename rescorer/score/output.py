@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -288,7 +289,10 @@ class Output:
         # After a failure the buffers may not fit on the disk either: what a record vouches for
         # is on disk already, and a --resume run cuts the rest.
         failing = contextlib.nullcontext() if ok else contextlib.suppress(OSError, RescorerError)
+        bad_file = None  # the --skip-bad-lines file this run wrote: (device, inode)
         if self.bad_out is not None:
+            with contextlib.suppress(OSError):
+                bad_file = _regular_file_id(os.fstat(self.bad_out.fileno()))
             with failing:
                 self.bad_out.close()
         if self.out == "-":
@@ -308,6 +312,10 @@ class Output:
         elif not keep_partial:  # bad input or a crash: leave nothing behind
             _remove(self.partial)
             _remove(self.record)
+            # its bad lines belong to what was just removed (never a device, never another
+            # file that took the name since)
+            if self.skip_bad_lines and bad_file and bad_file == _name_id(self.skip_bad_lines):
+                _remove(self.skip_bad_lines)
         self.unlock()
 
 
@@ -343,6 +351,18 @@ def _take_lock(lock_path: str, owner: str, doing: str) -> int:
         _remove(lock_path)
         raise write_error(lock_path, exc, None) from exc
     return fd
+
+
+def _regular_file_id(st: os.stat_result) -> tuple[int, int] | None:
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def _name_id(path: str) -> tuple[int, int] | None:
+    """The regular file ``path`` names itself (a link is not followed), or None."""
+    try:
+        return _regular_file_id(os.lstat(path))
+    except OSError:
+        return None
 
 
 def _remove(path: str) -> None:

@@ -259,6 +259,14 @@ def score_table(
     except WriteError as exc:
         if not exc.disk_full or out == "-":
             raise
+        with contextlib.suppress(WriteError):  # a disk still full: the last record stands
+            output.checkpoint()
+        if output.recorded is None and resume is fresh:  # no record: nothing would resume
+            raise RescorerError(
+                f"{exc}; no progress record had been written yet (one is written every "
+                "--checkpoint-every seconds), so nothing is kept to resume: free space, then "
+                "run the same command again"
+            ) from exc
         interrupted = True  # a full disk: what the record vouches for goes on after --resume
         raise RescorerError(
             f"{exc}; {out}.partial keeps what its record vouches for: free space, then run "

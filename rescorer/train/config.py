@@ -7,8 +7,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from rescorer.constants import DIRECTIONS, FORWARD
+from rescorer.constants import CONFIG_FILE, DIRECTIONS, FORWARD
 from rescorer.errors import RescorerError, check
+from rescorer.io.schema import schema_problem
 from rescorer.model.config import ModelConfig
 
 COMPILE_MIN_PAIRS = 100_000  # --compile auto: the smallest training set that compiles
@@ -81,6 +82,30 @@ class TrainConfig:
         return asdict(self)
 
 
+_JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
+
+
+def _json_type(annotation: str) -> str | list[str]:
+    """The JSON Schema type of a TrainConfig field's annotation (``int | None``...)."""
+    kinds = [
+        "null" if t == "None" else _JSON_TYPES[t] for t in annotation.replace(" ", "").split("|")
+    ]
+    return kinds[0] if len(kinds) == 1 else kinds
+
+
+# What config.json's "train" part may hold (a field it lacks takes its default; one it does
+# not know, from another version, is left out), checked before TrainConfig is built from it.
+TRAIN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "train": {
+            "type": "object",
+            "properties": {f.name: {"type": _json_type(str(f.type))} for f in fields(TrainConfig)},
+        }
+    },
+}
+
+
 @dataclass(frozen=True)
 class TrainResult:
     out_dir: str
@@ -123,6 +148,9 @@ def resume_configs(
     from rescorer.model.checkpoint import read_model_config  # deferred: torch
 
     model_cfg, data = read_model_config(out_dir)
+    problem = schema_problem(data, TRAIN_SCHEMA)
+    if problem:
+        raise RescorerError(f"{Path(out_dir) / CONFIG_FILE}: bad training config: {problem}")
     known = {f.name for f in fields(TrainConfig)}
     train_cfg = TrainConfig(**{k: v for k, v in data.get("train", {}).items() if k in known})
     for cfg, flags, keys in (

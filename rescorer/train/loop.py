@@ -341,7 +341,7 @@ class _Trainer(RunSetup):
             self.world.barrier()  # the model directory is complete for every rank
         self.world.stop()
         seconds = self.elapsed()
-        self.say(
+        (self.tell if stopped_by == "interrupted" else self.say)(  # -q: this line still shows
             f"rescorer train: stopped ({stopped_by}) after {run.update:,} updates,"
             f" {self.epochs:.2f} epochs, {_fmt_time(seconds)}"
             + (
@@ -349,7 +349,11 @@ class _Trainer(RunSetup):
                 if run.best_valid_ppl is not None
                 else ""
             )
-            + ("; continue with --resume" if stopped_by == "interrupted" else "")
+            + (
+                f"; the state is saved in {self.out}: continue with --resume"
+                if stopped_by == "interrupted"
+                else ""
+            )
         )
         if run.best_valid_ppl is not None and self.unigram_ppl:
             verdict = Verdict(

@@ -58,6 +58,9 @@ class RunSetup:
         self.cfg, self.out = cfg, out
         self.world = World()
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.tell = self.say  # even with --quiet (rank 0): where an interrupted run's state is
+        if not self.world.is_main:
+            self.tell = lambda msg: None
         if cfg.quiet or not self.world.is_main:
             self.say = lambda msg: None
         check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
