@@ -78,8 +78,8 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
       rescorer moses-ini model/moses.ini --phrase-table model/phrase-table.rnn.gz \\
           -o model/moses.rnn.ini
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.ini_rewrite import write_scored_ini
-    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
     update = write_scored_ini(
@@ -124,8 +124,8 @@ def combine(
     Example:
       rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.combine import combine_table
-    from rescorer.score.clobber import refuse_clobber
 
     run_dir = opts.pop("run_dir")
     refuse_clobber(
@@ -192,7 +192,7 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out, run_dir = opts.pop("ini_in"), opts.pop("ini_out"), opts.pop("run_dir")
-    from rescorer.score.clobber import refuse_clobber
+    from rescorer.job.clobber import refuse_clobber
 
     refuse_clobber(
         [("input table", table), ("--input", config.input_path), ("--moses-ini", ini_in),
@@ -229,8 +229,8 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
       rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2 \\
           -o -
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
-    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber(
         [("n-best list", nbest), ("--weights", ini), ("--decoded-with", opts["decoded_with"])]
@@ -334,9 +334,9 @@ def score_nbest(
         raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
     from rescorer.constants import INVERSE
     from rescorer.device import resolve_device, resolve_precision
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest_pairs import add_pair_feature
-    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.score.scorer import score_pairs

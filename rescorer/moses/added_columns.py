@@ -3,7 +3,7 @@ then the word penalty), checked before ``rescorer moses-ini`` gives them weights
 scored twice, or not scored by rescorer, is refused.
 
 The table is read through :mod:`rescorer.io.table` (the owner of its format), a shard's
-manifest (TABLE.manifest.json, whose format is rescorer.score.shards') through
+manifest (TABLE.manifest.json, whose format is rescorer.job.shards') through
 :mod:`rescorer.io.jsonfiles`.
 """
 
@@ -45,7 +45,7 @@ def _from_manifest(table_path: str) -> AddedColumns | None:
     """The columns a shard's manifest (TABLE.manifest.json) says its run added, if it has one."""
     from rescorer.io.jsonfiles import read_json_object
 
-    path = table_path + ".manifest.json"  # rescorer.score.shards.manifest_path (torch-free here)
+    path = table_path + ".manifest.json"  # rescorer.job.shards.manifest_path (torch-free here)
     if not os.path.exists(path):
         return None
     manifest = read_json_object(path, what="a shard manifest")

@@ -16,7 +16,7 @@ Stages (docs/contracts.md §2, §4, §8):
   (a multi-member gzip file, which zcat, Python and Moses read as one stream);
 - the main process writes chunks in input order to ``OUT.partial`` and records its progress in
   ``OUT.partial.json`` every ``--checkpoint-every`` seconds, at the end and when interrupted
-  (rescorer/score/output.py); on success the partial file is renamed to OUT. ``--resume``
+  (rescorer/job/output.py); on success the partial file is renamed to OUT. ``--resume``
   truncates the partial file to the last recorded chunk and goes on from there.
 
 Memory is bounded by ``chunk_bytes`` times the number of chunks in flight (at most
@@ -25,9 +25,9 @@ table.
 
 This module runs the stages; the parts live beside it: the options and worker policy in
 :mod:`~rescorer.score.config`, what the workers run in :mod:`~rescorer.score.stages`, the durable
-output (lock, partial file, resume) in :mod:`~rescorer.score.output`, its progress record and the
-fingerprints in :mod:`~rescorer.score.record`, the files a run may write in
-:mod:`~rescorer.score.clobber`, the shard manifest in :mod:`~rescorer.score.shards`, the
+output (lock, partial file, resume) in :mod:`~rescorer.job.output`, its progress record and the
+fingerprints in :mod:`~rescorer.job.record`, the files a run may write in
+:mod:`~rescorer.job.clobber`, the shard manifest in :mod:`~rescorer.job.shards`, the
 models' warnings and columns in :mod:`~rescorer.score.models`.
 """
 
@@ -52,7 +52,15 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.score.clobber import refuse_clobber, score_files
+from rescorer.job.clobber import refuse_clobber, score_files
+from rescorer.job.output import Output, Resume
+from rescorer.job.record import input_fingerprint, model_fingerprint
+from rescorer.job.shards import (
+    chain_sha256,
+    complete_manifest,
+    finished_shard,
+    shard_manifest,
+)
 from rescorer.score.config import (
     MAX_AHEAD_BYTES,
     NOT_IN_RUN_KEY,
@@ -68,16 +76,8 @@ from rescorer.score.models import (
     non_finite_error,
     one_or_list,
 )
-from rescorer.score.output import Output, Resume
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases, nothing
-from rescorer.score.record import input_fingerprint, model_fingerprint
-from rescorer.score.shards import (
-    chain_sha256,
-    complete_manifest,
-    finished_shard,
-    shard_manifest,
-)
 from rescorer.score.stages import (
     Inline,
     ModelSides,

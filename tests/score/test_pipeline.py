@@ -389,7 +389,7 @@ def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path, model_dir: P
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from rescorer.score.output import Output\n"
+         "from rescorer.job.output import Output\n"
          f"Output({str(out)!r}, {{}}, None).lock()\n"
          "open(sys.argv[1] + '.partial', 'wb').write(b'the first run')\n"
          "print('locked', flush=True)\n"
@@ -798,7 +798,7 @@ def test_a_pairs_score_does_not_depend_on_chunks_or_shards(
     """The same pairs scored with --chunk-bytes 2 KiB and 64 KiB and as 3 merged shards: each
     pair's score moves by less than the bound (issue 14, item 3). ``auto`` is fp32 (rounding
     only); bf16 is held to the bound the README states."""
-    from rescorer.score.merge import merge
+    from rescorer.job.merge import merge
 
     def logp_column(path: Path) -> np.ndarray:
         return np.array([e.scores[-1] for e in read_table(str(path))])

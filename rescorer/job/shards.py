@@ -1,5 +1,5 @@
 """Shard manifests: the owner of the ``OUT.manifest.json`` format (built as a shard run starts,
-completed as it ends, read back by a re-run and by ``rescorer merge``, :mod:`rescorer.score.merge`).
+completed as it ends, read back by a re-run and by ``rescorer merge``, :mod:`rescorer.job.merge`).
 
 A ``rescorer score --shard K/N`` run that ends well writes, beside its output, a manifest: which
 shard of which input it is (the input's fingerprint, the shard's byte range in the decompressed
@@ -22,8 +22,8 @@ from rescorer.io.chunks import ShardRange
 from rescorer.io.jsonfiles import read_json_object, write_json
 
 if TYPE_CHECKING:
+    from rescorer.job.output import Output
     from rescorer.score.config import ScoreConfig, ScoreStats
-    from rescorer.score.output import Output
 
 FORMAT = "rescorer-shard-manifest-1"
 SUFFIX = ".manifest.json"

@@ -1,7 +1,7 @@
 """The durable output of ``rescorer score``: ``OUT.partial``, its lock and its progress record,
 and where a ``--resume`` run starts. No torch here. The record's format, the fingerprints in it
-and the checks made of it are in :mod:`rescorer.score.record`; the files a run may write, in
-:mod:`rescorer.score.clobber`.
+and the checks made of it are in :mod:`rescorer.job.record`; the files a run may write, in
+:mod:`rescorer.job.clobber`.
 
 The record is written at most every ``--checkpoint-every`` seconds (and at the end, and when
 the run is interrupted), not per chunk: each one costs two or three fsyncs, a wall on network
@@ -24,10 +24,10 @@ from typing import IO, Any
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.outputs import fsync, open_writable, write_error
-from rescorer.score.clobber import file_id, leftovers
+from rescorer.job.clobber import file_id, leftovers
+from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
+from rescorer.job.shards import manifest_path, write_manifest
 from rescorer.score.config import ScoreStats
-from rescorer.score.record import not_a_line_start, options_differ, record_problem, tail_sha256
-from rescorer.score.shards import manifest_path, write_manifest
 
 
 @dataclass
