@@ -26,8 +26,8 @@ from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.outputs import fsync, open_writable, write_error
 from rescorer.job.clobber import file_id, leftovers
 from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
-from rescorer.job.shards import manifest_path, write_manifest
-from rescorer.score.config import ScoreStats
+from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
+from rescorer.job.stats import JobStats
 
 
 @dataclass
@@ -228,7 +228,7 @@ class Output:
             assert self.bad_out is not None
             self.bad_out.write(b"".join(line + b"\n" for line in bad_lines))
 
-    def advance(self, offset: int, next_line: int, stats: ScoreStats) -> None:
+    def advance(self, offset: int, next_line: int, stats: JobStats) -> None:
         """The output now holds whole chunks up to input ``offset`` (``next_line``): a point a
         record may vouch for. Writes the record when ``checkpoint_every`` seconds have passed
         since the last one."""
@@ -348,3 +348,26 @@ def _take_lock(lock_path: str, owner: str, doing: str) -> int:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def finished_shard(output: Output, manifest: dict[str, Any], stats: JobStats) -> bool:
+    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
+    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
+    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
+        return False
+    try:
+        found = read_part(output.out).manifest
+    except RescorerError:
+        return False
+    for key in ("shard", "input", "model", "options"):
+        if found.get(key) != manifest[key]:
+            return False
+    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
+        return False
+    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
+        return False
+    lines = found["lines"]
+    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
+    stats.next_offset = manifest["range"]["end"]
+    stats.already_done = True
+    return True

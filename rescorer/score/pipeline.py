@@ -53,12 +53,11 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.job.clobber import refuse_clobber, score_files
-from rescorer.job.output import Output, Resume
+from rescorer.job.output import Output, Resume, finished_shard
 from rescorer.job.record import input_fingerprint, model_fingerprint
 from rescorer.job.shards import (
     chain_sha256,
     complete_manifest,
-    finished_shard,
     shard_manifest,
 )
 from rescorer.score.config import (
@@ -146,17 +145,19 @@ def score_table(
     }
     manifest: dict[str, Any] | None = None
     if shard_range is not None and config.shard is not None and out != "-":
-        manifest = shard_manifest(
-            config,
-            config.shard,
-            shard_range,
-            run_key,
-            out,
-            precision,
-            device,
-            batch_tokens,
-            compile_,
-        )
+        options = {
+            "column": config.column,
+            "word_penalty": config.word_penalty,
+            "precision": precision,
+            "device_type": device.type,
+            "batch_tokens": batch_tokens,
+            "chunk_bytes": config.chunk_bytes,
+            "compile": compile_,
+            "gzip": out.endswith(".gz"),
+            "compresslevel": config.compresslevel if out.endswith(".gz") else None,
+            "skip_bad_lines": config.skip_bad_lines is not None,
+        }
+        manifest = shard_manifest(options, config.shard, shard_range, run_key)
     output = Output(out, run_key, config.skip_bad_lines, config.checkpoint_every)
     output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
     fresh = Resume(start, first_line)  # a shard starts at its own first chunk
