@@ -443,7 +443,7 @@ def interrupt_after_checkpoints(
     monkeypatch: pytest.MonkeyPatch, table: Path, model_dir: Path, out: Path, n: int = 2
 ) -> None:
     """Run until ``n`` progress records were written, then stop as Ctrl-C would."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     real = output.Output.checkpoint
     calls = [0]
@@ -581,7 +581,7 @@ def test_fsyncs_are_bounded_by_the_duration_not_the_chunks(
 ) -> None:
     """Issue 25, item 2: a run of many chunks records its progress (two or three fsyncs each)
     at most every --checkpoint-every seconds and once at the end, not per chunk."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     fsyncs, records, advances = [0], [0], [0]
     real_fsync, real_advance = os.fsync, output.Output.advance
@@ -621,7 +621,7 @@ def test_an_interrupt_records_the_last_whole_chunk(
     chunk written whole, also when it lands while a chunk is being written (the record then
     names the chunk before; --resume cuts the rest off): the resumed output is the
     uninterrupted one."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
     out = tmp_path / "out.txt"
