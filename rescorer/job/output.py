@@ -61,6 +61,7 @@ class Output:
         run_key: dict[str, Any],
         skip_bad_lines: str | None,
         checkpoint_every: float = 0.0,
+        command: str = "score",
     ) -> None:
         """``checkpoint_every``: seconds between progress records (0: at every chunk)."""
         self.out = out
@@ -72,6 +73,7 @@ class Output:
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
         self.bad_lock_fd = -1
         self.every = checkpoint_every
+        self.command = command  # the rescorer command writing OUT, as messages name it
         self.done: _Point | None = None  # the last point advance() named
         self.recorded: _Point | None = None  # the point of the record on disk (or resumed)
         self.last_record = time.monotonic()
@@ -85,13 +87,14 @@ class Output:
         if self.out != "-":
             if os.path.isdir(self.out):
                 raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
-            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it")
+            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it", self.command)
         if self.skip_bad_lines is not None:
             try:
                 self.bad_lock_fd = _take_lock(
                     self.skip_bad_lines + ".lock",
                     self.skip_bad_lines,
                     "writing its bad lines there (--skip-bad-lines)",
+                    self.command,
                 )
             except BaseException:
                 self.unlock()
@@ -195,8 +198,9 @@ class Output:
                     "replace it"
                 )
         then = f"; the complete {self.out} will be replaced" if complete else ""
+        doing = "scoring" if self.command == "score" else f"{self.command}ing"
         print(
-            f"rescorer: --resume: no {self.record}, nothing to resume: scoring from the first "
+            f"rescorer: --resume: no {self.record}, nothing to resume: {doing} from the first "
             f"line{then}",
             file=sys.stderr,
         )
@@ -311,7 +315,7 @@ class Output:
         self.unlock()
 
 
-def _take_lock(lock_path: str, owner: str, doing: str) -> int:
+def _take_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
     """An exclusive flock on ``lock_path`` (created if needed, our pid written in it), or a
     RescorerError naming the pid of the run that holds it.
 
@@ -329,7 +333,7 @@ def _take_lock(lock_path: str, owner: str, doing: str) -> int:
             other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             raise RescorerError(
-                f"{owner}: another rescorer score (pid {other}) is {doing}; wait for it to "
+                f"{owner}: another rescorer {command} (pid {other}) is {doing}; wait for it to "
                 "end or write elsewhere"
             ) from None
         if file_id(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):

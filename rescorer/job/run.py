@@ -168,7 +168,7 @@ class StreamedJob:
             manifest = shard_manifest(manifest_options, config.shard, shard_range, run_key)
             if self.command != "score":  # what merge checks a part's text against
                 manifest = {"command": self.command, **manifest}
-        output = Output(out, run_key, config.skip_bad_lines, config.checkpoint_every)
+        output = Output(out, run_key, config.skip_bad_lines, config.checkpoint_every, self.command)
         output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
         fresh = Resume(start, first_line)  # a shard starts at its own first chunk
         try:

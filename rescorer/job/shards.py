@@ -74,17 +74,15 @@ MANIFEST_SCHEMA: dict[str, Any] = _object(
             }
         ),
         "options": _object(
-            {
-                "gzip": {"type": "boolean"},
-                "skip_bad_lines": {"type": "boolean"},
-                "word_penalty": {"type": "boolean"},
-                "column": {"enum": ["prob", "logp"]},
-            }
+            {"gzip": {"type": "boolean"}, "skip_bad_lines": {"type": "boolean"}},
+            word_penalty={"type": "boolean"},
+            column={"enum": ["prob", "logp"]},
         ),
         "lines": _object({"in": _COUNT, "out": _COUNT, "bad": _COUNT}),
         "output": _object({"file": {"type": "string"}, "bytes": _COUNT, "sha256": _SHA256}),
     },
     device={"type": "string"},
+    command={"enum": ["score", "extend"]},  # absent: score
 )
 
 
@@ -100,6 +98,12 @@ def validate_manifest(path: str, data: Any) -> None:
         message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
         raise RescorerError(f"{path}: {error.json_path}: {message} (a shard manifest)")
     rng, lines, shard = data["range"], data["lines"], data["shard"]
+    if data.get("command", "score") == "score":
+        for key in ("word_penalty", "column"):
+            if key not in data["options"]:
+                raise RescorerError(
+                    f"{path}: $.options: {key!r} is a required property (a shard manifest)"
+                )
     if shard["k"] > shard["n"]:
         raise RescorerError(f"{path}: $.shard: k {shard['k']} is over n {shard['n']}")
     if not rng["start"] <= rng["end"] <= rng["input_bytes"]:
@@ -107,7 +111,8 @@ def validate_manifest(path: str, data: Any) -> None:
             f"{path}: $.range: start {rng['start']}, end {rng['end']} and input_bytes "
             f"{rng['input_bytes']} are not in order"
         )
-    if lines["in"] != lines["out"] + lines["bad"]:
+    score = data.get("command", "score") == "score"  # extend writes lines of its own too
+    if score and lines["in"] != lines["out"] + lines["bad"]:
         raise RescorerError(
             f"{path}: $.lines: in {lines['in']} is not out {lines['out']} + bad {lines['bad']}"
         )
