@@ -29,6 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "model": BASE | {"verdict", "io", "vocab", "device", "batching", "model"},
     "train": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "train"},
     "score": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "job", "score"},
+    "extend": BASE
+    | {"verdict", "io", "vocab", "device", "batching", "model", "moses", "job", "score", "extend"},
     "experiments": BASE | {"verdict", "io", "moses", "experiments"},
     "analysis": BASE
     | {"verdict", "io", "vocab", "device", "batching", "model", "score", "analysis"},
@@ -78,6 +80,12 @@ TORCH_FREE = [
     "rescorer.job.clobber",
     "rescorer.score.models",
     "rescorer.score.pipeline",
+    "rescorer.job.run",
+    "rescorer.job.stats",
+    "rescorer.extend.config",
+    "rescorer.extend.stages",
+    "rescorer.extend.features",
+    "rescorer.moses.lex",
     "rescorer.experiments.table1",
     "rescorer.analysis.compare",
     "rescorer.model.config",
