@@ -45,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "train",
         "job",
         "score",
+        "extend",
         "analysis",
         "cli",
     },

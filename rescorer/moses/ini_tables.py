@@ -3,7 +3,7 @@ beside the first (``rescorer extend --form second-table``'s), as Moses' multiple
 tables: a second ``PhraseDictionaryMemory`` feature with its own ``num-features`` and
 weights, and a second decoding path in ``[mapping]`` (``0 T 0``, ``1 T 1``: each source span
 may be translated by either table, each option scored by its own table's features;
-docs/moses-formats.md §2.3). Every other byte of the ini stays as it was but its path=, made
+docs/extend.md §4). Every other byte of the ini stays as it was but its path=, made
 absolute as :mod:`rescorer.moses.ini_rewrite` makes them.
 """
 
