@@ -5,6 +5,7 @@ into the single run; the real Moses decodes both forms and mert-moses.pl tunes w
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 import os
@@ -235,3 +236,35 @@ def test_the_real_moses_decodes_both_forms_and_mert_tunes(
         assert len(weights["TranslationModel0"]) == first_count
         if second_count is not None:
             assert len(weights["TranslationModel1"]) == second_count
+
+
+def test_an_interrupted_run_resumes_to_the_single_runs_bytes(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted after some chunks, OUT.partial and its record stay; --resume finishes it to
+    the bytes of an uninterrupted run, and nothing is left beside OUT."""
+    from rescorer.extend.config import ExtendConfig
+    from rescorer.extend.pipeline import Extending, extend_table
+
+    config = ExtendConfig(device="cpu", chunk_bytes=8192, checkpoint_every=0, quiet=True)
+    single, out = tmp_path / "single.gz", tmp_path / "out.gz"
+    extend_table(str(TABLE), [str(tiny_model_dir)], str(single), config)
+    real = Extending.collect
+    calls = []
+
+    def interrupted(self: Extending, *args: object) -> object:
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Extending, "collect", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        extend_table(str(TABLE), [str(tiny_model_dir)], str(out), config)
+    monkeypatch.setattr(Extending, "collect", real)
+    assert not out.exists() and Path(f"{out}.partial.json").exists()
+    resumed = dataclasses.replace(config, resume=True)
+    stats = extend_table(str(TABLE), [str(tiny_model_dir)], str(out), resumed)
+    assert stats.resumed_from_line > 1
+    assert out.read_bytes() == single.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gz", "single.gz"]
