@@ -268,3 +268,28 @@ def test_an_interrupted_run_resumes_to_the_single_runs_bytes(
     assert stats.resumed_from_line > 1
     assert out.read_bytes() == single.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gz", "single.gz"]
+
+
+def test_moses_ini_adds_a_second_table_and_its_decoding_path(tmp_path: Path) -> None:
+    """A second TranslationModel line, its weights and "1 T 1" after "0 T 0"; an ini without
+    [mapping] gets one (Moses' default, 0 T 0, stated), and every other line is kept."""
+    from rescorer.moses.ini_tables import write_second_table_ini
+
+    table = tmp_path / "new.txt"
+    table.write_text("a ||| b ||| 0.5 0.25 2.718 |||  ||| 0 0 0 ||| |||\n", encoding="utf-8")
+    text = (TINY_SYSTEM / "moses.ini").read_text(encoding="utf-8")
+    for name, source in (("with", text), ("without", text.replace("[mapping]\n0 T 0\n", ""))):
+        ini = tmp_path / f"{name}.ini"
+        ini.write_text(source, encoding="utf-8")
+        for path in ("phrase-table.gz", "reordering-table.gz", "lm.arpa"):
+            (tmp_path / path).symlink_to(TINY_SYSTEM / path) if name == "with" else None
+        out = tmp_path / f"{name}.2t.ini"
+        added = write_second_table_ini(str(ini), str(table), str(out), weights=(0.1,))
+        assert added.name == "TranslationModel1" and added.mapping == ("0 T 0", "1 T 1")
+        parsed = read_ini(str(out))
+        assert parsed.feature("TranslationModel1").num_features == 3
+        assert parsed.weights()["TranslationModel1"] == (0.1, 0.1, 0.1)
+        lines = out.read_text(encoding="utf-8").splitlines()
+        start = lines.index("[mapping]")
+        assert lines[start + 1 : start + 3] == ["0 T 0", "1 T 1"]
+        assert len(lines) == len(source.splitlines()) + 3 + (0 if name == "with" else 2)
