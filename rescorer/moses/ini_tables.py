@@ -69,8 +69,9 @@ def add_second_table(
     )
     header, steps = _mapping(ini)
     mapping: tuple[str, ...]
-    tables = sum(1 for step in steps if step.split()[1:2] == ["T"])
-    paths = len({step.split()[0] for step in steps if step.split()}) if steps else 1
+    stated = steps or ["0 T 0"]  # no [mapping], or an empty one: Moses' default
+    tables = sum(1 for step in stated if step.split()[1:2] == ["T"])
+    paths = len({step.split()[0] for step in stated})
     if tables != len(models):
         raise RescorerError(
             f"{ini.path}: [mapping] has {tables} T step(s) for {len(models)} phrase table(s); "
