@@ -13,8 +13,8 @@ both are. A command states what it does with one chunk (a :class:`ChunkWork`) an
 4. per chunk, in input order: ``work.parse`` in a worker process, ``work.submit`` (the device
    starts), ``work.collect`` (waits for the device, returns the formatting call), that call in
    a worker, its bytes appended to ``OUT.partial``; a progress record every
-   ``checkpoint_every`` seconds (:mod:`~rescorer.job.output`). Chunk k+1 is submitted before
-   chunk k is collected, so the device works while the host parses and formats;
+   ``checkpoint_every`` seconds (:mod:`~rescorer.job.output`). With ``overlap``, chunk k+1 is
+   submitted before chunk k is collected, so the device works while the host parses and formats;
 5. at the end the shard's manifest (:mod:`~rescorer.job.shards`) and ``OUT.partial`` renamed
    to OUT; interrupted or on a full disk, ``OUT.partial`` and its record stay for ``--resume``;
    after any other error nothing is left.
