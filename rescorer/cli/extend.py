@@ -15,6 +15,7 @@ from rescorer.cli.common import (
     score_precision_option,
     user_errors,
 )
+from rescorer.cli.score import parse_workers
 from rescorer.extend.config import FILL_UP, SECOND_TABLE, ExtendConfig
 
 EXTEND = ExtendConfig()  # each default is written once, there
@@ -73,6 +74,14 @@ EXTEND = ExtendConfig()  # each default is written once, there
     "--batch-sources",
     type=click.IntRange(min=1),
     help="Source phrases per beam batch [default: 256 on CPU, 4096 on GPU].",
+)
+@click.option(
+    "--workers",
+    default=str(EXTEND.workers),
+    callback=lambda ctx, param, value: parse_workers(value),
+    show_default=True,
+    metavar="N|auto",
+    help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16).",
 )
 @click.option("--chunk-bytes", type=click.IntRange(min=1), help="Input bytes per chunk.")
 @click.option(
