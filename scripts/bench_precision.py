@@ -39,9 +39,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rescorer.device import autocast, has_tf32, resolve_device
 from rescorer.io.table import read_table
+from rescorer.job.merge import merge
 from rescorer.model.checkpoint import load_model_dir
 from rescorer.score.config import ScoreConfig
-from rescorer.score.merge import merge
 from rescorer.score.pairs import encode_pairs
 from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer

@@ -27,7 +27,7 @@ import time
 
 from benchlib import cpu_name, git_commit, write_slice
 
-from rescorer.score.shards import write_manifest
+from rescorer.job.shards import write_manifest
 
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"

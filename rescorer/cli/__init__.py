@@ -1,6 +1,6 @@
 """The ``rescorer`` command line: a thin click layer over the library.
 
-One file per command family (train.py, score.py, moses.py, analysis.py for sample and
+One file per command family (train.py, score.py, extend.py, moses.py, analysis.py for sample and
 compare, plot.py); common.py holds what they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
@@ -15,6 +15,7 @@ import click
 
 from rescorer import __version__
 from rescorer.cli import analysis as analysis_commands
+from rescorer.cli import extend as extend_commands
 from rescorer.cli import moses as moses_commands
 from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
@@ -37,6 +38,7 @@ for command in (
     score_commands.score,
     score_commands.merge,
     score_commands.check,
+    extend_commands.extend,
     moses_commands.moses_ini,
     moses_commands.combine,
     moses_commands.filter_,

@@ -45,8 +45,13 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     "--phrase-table",
     "table",
     metavar="TABLE",
-    required=True,
-    help="The scored table (reads line 1).",
+    help="The scored (or extended, --form fill-up) table; it replaces the ini's.",
+)
+@click.option(
+    "--second-table",
+    metavar="TABLE",
+    help="Instead: add TABLE (rescorer extend --form second-table) as a second phrase table, "
+    "with its own decoding path in [mapping] and its own weights.",
 )
 @click.option("-o", "--output", "out", required=True, help="The new moses.ini.")
 @click.option(
@@ -61,8 +66,11 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @run_dir_option
 @user_errors
-def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts: Any) -> None:
-    """Point INI's phrase table at a scored table: num-features, weights, path.
+def moses_ini(
+    ini: str, table: str | None, out: str, weights: tuple[float, ...], **opts: Any
+) -> None:
+    """Point INI's phrase table at a scored table: num-features, weights, path; or add a
+    second phrase table (--second-table).
 
     Every path of the new ini is absolute, resolved as Moses resolves INI's relative paths
     when run from --run-dir (default INI's folder), and checked to exist: the new ini decodes
@@ -73,16 +81,38 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
     score run, then the word penalty. A shard's TABLE.manifest.json says how many; without
     one the count decides, the last column being the word penalty when it is e^k on every
     line. Refused (a table scored twice): a word-penalty column before the last, a model
-    column above 1, two equal new columns, a count that differs from the manifest's.
+    column above 1, two equal new columns, a count that differs from the manifest's. A
+    fill-up's provenance column (rescorer extend: only 1 and 2.718) is the last one.
+
+    --second-table TABLE adds a PhraseDictionaryMemory TranslationModel<n> with TABLE's
+    column count, a weight per column (--new-weight) and a decoding path "1 T 1" in [mapping]
+    beside "0 T 0": each span is translated from either table.
 
     \b
     Example:
       rescorer moses-ini model/moses.ini --phrase-table model/phrase-table.rnn.gz \\
           -o model/moses.rnn.ini
+      rescorer moses-ini model/moses.ini --second-table new-pairs.gz -o model/moses.2t.ini
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.ini_rewrite import write_scored_ini
-    from rescorer.score.clobber import refuse_clobber
 
+    second = opts.pop("second_table")
+    if (table is None) == (second is None):
+        raise click.UsageError("give --phrase-table or --second-table (one of them)")
+    if second is not None:
+        from rescorer.moses.ini_tables import write_second_table_ini
+
+        if opts["feature_name"] is not None:
+            raise click.UsageError("--feature-name goes with --phrase-table")
+        refuse_clobber([("INI", ini), ("--second-table", second)], [("-o", out)])
+        added = write_second_table_ini(ini, second, out, weights=weights, run_dir=opts["run_dir"])
+        say(
+            f"{added.name}: a second phrase table, num-features={added.num_features}, "
+            f"[mapping] {' / '.join(added.mapping)}; wrote {out}"
+        )
+        return
+    assert table is not None
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
     update = write_scored_ini(
         ini,
@@ -126,8 +156,8 @@ def combine(
     Example:
       rescorer combine model/phrase-table.gz --weights model/moses.ini -o combined.gz
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.combine import combine_table
-    from rescorer.score.clobber import refuse_clobber
 
     run_dir = opts.pop("run_dir")
     refuse_clobber(
@@ -194,7 +224,7 @@ def filter_(table: str, out: str, min_scores: tuple[str, ...], **opts: Any) -> N
         progress_every=0 if quiet else progress_every,
     )
     ini_in, ini_out, run_dir = opts.pop("ini_in"), opts.pop("ini_out"), opts.pop("run_dir")
-    from rescorer.score.clobber import refuse_clobber
+    from rescorer.job.clobber import refuse_clobber
 
     refuse_clobber(
         [("input table", table), ("--input", config.input_path), ("--moses-ini", ini_in),
@@ -231,8 +261,8 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
       rescorer rerank nbest.gz --weights moses.ini --feature-file rnn.feats --weight RNN0=0.2 \\
           -o -
     """
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.moses.nbest import RerankConfig, rerank_nbest
-    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber(
         [("n-best list", nbest), ("--weights", ini), ("--decoded-with", opts["decoded_with"])]
@@ -341,9 +371,9 @@ def score_nbest(
         raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
     from rescorer.constants import INVERSE
     from rescorer.device import resolve_device, resolve_precision
+    from rescorer.job.clobber import refuse_clobber
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest_pairs import add_pair_feature
-    from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.score.scorer import score_pairs

@@ -229,14 +229,14 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
       rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
     """
     from rescorer.errors import RescorerError
-    from rescorer.score.merge import merge as merge_parts
-    from rescorer.score.merge import parts_from_glob
+    from rescorer.job.merge import merge as merge_parts
+    from rescorer.job.merge import parts_from_glob
 
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
     paths = list(parts) if parts else parts_from_glob(str(manifest_glob))
-    from rescorer.score.clobber import refuse_clobber
-    from rescorer.score.shards import SUFFIX
+    from rescorer.job.clobber import refuse_clobber
+    from rescorer.job.shards import SUFFIX
 
     inputs = [(what, p + end) for p in paths for what, end in (("part", ""), ("manifest", SUFFIX))]
     refuse_clobber(inputs, [("OUT", out)])

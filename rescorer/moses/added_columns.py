@@ -3,12 +3,13 @@ then the word penalty), checked before ``rescorer moses-ini`` gives them weights
 scored twice, or not scored by rescorer, is refused.
 
 The table is read through :mod:`rescorer.io.table` (the owner of its format), a shard's
-manifest (TABLE.manifest.json, whose format is rescorer.score.shards') through
+manifest (TABLE.manifest.json, whose format is rescorer.job.shards') through
 :mod:`rescorer.io.jsonfiles`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -26,14 +27,16 @@ class AddedColumns:
     models: int
     word_penalty: bool
     source: str
+    provenance: bool = False  # then a fill-up's provenance column (rescorer extend) last
 
     @property
     def count(self) -> int:
-        return self.models + int(self.word_penalty)
+        return self.models + int(self.word_penalty) + int(self.provenance)
 
     def describe(self) -> str:
         what = f"{self.models} model{'s' if self.models != 1 else ''}"
-        return f"{what} + word penalty" if self.word_penalty else what
+        what = f"{what} + word penalty" if self.word_penalty else what
+        return f"{what} + provenance" if self.provenance else what
 
 
 def _is_penalty(value: float) -> bool:
@@ -45,10 +48,12 @@ def _from_manifest(table_path: str) -> AddedColumns | None:
     """The columns a shard's manifest (TABLE.manifest.json) says its run added, if it has one."""
     from rescorer.io.jsonfiles import read_json_object
 
-    path = table_path + ".manifest.json"  # rescorer.score.shards.manifest_path (torch-free here)
+    path = table_path + ".manifest.json"  # rescorer.job.shards.manifest_path (torch-free here)
     if not os.path.exists(path):
         return None
     manifest = read_json_object(path, what="a shard manifest")
+    if manifest.get("command", "score") != "score":  # an extend shard's: it says no columns
+        return None
     try:
         hashes = manifest["model"]["sha256"]
         models = 1 if isinstance(hashes, str) else len(hashes)
@@ -83,6 +88,11 @@ def check_added_columns(table_path: str, old: int, num_columns: int) -> AddedCol
             )
         for column, value in zip(columns, entry.scores[old:], strict=True):
             column.append(value)
+    provenance = _is_provenance(columns[-1]) if columns else False
+    if provenance:  # rescorer extend --form fill-up: what score added comes before it
+        columns, added = columns[:-1], added - 1
+        if added == 0:
+            return AddedColumns(0, False, "the provenance column's values", True)
     penalty = [len(c) > 0 and all(_is_penalty(v) for v in c) for c in columns]
     above_one = [any(v > 1 for v in c) for c in columns]
     twice = f"{table_path} was scored more than once, or is not a table rescorer score wrote"
@@ -120,10 +130,19 @@ def check_added_columns(table_path: str, old: int, num_columns: int) -> AddedCol
                 f"{table_path}: its manifest says --word-penalty, but the last column is not "
                 "exp(#words outside the shortlist)"
             )
-        return stated
+        return dataclasses.replace(stated, provenance=provenance)
     return AddedColumns(
-        added - int(last_is_penalty), last_is_penalty, "the column count and values"
+        added - int(last_is_penalty), last_is_penalty, "the column count and values", provenance
     )
+
+
+PROVENANCE = (1.0, 2.718)  # exp(0) and exp(1) as combine-ptables.pl writes them
+
+
+def _is_provenance(values: list[float]) -> bool:
+    """A fill-up's provenance column: only 1 and 2.718, and some 2.718 (a column of 1 alone is
+    told from a word penalty or a model's column by nothing; either way it gets a weight)."""
+    return bool(values) and set(values) <= set(PROVENANCE) and PROVENANCE[1] in values
 
 
 def count_columns(table_path: str) -> int:

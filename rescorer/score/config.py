@@ -4,30 +4,29 @@ settings (worker processes, compilation). No torch here."""
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rescorer.constants import DEFAULT_GZIP_LEVEL
 from rescorer.errors import RescorerError
 from rescorer.io.outputs import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
+from rescorer.job.stats import MAX_AHEAD_BYTES, NOT_IN_RUN_KEY, JobStats
 from rescorer.score.profile import Phases
+
+__all__ = [
+    "MAX_AHEAD_BYTES",
+    "NOT_IN_RUN_KEY",
+    "ScoreConfig",
+    "ScoreStats",
+    "chunk_bytes_for",
+    "resolve_workers",
+    "want_compile",
+]
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # on a CPU
 GPU_CHUNK_BYTES = 16 << 20  # on a GPU: enough work per chunk to hide the launches (see below)
 DEFAULT_CHECKPOINT_EVERY = 10.0  # seconds between progress records (each with its fsyncs)
-# Options that do not change the output's bytes: a --resume run may change them.
-NOT_IN_RUN_KEY = (
-    "resume",
-    "quiet",
-    "workers",
-    "progress_every",
-    "profile",
-    "force",
-    "checkpoint_every",
-    "overlap",
-)
 
 
 @dataclass(frozen=True)
@@ -72,22 +71,11 @@ class ScoreConfig:
 
 
 @dataclass
-class ScoreStats:
-    lines_in: int = 0
-    lines_out: int = 0
-    bad: int = 0
+class ScoreStats(JobStats):
     pairs_scored: int = 0
     pairs_inside: int = 0  # pairs with every word inside the model's shortlists
-    seconds: float = 0.0
-    resumed_from_line: int = 0
     device: str = ""
     precision: str = ""
-    bad_examples: list[str] = field(default_factory=list)
-    next_offset: int = 0  # the input offset the output covers up to
-    range_sha256: str = ""  # chained over the chunks written (shards.chain_sha256)
-    earlier_seconds: float = 0.0  # spent by the runs this one resumed
-    started: float = field(default_factory=time.monotonic)
-    already_done: bool = False  # a finished shard found as its manifest says: nothing redone
     phases: Phases | None = None  # with --profile: where the time went
 
 
@@ -115,9 +103,6 @@ def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:
     if chunk_bytes is not None:
         return chunk_bytes
     return GPU_CHUNK_BYTES if getattr(device, "type", "cpu") == "cuda" else DEFAULT_CHUNK_BYTES
-
-
-MAX_AHEAD_BYTES = 256 << 20  # input bytes being parsed ahead at once, at most (16 GPU chunks)
 
 
 def want_compile(choice: str, table: str) -> bool:

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import signal
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
 from rescorer.io.columns import column_texts, insert_columns, split_columns
-from rescorer.io.inputs import iter_raw_lines, open_binary
 from rescorer.io.outputs import gzip_member
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
@@ -203,45 +201,3 @@ def format_chunk(
     if compresslevel is not None:
         return gzip_member(data, compresslevel)
     return data
-
-
-class Inline:
-    """The subset of a multiprocessing Pool used here, run in the calling process."""
-
-    def apply_async(self, func: Callable[..., Any], args: tuple[Any, ...]) -> _Done:
-        return _Done(func(*args))
-
-    def close(self) -> None:
-        pass
-
-    def terminate(self) -> None:
-        pass
-
-    def join(self) -> None:
-        pass
-
-
-class _Done:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def get(self) -> Any:
-        return self.value
-
-    def ready(self) -> bool:
-        return True
-
-
-def first_num_scores(path: str) -> int | None:
-    """The score count of the input's first well-formed line (what every line must match)."""
-    with open_binary(path) as stream:
-        return num_scores_of(iter_raw_lines(stream, path), 1)
-
-
-def num_scores_of(raw_lines: Iterable[bytes], first_line: int) -> int | None:
-    """The score count of the first well-formed line among ``raw_lines``."""
-    for lineno, raw in enumerate(raw_lines, start=first_line):
-        entry = parse_raw_line(raw, lineno, None) if raw.strip(b"\n") else ""
-        if not isinstance(entry, str):
-            return len(entry.scores)
-    return None

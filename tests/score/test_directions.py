@@ -181,7 +181,7 @@ def test_resume_with_other_models_is_refused(tmp_path: Path, models: tuple[Path,
 
 def _interrupt_after_first_chunk(out: str, model_dirs: list[str], config: ScoreConfig) -> None:
     """score_table, interrupted (as by Ctrl-C) once its first chunk is recorded."""
-    from rescorer.score import output as output_module
+    from rescorer.job import output as output_module
 
     saved = output_module.Output.checkpoint
 

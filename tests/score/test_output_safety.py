@@ -19,9 +19,9 @@ from conftest import SLICE
 from rescorer.cli import cli
 from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
+from rescorer.job import output
 from rescorer.model.checkpoint import save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score import output
 from rescorer.score.config import ScoreConfig
 from rescorer.score.pipeline import score_table
 from rescorer.vocab import build_vocabs

@@ -389,7 +389,7 @@ def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path, model_dir: P
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\n"
-         "from rescorer.score.output import Output\n"
+         "from rescorer.job.output import Output\n"
          f"Output({str(out)!r}, {{}}, None).lock()\n"
          "open(sys.argv[1] + '.partial', 'wb').write(b'the first run')\n"
          "print('locked', flush=True)\n"
@@ -443,7 +443,7 @@ def interrupt_after_checkpoints(
     monkeypatch: pytest.MonkeyPatch, table: Path, model_dir: Path, out: Path, n: int = 2
 ) -> None:
     """Run until ``n`` progress records were written, then stop as Ctrl-C would."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     real = output.Output.checkpoint
     calls = [0]
@@ -581,7 +581,7 @@ def test_fsyncs_are_bounded_by_the_duration_not_the_chunks(
 ) -> None:
     """Issue 25, item 2: a run of many chunks records its progress (two or three fsyncs each)
     at most every --checkpoint-every seconds and once at the end, not per chunk."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     fsyncs, records, advances = [0], [0], [0]
     real_fsync, real_advance = os.fsync, output.Output.advance
@@ -621,7 +621,7 @@ def test_an_interrupt_records_the_last_whole_chunk(
     chunk written whole, also when it lands while a chunk is being written (the record then
     names the chunk before; --resume cuts the rest off): the resumed output is the
     uninterrupted one."""
-    from rescorer.score import output
+    from rescorer.job import output
 
     whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
     out = tmp_path / "out.txt"
@@ -798,7 +798,7 @@ def test_a_pairs_score_does_not_depend_on_chunks_or_shards(
     """The same pairs scored with --chunk-bytes 2 KiB and 64 KiB and as 3 merged shards: each
     pair's score moves by less than the bound (issue 14, item 3). ``auto`` is fp32 (rounding
     only); bf16 is held to the bound the README states."""
-    from rescorer.score.merge import merge
+    from rescorer.job.merge import merge
 
     def logp_column(path: Path) -> np.ndarray:
         return np.array([e.scores[-1] for e in read_table(str(path))])

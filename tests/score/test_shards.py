@@ -17,12 +17,12 @@ from conftest import SLICE
 from rescorer.cli import cli
 from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
+from rescorer.job.merge import merge
+from rescorer.job.shards import file_sha256, manifest_path
 from rescorer.model.checkpoint import save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.config import ScoreConfig
-from rescorer.score.merge import merge
 from rescorer.score.pipeline import score_table
-from rescorer.score.shards import file_sha256, manifest_path
 from rescorer.vocab import build_vocabs
 
 PAIRS = [(e.src, e.tgt) for e in read_table(str(SLICE))]

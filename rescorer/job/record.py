@@ -2,7 +2,7 @@
 its run (the fingerprints of the input and the model, in the run key) and to the output (the
 sha256 of the output's tail it vouches for), and the checks a ``--resume`` run makes before it
 trusts a record (its shape, the options that changed, a resume point at a line start).
-:class:`~rescorer.score.output.Output` writes and reads it. No torch here."""
+:class:`~rescorer.job.output.Output` writes and reads it. No torch here."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def model_fingerprint(model_dir: str) -> str | None:
     return digest.hexdigest()
 
 
-# The progress record OUT.partial.json (Output.checkpoint in rescorer/score/output.py writes it).
+# The progress record OUT.partial.json (Output.checkpoint in rescorer/job/output.py writes it).
 _COUNT = {"type": "integer", "minimum": 0}
 _SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 RECORD_SCHEMA: dict[str, Any] = {

@@ -1,5 +1,5 @@
 """``rescorer merge``: check a set of shard outputs against their manifests
-(:mod:`rescorer.score.shards`, the format's owner) and against each other (one model, one input,
+(:mod:`rescorer.job.shards`, the format's owner) and against each other (one model, one input,
 one set of options, shards 1..N each once, ranges that meet end to start) and concatenate them:
 gzip parts are multi-member gzip files cut at the same chunk boundaries as a single run, so the
 merged file equals the single run's output byte for byte, with no recompression.
@@ -21,7 +21,7 @@ from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import RescorerError
 from rescorer.io.inputs import open_binary
 from rescorer.io.outputs import atomic_path
-from rescorer.score.shards import BLOCK, SUFFIX, Part, read_part
+from rescorer.job.shards import BLOCK, SUFFIX, Part, read_part
 
 # The keys every shard of one table must share, and what to call them in a refusal.
 SHARED = (
@@ -243,6 +243,8 @@ def _check_text(part: Part) -> None:
             f"{part.name}: holds {count:,} lines, its manifest says {lines['out']:,}: not the "
             "output of that shard; re-run it"
         )
+    if part.manifest.get("command", "score") != "score":
+        return  # an extend part's lines are not its input's lines with columns added
     span = rng["end"] - rng["start"]
     hashes = part.manifest["model"]["sha256"]
     columns = (len(hashes) if isinstance(hashes, list) else 1) + bool(

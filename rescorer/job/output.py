@@ -1,7 +1,7 @@
 """The durable output of ``rescorer score``: ``OUT.partial``, its lock and its progress record,
 and where a ``--resume`` run starts. No torch here. The record's format, the fingerprints in it
-and the checks made of it are in :mod:`rescorer.score.record`; the files a run may write, in
-:mod:`rescorer.score.clobber`.
+and the checks made of it are in :mod:`rescorer.job.record`; the files a run may write, in
+:mod:`rescorer.job.clobber`.
 
 The record is written at most every ``--checkpoint-every`` seconds (and at the end, and when
 the run is interrupted), not per chunk: each one costs two or three fsyncs, a wall on network
@@ -25,10 +25,10 @@ from typing import IO, Any
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.outputs import fsync, open_writable, write_error
-from rescorer.score.clobber import file_id, leftovers
-from rescorer.score.config import ScoreStats
-from rescorer.score.record import not_a_line_start, options_differ, record_problem, tail_sha256
-from rescorer.score.shards import manifest_path, write_manifest
+from rescorer.job.clobber import file_id, leftovers
+from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
+from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
+from rescorer.job.stats import JobStats
 
 
 @dataclass
@@ -62,6 +62,7 @@ class Output:
         run_key: dict[str, Any],
         skip_bad_lines: str | None,
         checkpoint_every: float = 0.0,
+        command: str = "score",
     ) -> None:
         """``checkpoint_every``: seconds between progress records (0: at every chunk)."""
         self.out = out
@@ -73,6 +74,7 @@ class Output:
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
         self.bad_lock_fd = -1
         self.every = checkpoint_every
+        self.command = command  # the rescorer command writing OUT, as messages name it
         self.done: _Point | None = None  # the last point advance() named
         self.recorded: _Point | None = None  # the point of the record on disk (or resumed)
         self.last_record = time.monotonic()
@@ -86,13 +88,14 @@ class Output:
         if self.out != "-":
             if os.path.isdir(self.out):
                 raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
-            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it")
+            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it", self.command)
         if self.skip_bad_lines is not None:
             try:
                 self.bad_lock_fd = _take_lock(
                     self.skip_bad_lines + ".lock",
                     self.skip_bad_lines,
                     "writing its bad lines there (--skip-bad-lines)",
+                    self.command,
                 )
             except BaseException:
                 self.unlock()
@@ -196,8 +199,9 @@ class Output:
                     "replace it"
                 )
         then = f"; the complete {self.out} will be replaced" if complete else ""
+        doing = "scoring" if self.command == "score" else f"{self.command}ing"
         print(
-            f"rescorer: --resume: no {self.record}, nothing to resume: scoring from the first "
+            f"rescorer: --resume: no {self.record}, nothing to resume: {doing} from the first "
             f"line{then}",
             file=sys.stderr,
         )
@@ -229,7 +233,7 @@ class Output:
             assert self.bad_out is not None
             self.bad_out.write(b"".join(line + b"\n" for line in bad_lines))
 
-    def advance(self, offset: int, next_line: int, stats: ScoreStats) -> None:
+    def advance(self, offset: int, next_line: int, stats: JobStats) -> None:
         """The output now holds whole chunks up to input ``offset`` (``next_line``): a point a
         record may vouch for. Writes the record when ``checkpoint_every`` seconds have passed
         since the last one."""
@@ -319,7 +323,7 @@ class Output:
         self.unlock()
 
 
-def _take_lock(lock_path: str, owner: str, doing: str) -> int:
+def _take_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
     """An exclusive flock on ``lock_path`` (created if needed, our pid written in it), or a
     RescorerError naming the pid of the run that holds it.
 
@@ -337,7 +341,7 @@ def _take_lock(lock_path: str, owner: str, doing: str) -> int:
             other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             raise RescorerError(
-                f"{owner}: another rescorer score (pid {other}) is {doing}; wait for it to "
+                f"{owner}: another rescorer {command} (pid {other}) is {doing}; wait for it to "
                 "end or write elsewhere"
             ) from None
         if file_id(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
@@ -368,3 +372,26 @@ def _name_id(path: str) -> tuple[int, int] | None:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def finished_shard(output: Output, manifest: dict[str, Any], stats: JobStats) -> bool:
+    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
+    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
+    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
+        return False
+    try:
+        found = read_part(output.out).manifest
+    except RescorerError:
+        return False
+    for key in ("shard", "input", "model", "options"):
+        if found.get(key) != manifest[key]:
+            return False
+    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
+        return False
+    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
+        return False
+    lines = found["lines"]
+    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
+    stats.next_offset = manifest["range"]["end"]
+    stats.already_done = True
+    return True

@@ -1,5 +1,5 @@
 """Shard manifests: the owner of the ``OUT.manifest.json`` format (built as a shard run starts,
-completed as it ends, read back by a re-run and by ``rescorer merge``, :mod:`rescorer.score.merge`).
+completed as it ends, read back by a re-run and by ``rescorer merge``, :mod:`rescorer.job.merge`).
 
 A ``rescorer score --shard K/N`` run that ends well writes, beside its output, a manifest: which
 shard of which input it is (the input's fingerprint, the shard's byte range in the decompressed
@@ -22,8 +22,7 @@ from rescorer.io.chunks import ShardRange
 from rescorer.io.jsonfiles import read_json_object, write_json
 
 if TYPE_CHECKING:
-    from rescorer.score.config import ScoreConfig, ScoreStats
-    from rescorer.score.output import Output
+    from rescorer.job.stats import JobStats
 
 FORMAT = "rescorer-shard-manifest-1"
 SUFFIX = ".manifest.json"
@@ -75,17 +74,15 @@ MANIFEST_SCHEMA: dict[str, Any] = _object(
             }
         ),
         "options": _object(
-            {
-                "gzip": {"type": "boolean"},
-                "skip_bad_lines": {"type": "boolean"},
-                "word_penalty": {"type": "boolean"},
-                "column": {"enum": ["prob", "logp"]},
-            }
+            {"gzip": {"type": "boolean"}, "skip_bad_lines": {"type": "boolean"}},
+            word_penalty={"type": "boolean"},
+            column={"enum": ["prob", "logp"]},
         ),
         "lines": _object({"in": _COUNT, "out": _COUNT, "bad": _COUNT}),
         "output": _object({"file": {"type": "string"}, "bytes": _COUNT, "sha256": _SHA256}),
     },
     device={"type": "string"},
+    command={"enum": ["score", "extend"]},  # absent: score
 )
 
 
@@ -101,6 +98,12 @@ def validate_manifest(path: str, data: Any) -> None:
         message = error.message if len(error.message) <= 200 else error.message[:200] + "..."
         raise RescorerError(f"{path}: {error.json_path}: {message} (a shard manifest)")
     rng, lines, shard = data["range"], data["lines"], data["shard"]
+    if data.get("command", "score") == "score":
+        for key in ("word_penalty", "column"):
+            if key not in data["options"]:
+                raise RescorerError(
+                    f"{path}: $.options: {key!r} is a required property (a shard manifest)"
+                )
     if shard["k"] > shard["n"]:
         raise RescorerError(f"{path}: $.shard: k {shard['k']} is over n {shard['n']}")
     if not rng["start"] <= rng["end"] <= rng["input_bytes"]:
@@ -108,7 +111,8 @@ def validate_manifest(path: str, data: Any) -> None:
             f"{path}: $.range: start {rng['start']}, end {rng['end']} and input_bytes "
             f"{rng['input_bytes']} are not in order"
         )
-    if lines["in"] != lines["out"] + lines["bad"]:
+    score = data.get("command", "score") == "score"  # extend writes lines of its own too
+    if score and lines["in"] != lines["out"] + lines["bad"]:
         raise RescorerError(
             f"{path}: $.lines: in {lines['in']} is not out {lines['out']} + bad {lines['bad']}"
         )
@@ -145,30 +149,14 @@ def write_manifest(out: str, fields: dict[str, Any], *, data_path: str | None = 
 
 
 def shard_manifest(
-    config: ScoreConfig,
+    options: dict[str, Any],
     shard: tuple[int, int],
     shard_range: ShardRange,
     run_key: dict[str, Any],
-    out: str,
-    precision: str,
-    device: Any,
-    batch_tokens: int,
-    compile_: bool,
 ) -> dict[str, Any]:
-    """A shard run's manifest as it starts: which shard of which input, the model, and every
-    option that changes the output's bytes (:func:`complete_manifest` adds what the run found)."""
-    options = {
-        "column": config.column,
-        "word_penalty": config.word_penalty,
-        "precision": precision,
-        "device_type": device.type,
-        "batch_tokens": batch_tokens,
-        "chunk_bytes": config.chunk_bytes,
-        "compile": compile_,
-        "gzip": out.endswith(".gz"),
-        "compresslevel": config.compresslevel if out.endswith(".gz") else None,
-        "skip_bad_lines": config.skip_bad_lines is not None,
-    }
+    """A shard run's manifest as it starts: which shard of which input, the model, and
+    ``options``, every option that changes the output's bytes (:func:`complete_manifest` adds
+    what the run found)."""
     return {
         "shard": {"k": shard[0], "n": shard[1]},
         "input": run_key["input"],
@@ -185,7 +173,7 @@ def shard_manifest(
     }
 
 
-def complete_manifest(manifest: dict[str, Any], stats: ScoreStats, device: Any) -> dict[str, Any]:
+def complete_manifest(manifest: dict[str, Any], stats: JobStats, device: Any) -> dict[str, Any]:
     """The shard's manifest with what the finished run found."""
     import platform
 
@@ -214,29 +202,6 @@ def _device_name(device: Any) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return "cpu"
-
-
-def finished_shard(output: Output, manifest: dict[str, Any], stats: ScoreStats) -> bool:
-    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
-    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
-    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
-        return False
-    try:
-        found = read_part(output.out).manifest
-    except RescorerError:
-        return False
-    for key in ("shard", "input", "model", "options"):
-        if found.get(key) != manifest[key]:
-            return False
-    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
-        return False
-    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
-        return False
-    lines = found["lines"]
-    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
-    stats.next_offset = manifest["range"]["end"]
-    stats.already_done = True
-    return True
 
 
 @dataclass

@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 
 from rescorer.errors import RescorerError
-from rescorer.score.shards import manifest_path
+from rescorer.job.shards import manifest_path
 
 
 def file_id(path: str) -> tuple[int, int] | None:

@@ -1,0 +1,121 @@
+"""GroundHog's beam search (the one of :func:`rescorer.analysis.generate.beam_search`), with
+every step one batched operation over all the sources of a batch and all their hypotheses, so
+that thousands of sources go through the model at once, on a CPU or a GPU.
+
+The rules are GroundHog's ``BeamSearch.search`` (sample.py:47-135, research notes §5): at most
+``3 x (source words + 1)`` steps; no EOS before ``(source words + 1) // 2`` steps; each step
+keeps the ``width`` best extensions of the live hypotheses, and a hypothesis that ends (EOS)
+shrinks its source's width by one; hypotheses still open at the step limit are dropped. The
+difference: a source none of whose hypotheses ends gets none (GroundHog retries with a wider
+beam), and the UNK word is never proposed (``extend`` drops UNK-bearing targets anyway; ruled
+out in the search, it leaves room for N others). Hypotheses are ranked in float32 and their
+log p summed in float64.
+
+Shapes: B sources, K = beam size, V = target shortlist + EOS, H hidden, L the step limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rescorer.batching import pad_batch
+from rescorer.constants import FIRST_WORD_ID, PAD_ID, UNK_ID
+from rescorer.model.encdec import EncoderDecoder
+from rescorer.vocab import Vocab
+
+
+@dataclass(frozen=True)
+class Found:
+    """A finished hypothesis: target ids without EOS and ln p(ids + EOS | source)."""
+
+    ids: tuple[int, ...]
+    logp: float
+
+
+@torch.inference_mode()
+def beam_search_batched(
+    model: EncoderDecoder,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    sources: Sequence[Sequence[str]],
+    beam_size: int,
+) -> list[list[Found]]:
+    """Per source phrase (its tokens), its finished hypotheses best first (module docstring)."""
+    if not sources:
+        return []
+    device = next(model.parameters()).device
+    ids = [src_vocab.encode_eos(list(s)) for s in sources]
+    src_ids, src_lens = pad_batch(ids)  # (B,S), (B,)
+    ctx = model.decoder_context(model.encode(src_ids.to(device), src_lens.to(device)))
+    B, K = len(sources), beam_size
+    lengths = src_lens.to(device)  # (B,) source words + EOS: GroundHog's len(seq)
+    max_steps = 3 * lengths  # (B,)
+    min_eos = lengths // 2  # (B,) EOS allowed from this step on
+    L = int(max_steps.max())
+    eos = tgt_vocab.eos_id
+    rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) the source of a row
+    ctx = ctx.index_select(rows)
+    s = ctx.s0  # (B*K,H)
+    prev: torch.Tensor | None = None
+    inf = float("inf")
+    cost = torch.full((B, K), inf, dtype=torch.float64, device=device)  # (B,K) -ln p so far
+    cost[:, 0] = 0.0  # one live hypothesis per source at the start
+    tokens = torch.zeros((B, K, L), dtype=torch.long, device=device)  # (B,K,L)
+    width = torch.full((B,), K, dtype=torch.long, device=device)  # (B,)
+    done_cost = torch.full((B, K), inf, dtype=torch.float64, device=device)  # (B,K)
+    done_tokens = torch.zeros((B, K, L), dtype=torch.long, device=device)
+    done_len = torch.zeros((B, K), dtype=torch.long, device=device)
+    done_n = torch.zeros((B,), dtype=torch.long, device=device)
+    rank = torch.arange(K, device=device)  # (K,)
+    unused = slice(FIRST_WORD_ID + len(tgt_vocab.words), eos)
+    for k in range(L):
+        cost = torch.where(k < max_steps.unsqueeze(1), cost, inf)  # (B,K) past the limit: gone
+        if not bool(torch.isfinite(cost).any()):
+            break
+        logp = torch.log_softmax(model.next_word_logits(ctx, s, prev).float(), dim=1)  # (BK,V)
+        logp[:, PAD_ID] = -inf
+        logp[:, unused] = -inf
+        logp[:, UNK_ID] = -inf
+        early = (k < min_eos).repeat_interleave(K)  # (BK,)
+        logp[:, eos] = torch.where(early, -inf, logp[:, eos])
+        V = logp.shape[1]
+        cand = cost.float().view(B * K, 1) - logp  # (BK,V)
+        best, index = cand.view(B, K * V).topk(K, dim=1, largest=False)  # (B,K) ascending
+        keep = (rank < width.unsqueeze(1)) & torch.isfinite(best)  # (B,K)
+        parent, word = index // V, index % V  # (B,K)
+        flat_parent = (parent + torch.arange(B, device=device).unsqueeze(1) * K).view(-1)
+        new_cost = (
+            cost.view(-1)[flat_parent].view(B, K)
+            - logp[flat_parent, word.view(-1)].view(B, K).double()
+        )  # (B,K) summed in float64
+        history = tokens.view(B * K, L)[flat_parent].view(B, K, L)  # (B,K,L)
+        history[:, :, k] = word
+        ended = keep & (word == eos)  # (B,K)
+        if bool(ended.any()):
+            slot = done_n.unsqueeze(1) + ended.long().cumsum(dim=1) - 1  # (B,K) where it goes
+            b_idx, j_idx = ended.nonzero(as_tuple=True)
+            done_cost[b_idx, slot[b_idx, j_idx]] = new_cost[b_idx, j_idx]
+            done_tokens[b_idx, slot[b_idx, j_idx]] = history[b_idx, j_idx]
+            done_len[b_idx, slot[b_idx, j_idx]] = k  # the words before EOS
+            n = ended.long().sum(dim=1)  # (B,)
+            done_n += n
+            width -= n
+        cost = torch.where(keep & ~ended, new_cost, inf)  # (B,K)
+        tokens = history
+        s = model.next_state(ctx, s.index_select(0, flat_parent), word.view(-1))  # (BK,H)
+        prev = word.view(-1)
+    found: list[list[Found]] = []
+    done_cost_l, done_len_l = done_cost.cpu().tolist(), done_len.cpu().tolist()
+    done_tokens_l = done_tokens.cpu().tolist()
+    for b in range(B):
+        hyps = [
+            Found(tuple(done_tokens_l[b][j][: done_len_l[b][j]]), -done_cost_l[b][j])
+            for j in range(K)
+            if done_cost_l[b][j] != inf
+        ]
+        hyps.sort(key=lambda h: (-h.logp, h.ids))
+        found.append(hyps)
+    return found

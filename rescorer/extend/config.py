@@ -1,0 +1,62 @@
+"""``rescorer extend``'s options and counts. No torch here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rescorer.constants import DEFAULT_GZIP_LEVEL
+from rescorer.errors import RescorerError
+from rescorer.io.progress import DEFAULT_EVERY
+from rescorer.job.stats import JobStats
+
+FILL_UP, SECOND_TABLE = "fill-up", "second-table"
+DEFAULT_FLOOR = 1e-4  # docs/extend.md §2: why this value
+DEFAULT_CHECKPOINT_EVERY = 10.0
+
+
+@dataclass(frozen=True)
+class ExtendConfig:
+    """Options of ``rescorer extend`` (flag names match field names)."""
+
+    form: str = FILL_UP  # FILL_UP: the table plus a provenance column; SECOND_TABLE: new pairs
+    beam: int = 5  # N: the beam's width and the most new targets per source
+    floor: float = DEFAULT_FLOOR  # what a feature without a value gets (docs/extend.md §2)
+    lex_f2e: str | None = None  # train-model.perl's model/lex.f2e: "e f w(e|f)" per line
+    lex_e2f: str | None = None  # and model/lex.e2f: "f e w(f|e)"
+    input: str | None = None  # only the sources that are n-grams of this file's lines
+    batch_sources: int | None = None  # sources per beam batch; None: 256 on CPU, 4096 on GPU
+    device: str = "auto"
+    precision: str = "auto"
+    chunk_bytes: int | None = None
+    workers: int | str = 0
+    shard: tuple[int, int] | None = None
+    resume: bool = False
+    compresslevel: int = DEFAULT_GZIP_LEVEL
+    skip_bad_lines: str | None = None
+    quiet: bool = False
+    progress_every: float = DEFAULT_EVERY
+    force: bool = False
+    checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY
+    overlap: bool = False  # the beam runs in collect, so there is nothing to overlap with
+
+    def __post_init__(self) -> None:
+        if self.form not in (FILL_UP, SECOND_TABLE):
+            raise RescorerError(f"--form {self.form!r}: expected {FILL_UP} or {SECOND_TABLE}")
+        if (self.lex_f2e is None) != (self.lex_e2f is None):
+            raise RescorerError("--lex-f2e and --lex-e2f go together: give both or neither")
+        if not 0 < self.floor <= 1:
+            raise RescorerError(f"--floor {self.floor}: expected a probability in (0, 1]")
+        for flag, value in (("--beam", self.beam), ("--batch-sources", self.batch_sources)):
+            if value is not None and value < 1:
+                raise RescorerError(f"{flag} {value}: expected at least 1")
+
+
+@dataclass
+class ExtendStats(JobStats):
+    sources: int = 0  # distinct source phrases read
+    searched: int = 0  # of them, those the beam searched (all, or the --input ones)
+    proposed: int = 0  # targets the beam proposed
+    known: int = 0  # of them, pairs the table already has
+    new_pairs: int = 0  # pairs written
+    device: str = ""
+    precision: str = ""

@@ -1,0 +1,219 @@
+"""``rescorer extend``: the streamed job (:mod:`rescorer.job.run`) with generation plugged in.
+
+What it does with each chunk (:class:`Extending`, the job's
+:class:`~rescorer.job.run.ChunkWork`):
+
+- a worker groups the chunk's lines by source phrase, with the targets each already has, and
+  marks the sources to generate for (all, or the ``--input`` n-grams)
+  (:func:`~rescorer.extend.stages.parse_chunk`);
+- the main process runs the batched beam search of the first ``-m`` model (forward) over those
+  sources (:func:`~rescorer.extend.beam.beam_search_batched`), drops the targets the table
+  has, scores the new pairs with every ``-m`` model exactly as ``rescorer score`` scores a pair
+  (:class:`~rescorer.score.scorer.Scorer`), and gives them their features
+  (:mod:`~rescorer.extend.features`);
+- a worker writes the chunk: the table's lines with the provenance column and the new lines
+  among them in byte order (fill-up), or the new lines alone (second table).
+
+Everything else (chunks, lock, ``OUT.partial`` and its record, ``--resume``, shards and their
+manifests) is the job's, as for ``score``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rescorer.constants import FORWARD
+from rescorer.errors import RescorerError
+from rescorer.extend.beam import beam_search_batched
+from rescorer.extend.config import FILL_UP, ExtendConfig, ExtendStats
+from rescorer.extend.features import Layout, layout_for, pair_scores
+from rescorer.extend.stages import ExtendChunk, format_chunk, init_worker, new_line, parse_chunk
+from rescorer.job.run import StreamedJob
+from rescorer.moses.lex import LexicalTable, lexical_weights, read_lex
+from rescorer.score.config import chunk_bytes_for, resolve_workers
+from rescorer.score.pairs import GroupedPairsBuilder, encode_inverse
+
+
+def extend_table(
+    table: str, model_dirs: Sequence[str], out: str, config: ExtendConfig
+) -> ExtendStats:
+    """Write ``out``: the new pairs the first model proposes for ``table``'s source phrases,
+    in ``config.form`` (module docstring). Raises InputError at the first malformed line
+    (unless ``skip_bad_lines``), leaving no output."""
+    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.job.run import first_num_scores
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.moses.filter import input_ngrams
+    from rescorer.score.scorer import Scorer
+
+    job = StreamedJob("extend", table, out, config)  # its checks come before any work
+    if not model_dirs:
+        raise RescorerError("extend: no model given (-m)")
+    lex: tuple[LexicalTable, LexicalTable] | None = None
+    if config.lex_f2e is not None and config.lex_e2f is not None:
+        lex = (read_lex(config.lex_f2e), read_lex(config.lex_e2f))
+    wanted = frozenset(input_ngrams(config.input)) if config.input is not None else None
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device, "score")
+    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+    if loaded[0].direction != FORWARD:
+        raise RescorerError(
+            f"{model_dirs[0]}: an inverse model; the first -m generates the targets, so it must "
+            "be a forward one (train without --direction inverse)"
+        )
+    num_scores = first_num_scores(table) if job.regular else None
+    if num_scores is None and config.form == FILL_UP:
+        raise RescorerError(f"{table}: no line to read the score count from (empty, or a pipe)")
+    layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
+    batch_tokens = 4096 if device.type == "cpu" else 65536
+    scorers = [Scorer(m.model, precision, batch_tokens) for m in loaded]
+    workers = resolve_workers(config.workers, device)
+    chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+    if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
+        config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
+    stats = ExtendStats(device=str(device), precision=precision)
+    gz = out.endswith(".gz")
+    manifest_options = {
+        "form": config.form,
+        "beam": config.beam,
+        "floor": config.floor,
+        "lex": lex is not None,
+        "input": wanted is not None,
+        "precision": precision,
+        "device_type": device.type,
+        "chunk_bytes": config.chunk_bytes,
+        "gzip": gz,
+        "compresslevel": config.compresslevel if gz else None,
+        "skip_bad_lines": config.skip_bad_lines is not None,
+    }
+    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
+    models = [
+        _Model(m.model, m.src_vocab, m.tgt_vocab, m.direction, s)
+        for m, s in zip(loaded, scorers, strict=True)
+    ]
+    work = Extending(models, layout, lex, config, stats, wanted, batch)
+    job.run(work, config, stats, model_dirs, manifest_options, device)
+    return stats
+
+
+@dataclass(frozen=True)
+class _Model:
+    model: Any
+    src_vocab: Any
+    tgt_vocab: Any
+    direction: str
+    scorer: Any
+
+
+class Extending:
+    """What an ``extend`` job does with each chunk (module docstring)."""
+
+    unit = "new pairs"
+
+    def __init__(
+        self,
+        models: Sequence[_Model],
+        layout: Layout,
+        lex: tuple[LexicalTable, LexicalTable] | None,
+        config: ExtendConfig,
+        stats: ExtendStats,
+        wanted: frozenset[str] | None,
+        batch_sources: int,
+    ) -> None:
+        self.models, self.layout, self.lex, self.config, self.stats = (
+            models,
+            layout,
+            lex,
+            config,
+            stats,
+        )
+        self.init_worker = init_worker
+        self.init_args: tuple[Any, ...] = (wanted,)
+        self.parse = parse_chunk
+        self.batch_sources = batch_sources
+
+    def submit(self, parsed: ExtendChunk) -> list[list[str]]:
+        """The new targets of each source group (the beam's, minus what the table has)."""
+        gen = self.models[0]
+        todo = [g for g in parsed.groups if g.wanted]
+        self.stats.sources += len(parsed.groups)
+        self.stats.searched += len(todo)
+        found: dict[int, list[str]] = {}
+        for start in range(0, len(todo), self.batch_sources):
+            part = todo[start : start + self.batch_sources]
+            beams = beam_search_batched(
+                gen.model,
+                gen.src_vocab,
+                gen.tgt_vocab,
+                [g.src.split(" ") for g in part],
+                self.config.beam,
+            )
+            for group, hyps in zip(part, beams, strict=True):
+                targets = [" ".join(gen.tgt_vocab.decode(h.ids)) for h in hyps]
+                self.stats.proposed += len(targets)
+                fresh = [t for t in targets if t and t not in group.known]
+                self.stats.known += len(targets) - len(fresh)
+                found[id(group)] = fresh
+        return [found.get(id(g), []) for g in parsed.groups]
+
+    def collect(
+        self, pending: list[list[str]], parsed: ExtendChunk, gz_level: int | None
+    ) -> tuple[Callable[..., bytes], tuple[Any, ...], int]:
+        pairs = [
+            (g.src, t) for g, targets in zip(parsed.groups, pending, strict=True) for t in targets
+        ]
+        logps = self._score(pairs)  # one list per model
+        new_lines: list[list[bytes]] = []
+        k = 0
+        for targets in pending:
+            lines = []
+            for _ in targets:
+                src, tgt = pairs[k]
+                weights = None
+                alignment = ""
+                if self.lex is not None:
+                    weights = lexical_weights(
+                        src.split(" "), tgt.split(" "), *self.lex, self.config.floor
+                    )
+                    alignment = " ".join(f"{j}-{i}" for j, i in weights.alignment)
+                scores = pair_scores(
+                    self.layout, [column[k] for column in logps], weights, self.config.floor
+                )
+                lines.append(new_line(src, tgt, scores, alignment))
+                k += 1
+            new_lines.append(lines)
+        self.stats.new_pairs += len(pairs)
+        spans = [(g.first, g.end) for g in parsed.groups]
+        fill_up = self.layout.fill_up
+        args = (parsed.lines, parsed.cuts, spans, new_lines, fill_up, gz_level)
+        written = len(pairs) + (len(parsed.lines) if fill_up else 0)
+        return format_chunk, (*args, parsed.last_unterminated), written
+
+    def _score(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+        """log p of every pair under every model, as ``rescorer score`` computes it."""
+        if not pairs:
+            return [[] for _ in self.models]
+        columns = []
+        for m in self.models:
+            if m.direction == FORWARD:
+                builder = GroupedPairsBuilder(m.src_vocab, m.tgt_vocab)
+                for src, tgt in pairs:
+                    builder.add(src, tgt.split(" "))
+                columns.append(m.scorer.score(builder.build()).tolist())
+            else:
+                grouped, order = encode_inverse(
+                    m.src_vocab,
+                    m.tgt_vocab,
+                    [src.encode() for src, _ in pairs],
+                    [tgt.encode() for _, tgt in pairs],
+                )
+                logp = m.scorer.score(grouped)
+                in_pairs = logp.copy()
+                in_pairs[order] = logp
+                columns.append(in_pairs.tolist())
+        return columns
+
+    def progress(self) -> int:
+        return self.stats.new_pairs
