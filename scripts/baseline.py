@@ -47,7 +47,11 @@ HERE = Path(__file__).resolve().parent
 @click.option("--tokenized", is_flag=True, help="The corpus is tokenised and lowercased.")
 @click.option("--max-length", default=80, show_default=True, help="clean-corpus-n's limit.")
 @click.option("--lm-order", default=5, show_default=True)
-@click.option("--discount-fallback", is_flag=True, help="lmplz on a tiny corpus.")
+@click.option(
+    "--discount-fallback",
+    is_flag=True,
+    help="lmplz --discount_fallback from the start [default: only when lmplz asks].",
+)
 @click.option("--max-phrase-length", default=7, show_default=True)
 @click.option(
     "--no-cube-pruning",

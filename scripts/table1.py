@@ -15,6 +15,9 @@ Example (the en-fr system, three snapshots of one training run, an inverse model
         --model runs/curve/fwd@1h --model runs/curve/fwd@3h --model runs/curve/fwd@6h \
         --inverse-model runs/curve/inv@2h --runs 6 --runs-c 4 --runs-mira 3 \
         --dev-lines 400 --max-iterations 8 --score-args "--precision fp32"
+
+From a raw bitext folder (train/dev/test.en/fr) instead of a system folder: `--bitext CORPUS`
+builds the baseline first (scripts/baseline.py's steps, in WORK/baseline).
 """
 
 from __future__ import annotations
@@ -34,14 +37,21 @@ from rescorer.cli.common import (
     interrupt_status,
 )
 from rescorer.errors import RescorerError
+from rescorer.experiments.baseline import BaselineConfig, run_baseline
 from rescorer.experiments.table1 import Table1Config, run_table1
 
 HERE = Path(__file__).resolve().parent
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.argument("system", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("system", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
+@click.option(
+    "--bitext",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Build SYSTEM first from a raw bitext folder (train/dev/test.SRC/TGT) with "
+    "scripts/baseline.py's steps, in WORK/baseline; SYSTEM is then WORK/baseline/system.",
+)
 @click.option(
     "--model",
     "models",
@@ -103,7 +113,8 @@ HERE = Path(__file__).resolve().parent
     "--trials", default=10000, show_default=True, help="Randomisation and bootstrap trials."
 )
 def main(
-    system: Path,
+    system: Path | None,
+    bitext: Path | None,
     models: tuple[Path, ...],
     train_args: str,
     score_args: str,
@@ -111,6 +122,11 @@ def main(
     **opts: object,
 ) -> None:
     """Tune and evaluate the systems of Table 1 on SYSTEM (a Moses system folder)."""
+    if (system is None) == (bitext is None):
+        raise click.UsageError("give SYSTEM (a Moses system folder) or --bitext CORPUS, not both")
+    if bitext is not None:
+        system = build_system(bitext, opts["work"], moses, opts)  # type: ignore[arg-type]
+    assert system is not None
     config = Table1Config(
         system=system,
         models=models,
@@ -133,6 +149,24 @@ def main(
         )
         sys.exit(interrupt_status(exc))
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
+
+
+def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object]) -> Path:
+    """The tuned baseline of ``bitext`` in WORK/baseline (each step skipped once done)."""
+    config = BaselineConfig(
+        corpus=bitext,
+        work=work / "baseline",
+        moses=moses,
+        src=str(opts["src"]),
+        tgt=str(opts["tgt"]),
+        threads=int(opts["threads"]),  # type: ignore[call-overload]
+    )
+    try:
+        run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
+    except RescorerError as exc:
+        click.echo(f"table1: error: {exc}", err=True)
+        sys.exit(1)
+    return config.work / "system"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ runs again; tuning continues its own iterations with ``mert-moses.pl --continue`
 =========  =================================================================================
 prepare    ``tokenizer.perl -l LANG`` (its default escaping) and ``lowercase.perl`` on every
            set; ``clean-corpus-n.perl train S T train.clean 1 80`` (ratio 9, Moses' default)
-lm         KenLM ``lmplz -o 5 -S 20%`` on the cleaned target side, ``build_binary trie``
+lm         KenLM ``lmplz -o 5 -S 20%`` on the cleaned target side (``--discount_fallback``
+           when lmplz asks for it, on a tiny corpus), ``build_binary trie``
 train      ``train-model.perl`` with MGIZA++, ``grow-diag-final-and``,
            ``msd-bidirectional-fe`` (steps 1-9: alignment, lexical tables, extraction, scoring,
            reordering table, moses.ini)
@@ -56,7 +57,7 @@ class BaselineConfig:
     tokenized: bool = False  # the corpus is tokenised and lowercased already
     max_length: int = 80  # clean-corpus-n's limit (tokens, both sides)
     lm_order: int = 5
-    discount_fallback: bool = False  # lmplz on a tiny corpus
+    discount_fallback: bool = False  # lmplz's --discount_fallback from the start (else on demand)
     max_phrase_length: int = 7
     cube_pruning: bool = True
     max_iterations: int = 15
@@ -178,12 +179,24 @@ def train_lm(
         "-T",
         step.folder,
     ]
-    if cfg.discount_fallback:
-        argv.append("--discount_fallback")
-    step.run(argv, stdin=corpus, stdout=arpa)
+    fallback = cfg.discount_fallback
+    try:
+        step.run([*argv, "--discount_fallback"] if fallback else argv, stdin=corpus, stdout=arpa)
+    except StepError:
+        # lmplz cannot estimate Kneser-Ney discounts on a tiny corpus and says to rerun with
+        # --discount_fallback (Moses' README: "needs --discount_fallback on very small corpora")
+        if fallback or "--discount_fallback" not in step.log.read_text(encoding="utf-8"):
+            raise
+        fallback = True
+        step.say_in_log("lmplz asks for --discount_fallback (a small corpus): running it so")
+        step.run([*argv, "--discount_fallback"], stdin=corpus, stdout=arpa)
     step.run([tools.root / "bin" / "build_binary", "trie", arpa, binary])
     arpa.unlink()
-    return {"lm": str(binary.resolve()), "bytes": binary.stat().st_size}
+    return {
+        "lm": str(binary.resolve()),
+        "bytes": binary.stat().st_size,
+        "discount_fallback": fallback,
+    }
 
 
 def train_model(

@@ -44,6 +44,11 @@ class Step:
         self.folder = folder
         self.log = folder / LOG_FILE
 
+    def say_in_log(self, message: str) -> None:
+        """A line of the driver's own in the step's log, between its commands'."""
+        with open(self.log, "a", encoding="utf-8") as log:
+            log.write(f"# {message}\n")
+
     def need(self, *paths: Path) -> None:
         """Stop with a clear error unless every path exists."""
         for path in paths:

@@ -79,6 +79,9 @@ def test_a_bitext_becomes_a_tuned_system_folder_and_a_rerun_skips_every_step(
     prepared = json.loads((work / "prepare" / "done.json").read_text())
     assert prepared["lines"]["train"] == 400 and prepared["lines"]["test"] == 10
     assert prepared["lines"]["train.clean"] <= 400
+    # 400 lines are too few for lmplz's discount estimates: it asked, and ran again with the flag
+    assert json.loads((work / "lm" / "done.json").read_text())["discount_fallback"] is True
+    assert "lmplz asks for --discount_fallback" in (work / "lm" / "log").read_text()
     tuned = json.loads((work / "tune" / "done.json").read_text())
     assert tuned["iterations"] == 2
     evaluated = json.loads(proc.stdout)
@@ -138,3 +141,32 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     assert proc.returncode == 1
     if (MOSES / "bin" / "moses").exists():
         assert f"{corpus / 'test.fr'}: missing" in proc.stderr
+
+
+@pytest.mark.slow
+@needs_moses
+def test_table1_starts_from_a_bitext(tmp_path: Path, tiny_model_dir: Path) -> None:
+    work = tmp_path / "work"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "table1.py"), "--bitext", str(BITEXT),
+         "--model", str(tiny_model_dir), "--work", str(work), "--moses", str(MOSES),
+         "--runs", "1", "--runs-c", "0", "--max-iterations", "1", "--trials", "100",
+         "--threads", "2", "--score-args", "--compile no"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "baseline" / "system" / "moses.ini").is_file()
+    results = json.loads((work / "results.json").read_text())
+    assert results["sentences"]["test"] == 10
+    assert [s["system"] for s in results["systems"]][:2] == ["a", f"b-{tiny_model_dir.name}"]
+
+
+def test_table1_wants_a_system_or_a_bitext_not_both(tmp_path: Path) -> None:
+    table1 = [sys.executable, str(ROOT / "scripts" / "table1.py")]
+    for extra in ([], [str(tmp_path), "--bitext", str(BITEXT)]):
+        proc = subprocess.run(
+            [*table1, *extra, "--work", str(tmp_path / "w"), "--model", str(tmp_path)],
+            capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 2
+        assert "give SYSTEM (a Moses system folder) or --bitext CORPUS" in proc.stderr
