@@ -7,8 +7,9 @@ runs again; tuning continues its own iterations with ``mert-moses.pl --continue`
 =========  =================================================================================
 prepare    ``tokenizer.perl -l LANG`` (its default escaping) and ``lowercase.perl`` on every
            set; ``clean-corpus-n.perl train S T train.clean 1 80`` (ratio 9, Moses' default)
-lm         KenLM ``lmplz -o 5 -S 20%`` on the cleaned target side (``--discount_fallback``
-           when lmplz asks for it, on a tiny corpus), ``build_binary trie``
+lm         KenLM ``lmplz -o 5 -S 20%`` on the cleaned target side (again with
+           ``--discount_fallback`` when its discounts are out of range: a tiny corpus),
+           ``build_binary trie``
 train      ``train-model.perl`` with MGIZA++, ``grow-diag-final-and``,
            ``msd-bidirectional-fe`` (steps 1-9: alignment, lexical tables, extraction, scoring,
            reordering table, moses.ini)
@@ -183,12 +184,16 @@ def train_lm(
     try:
         step.run([*argv, "--discount_fallback"] if fallback else argv, stdin=corpus, stdout=arpa)
     except StepError:
-        # lmplz cannot estimate Kneser-Ney discounts on a tiny corpus and says to rerun with
-        # --discount_fallback (Moses' README: "needs --discount_fallback on very small corpora")
-        if fallback or "--discount_fallback" not in step.log.read_text(encoding="utf-8"):
+        # On a tiny corpus lmplz cannot estimate its Kneser-Ney discounts and aborts ("2-gram
+        # discount out of range", or "... rerun with --discount_fallback"): the flag is its way
+        # out (Moses' README says so too)
+        said = step.log.read_text(encoding="utf-8")
+        if fallback or not ("discount out of range" in said or "--discount_fallback" in said):
             raise
         fallback = True
-        step.say_in_log("lmplz asks for --discount_fallback (a small corpus): running it so")
+        step.say_in_log(
+            "lmplz: discount out of range (a small corpus): again with --discount_fallback"
+        )
         step.run([*argv, "--discount_fallback"], stdin=corpus, stdout=arpa)
     step.run([tools.root / "bin" / "build_binary", "trie", arpa, binary])
     arpa.unlink()

@@ -37,7 +37,6 @@ def build(work: Path, *flags: str, corpus: Path = BITEXT) -> subprocess.Complete
             str(work),
             "--moses",
             str(MOSES),
-            "--discount-fallback",
             "--max-iterations",
             "2",
             "--mert-seed",
@@ -79,9 +78,8 @@ def test_a_bitext_becomes_a_tuned_system_folder_and_a_rerun_skips_every_step(
     prepared = json.loads((work / "prepare" / "done.json").read_text())
     assert prepared["lines"]["train"] == 400 and prepared["lines"]["test"] == 10
     assert prepared["lines"]["train.clean"] <= 400
-    # 400 lines are too few for lmplz's discount estimates: it asked, and ran again with the flag
-    assert json.loads((work / "lm" / "done.json").read_text())["discount_fallback"] is True
-    assert "lmplz asks for --discount_fallback" in (work / "lm" / "log").read_text()
+    # 400 lines are enough for lmplz's discount estimates
+    assert json.loads((work / "lm" / "done.json").read_text())["discount_fallback"] is False
     tuned = json.loads((work / "tune" / "done.json").read_text())
     assert tuned["iterations"] == 2
     evaluated = json.loads(proc.stdout)
@@ -141,6 +139,24 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     assert proc.returncode == 1
     if (MOSES / "bin" / "moses").exists():
         assert f"{corpus / 'test.fr'}: missing" in proc.stderr
+
+
+@pytest.mark.slow
+@needs_moses
+def test_lmplz_runs_again_with_discount_fallback_on_a_tiny_corpus(tmp_path: Path) -> None:
+    """100 lines are too few for lmplz's Kneser-Ney discounts: it aborts, and the step runs it
+    again with --discount_fallback."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BITEXT, corpus)
+    for lang in ("en", "fr"):
+        lines = (BITEXT / f"train.{lang}").read_text(encoding="utf-8").splitlines(True)
+        (corpus / f"train.{lang}").write_text("".join(lines[:100]), encoding="utf-8")
+    work = tmp_path / "work"
+    proc = build(work, "--max-iterations", "1", corpus=corpus)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((work / "lm" / "done.json").read_text())["discount_fallback"] is True
+    log = (work / "lm" / "log").read_text(encoding="utf-8")
+    assert "discount out of range" in log and "again with --discount_fallback" in log
 
 
 @pytest.mark.slow
