@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from rescorer.cpus import ThreadChoice
 from rescorer.errors import RescorerError
 
 PRECISIONS = ("auto", "bf16", "tf32", "fp32")
@@ -83,6 +84,12 @@ def resolve_precision(name: str, device: torch.device, purpose: str = "train") -
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
     return "bf16" if cpu_has_fast_bf16() else "fp32"
+
+
+def set_threads(choice: ThreadChoice) -> ThreadChoice:
+    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``."""
+    torch.set_num_threads(choice.threads)
+    return choice
 
 
 #: Entries kept in each of oneDNN's two per-shape kernel caches (see ``bound_kernel_caches``).

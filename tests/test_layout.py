@@ -21,18 +21,20 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
     "io": BASE | {"io"},
     "vocab": BASE | {"io"},
-    "device": BASE,
+    "cpus": BASE,
+    "device": BASE | {"cpus", "io"},
     "batching": BASE,
     "verdict": BASE,
     "moses": BASE | {"io", "moses"},
-    "model": BASE | {"verdict", "io", "vocab", "device", "batching", "model"},
-    "train": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "train"},
-    "score": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "score"},
+    "model": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model"},
+    "train": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "train"},
+    "score": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "score"},
     "experiments": BASE | {"verdict", "io", "moses", "experiments"},
     "analysis": BASE
-    | {"verdict", "io", "vocab", "device", "batching", "model", "score", "analysis"},
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "score", "analysis"},
     "cli": BASE
-    | {"verdict", "io", "vocab", "device", "model", "moses", "train", "score", "analysis", "cli"},
+    | {"verdict", "io", "vocab", "cpus", "device", "model", "moses", "train", "score"}
+    | {"analysis", "cli"},
     "__main__": {"cli"},
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
@@ -48,6 +50,7 @@ TORCH_FREE = [
     "rescorer.score.shards",
     "rescorer.score.merge",
     "rescorer.vocab",
+    "rescorer.cpus",
     "rescorer.moses.ini",
     "rescorer.moses.ini_rewrite",
     "rescorer.moses.added_columns",

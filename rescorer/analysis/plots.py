@@ -109,15 +109,19 @@ def tsne_2d(
         verbose=2 if stages is not None else 0,
     )
     data = points.astype(np.float32)
-    if stages is None:
-        return np.asarray(tsne.fit_transform(data), dtype=np.float64)
-    iterations = int(tsne.max_iter)
-    progress = stages(f"t-SNE map of {what}", "iterations", f"of {iterations:,} at most")
-    try:
-        with contextlib.redirect_stdout(_TsneLog(progress, iterations)):
+    # scikit-learn's own OpenMP threads, as many as torch's (--threads)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=torch.get_num_threads()):
+        if stages is None:
             return np.asarray(tsne.fit_transform(data), dtype=np.float64)
-    finally:
-        progress.close()
+        iterations = int(tsne.max_iter)
+        progress = stages(f"t-SNE map of {what}", "iterations", f"of {iterations:,} at most")
+        try:
+            with contextlib.redirect_stdout(_TsneLog(progress, iterations)):
+                return np.asarray(tsne.fit_transform(data), dtype=np.float64)
+        finally:
+            progress.close()
 
 
 def record_path(path: str) -> str:

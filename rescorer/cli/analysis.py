@@ -20,6 +20,8 @@ from rescorer.cli.common import (
     progress_option,
     quiet_option,
     say,
+    threads_option,
+    use_threads,
     user_errors,
 )
 
@@ -33,13 +35,20 @@ if TYPE_CHECKING:
 seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
 
 
-def load_for_analysis(model_dir: str, device: str) -> tuple[LoadedModel, Sides]:
-    """The model and the table's sides as it sees them (its direction)."""
+def load_for_analysis(
+    model_dir: str, device: str, threads: int | None = None, quiet: bool = False
+) -> tuple[LoadedModel, Sides]:
+    """The model and the table's sides as it sees them (its direction), after the first line:
+    the device and the threads (``--threads``; unless ``quiet``)."""
     from rescorer.analysis.sides import Sides
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
-    loaded = load_model_dir(model_dir, resolve_device(device))
+    chosen = use_threads(threads)
+    resolved = resolve_device(device)
+    if not quiet:
+        say(f"{resolved}, {chosen}")
+    loaded = load_model_dir(model_dir, resolved)
     return loaded, Sides(loaded.direction)
 
 
@@ -159,6 +168,7 @@ def score_in_parts(
 )
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -177,6 +187,7 @@ def sample(
     batch: int,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -197,7 +208,7 @@ def sample(
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
     sources = _phrases(phrases, input_path, sides.given)
     tell_direction(sides, quiet)
     dropped = 0
@@ -330,6 +341,7 @@ column_option = click.option(
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -348,6 +360,7 @@ def compare(
     out: str,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -365,7 +378,7 @@ def compare(
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
 
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     stages = analysis_stages(quiet, progress_every)
 

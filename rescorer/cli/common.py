@@ -171,6 +171,25 @@ precision_option = click.option(
 )
 
 
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Threads that compute [default: OMP_NUM_THREADS if set, else the CPUs this process "
+    "may run on: its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK]. On a machine busy "
+    "with other jobs, 1 can be much faster.",
+)
+
+
+def use_threads(threads: int | None) -> str:
+    """Set torch's thread count for ``--threads`` (None: the default rule, rescorer/cpus.py) and
+    return the choice as the first line of a command says it (``2 threads (...)``)."""
+    from rescorer.cpus import choose_threads
+    from rescorer.device import set_threads
+
+    return set_threads(choose_threads(threads)).describe()
+
+
 def compile_option(auto: str) -> Callable[[F], F]:
     """``--compile auto|yes|no`` (default auto): torch.compile the recurrence and softmax;
     ``auto`` says when auto compiles."""

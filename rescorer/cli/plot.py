@@ -23,6 +23,7 @@ from rescorer.cli.common import (
     progress_option,
     quiet_option,
     say,
+    threads_option,
     user_errors,
 )
 from rescorer.errors import RescorerError
@@ -63,6 +64,7 @@ png_option = click.option(
 @column_option
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -74,6 +76,7 @@ def scatter(
     column: int | None,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -88,7 +91,7 @@ def scatter(
     from rescorer.analysis.plots import plot_scatter, sample_pairs
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     sampled = sample_pairs(table, pairs, seed, sides.column_or_default(column), stages)
     given, predicted = (sampled.tgt, sampled.src) if sides.inverse else (sampled.src, sampled.tgt)
@@ -125,6 +128,7 @@ def scatter(
     help="Words named at most per panel: the most frequent whose label overlaps no other.",
 )
 @seed_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -135,6 +139,7 @@ def words(
     points: int,
     labels: int,
     seed: int,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -146,7 +151,7 @@ def words(
     """
     from rescorer.analysis.plots import embedding_rows, plot_words
 
-    loaded, sides = load_for_analysis(model_dir, "cpu")
+    loaded, sides = load_for_analysis(model_dir, "cpu", threads, quiet)
     tell_direction(sides, quiet)
     panels = []
     for s in ["source", "target"] if side == "both" else [side]:
@@ -203,6 +208,7 @@ def words(
 )
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -216,6 +222,7 @@ def phrases(
     neighbours: int,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -233,7 +240,7 @@ def phrases(
     from rescorer.analysis.plots import long_phrase_sample, plot_phrases, summary_vectors
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     chosen = long_phrase_sample(table, size, min_words, seed, stages, sides)
     if len(chosen) < 5:

@@ -13,6 +13,7 @@ from rescorer.cli.common import (
     device_option,
     precision_option,
     progress_option,
+    threads_option,
     user_errors,
     vocab_size_options,
 )
@@ -144,6 +145,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     "phrase; --src-vocab-size is then the shortlist of the table's targets).",
 )
 @device_option
+@threads_option
 @precision_option
 @compile_option("100,000 training pairs or more")
 @click.option(

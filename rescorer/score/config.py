@@ -95,14 +95,16 @@ COMPILE_MIN_BYTES = 4 << 20
 
 
 def resolve_workers(workers: int | str, device: Any) -> int:
-    """``auto``: on a GPU one parse/format process per core but one (at most 16), so a
-    many-core host can feed the device; on the CPU none, as the model's threads need the cores
-    (and ScoreConfig's count as it is otherwise)."""
+    """``auto``: on a GPU one parse/format process per CPU this process may run on but one (at
+    most 16), so a many-core host can feed the device; on the CPU none, as the model's threads
+    need the cores (and ScoreConfig's count as it is otherwise)."""
+    from rescorer.cpus import available_cpus
+
     if workers != "auto":
         return int(workers)
     if getattr(device, "type", "cpu") != "cuda":
         return 0
-    return max(1, min(16, (os.cpu_count() or 2) - 1))
+    return max(1, min(16, available_cpus()[0] - 1))
 
 
 def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:

@@ -32,6 +32,7 @@ class TrainConfig:
     eps: float = 1e-6
     clip_norm: float = 1.0  # global L2 norm of the gradient
     device: str = "auto"
+    threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
     precision: str = "auto"  # auto | bf16 | fp32
     compile: str = "auto"  # torch.compile the steps and readout: yes | no | auto (big data)
     log_every: int = 100  # updates between progress lines
@@ -62,6 +63,7 @@ class TrainConfig:
         check(self.max_time is None or self.max_time >= 0, "--max-time must be >= 0")
         check(self.patience is None or self.patience >= 1, "--patience must be at least 1")
         check(self.sort_batches >= 1, "--sort-batches must be at least 1")
+        check(self.threads is None or self.threads >= 1, "--threads must be at least 1")
         check(self.compile in ("auto", "yes", "no"), "--compile: expected auto, yes or no")
         check(
             self.direction in DIRECTIONS,
@@ -135,7 +137,8 @@ def resume_configs(
                 f"--resume: --{key.replace('_', '-')} {flags[key]} differs from the saved "
                 f"run's {getattr(cfg, key)}",
             )
-    return model_cfg, replace(train_cfg, **train_flags)
+    # the threads are this machine's: the saved run's count applies only when given again
+    return model_cfg, replace(train_cfg, **{"threads": None, **train_flags})
 
 
 def configs_from_flags(

@@ -20,7 +20,8 @@ import torch
 from rescorer import __version__
 from rescorer.batching import PairArrays
 from rescorer.constants import UNK_ID
-from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision
+from rescorer.cpus import choose_threads
+from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision, set_threads
 from rescorer.errors import check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
@@ -71,6 +72,8 @@ class RunSetup:
                 f"{out}: already holds a model; use --resume or a new directory",
             )
         self.device = resolve_device(self.world.device_name(cfg.device))
+        self.threads = set_threads(choose_threads(cfg.threads))
+        self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
         self.precision = resolve_precision(cfg.precision, self.device)
         bound_kernel_caches()
         self.world.start(self.device)
