@@ -21,7 +21,13 @@ from rescorer import __version__
 from rescorer.batching import PairArrays
 from rescorer.constants import UNK_ID
 from rescorer.cpus import choose_threads
-from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision, set_threads
+from rescorer.device import (
+    bound_kernel_caches,
+    choose_precision,
+    resolve_device,
+    set_threads,
+    training_shapes,
+)
 from rescorer.errors import check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
@@ -74,7 +80,17 @@ class RunSetup:
         self.device = resolve_device(self.world.device_name(cfg.device))
         self.threads = set_threads(choose_threads(cfg.threads))
         self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
-        self.precision = resolve_precision(cfg.precision, self.device)
+        shapes = training_shapes(
+            model_cfg.hidden_size,
+            model_cfg.embed_size,
+            model_cfg.maxout_units * model_cfg.maxout_pool,
+            model_cfg.tgt_vocab_size + 1,
+            cfg.batch_size,
+        )
+        precision = choose_precision(cfg.precision, self.device, "train", shapes)
+        self.precision = precision.precision
+        if precision.reason:
+            self.say(f"rescorer train: {precision.reason}")
         bound_kernel_caches()
         self.world.start(self.device)
         self._load_data(source, model_cfg, resume)
