@@ -38,6 +38,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -50,7 +51,7 @@ from rescorer.errors import InputError, RescorerError
 from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
 from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_binary
 from rescorer.io.outputs import WriteError, gzip_member
-from rescorer.io.progress import Progress
+from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.score.clobber import refuse_clobber, score_files
 from rescorer.score.config import (
@@ -120,6 +121,11 @@ def score_table(
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+    if compile_ and not config.quiet:
+        _say(
+            "rescorer score: compiling the model's steps and readout while the first chunk is "
+            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
+        )
     sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     workers = resolve_workers(config.workers, device)
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
@@ -196,6 +202,17 @@ def score_table(
 
     t0 = time.monotonic()
     ok = interrupted = False
+    # the first chunk's compile reports nothing: a line every --progress-every seconds
+    beat = Heartbeat(
+        _say,
+        "rescorer score: still compiling, with the first chunk",
+        config.progress_every if compile_ and not config.quiet else 0,
+    )
+
+    def report() -> None:
+        beat.stop()  # a chunk is written: compiled
+        progress.update(stats.pairs_scored, fraction())
+
     try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
         output.open(resume)
         num_scores = first_num_scores(table) if regular else None  # a pipe: its first chunk
@@ -238,7 +255,7 @@ def score_table(
                 num_scores,
                 name,
                 stats,
-                lambda: progress.update(stats.pairs_scored, fraction()),
+                report,
                 out,
                 phases or nothing,
                 [coverage_check(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
@@ -265,6 +282,7 @@ def score_table(
             "the same command with --resume to finish it"
         ) from exc
     finally:
+        beat.stop()
         progress.close()
         (pool.close if ok else pool.terminate)()
         pool.join()
@@ -279,6 +297,10 @@ def score_table(
     stats.seconds = time.monotonic() - t0
     stats.phases = phases
     return stats
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _run(

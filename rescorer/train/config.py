@@ -20,7 +20,7 @@ class TrainConfig:
 
     batch_size: int = 64  # pairs per update (paper)
     max_updates: int | None = None  # total updates of the run (resumes included)
-    max_time: float | None = None  # seconds of this invocation (data loading included)
+    max_time: float | None = None  # seconds of this run: loading in, first compile out
     valid_fraction: float = 0.01  # share of source phrases held out (all their pairs)
     valid_max_pairs: int = 5000  # validation pairs actually scored (a seeded subset)
     valid_every: int = 1000  # updates between validations (and train-state saves)

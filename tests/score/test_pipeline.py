@@ -825,3 +825,51 @@ def test_a_pairs_score_does_not_depend_on_chunks_or_shards(
     spread = np.ptp(np.stack(runs), axis=0)  # per pair: largest minus smallest score
     assert len(spread) == len(LINES)
     assert spread.max() <= (1e-4 if precision == "auto" else BOUND), spread.max()
+
+
+def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 2: score's first progress line came 3 minutes in, after a compile that
+    said nothing. Now a line says it compiles and how long that usually takes, and a line
+    every --progress-every seconds keeps coming while it does (the fake compile below waits
+    for one before it returns), then the progress lines."""
+    import rescorer.score.pipeline as pipeline
+    import rescorer.score.scorer as scorer
+    from rescorer.model.encdec import Kernels
+
+    said: list[str] = []
+    heard = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "still compiling" in line:
+            heard.set()
+
+    def fake_compile(model: EncoderDecoder, guard: object = None) -> Kernels:
+        first = [True]
+
+        def wrap(fn: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if first[0]:
+                    first[0] = False
+                    assert heard.wait(60), "no 'still compiling' line while compiling"
+                return fn(*args, **kwargs)
+
+            return call
+
+        steps = (model.enc_rec.step, model.dec_rec.step, model.readout_logprobs,
+                 model.readout_picks, model.decoder_tree_step)  # fmt: skip
+        return Kernels(*map(wrap, steps))
+
+    monkeypatch.setattr(pipeline, "_say", say)
+    monkeypatch.setattr(scorer, "compile_kernels", fake_compile)
+    run_score(tmp_path, model_dir, compile="yes", progress_every=0.05)
+    assert said[0].startswith("rescorer score: compiling the model's steps and readout"), said
+    assert "(usually " in said[0] and "--compile no skips it" in said[0]
+    assert said[1].startswith("rescorer score: still compiling, with the first chunk ("), said
+    quiet: list[str] = []
+    monkeypatch.setattr(pipeline, "_say", quiet.append)
+    heard.set()
+    run_score(tmp_path, model_dir, "quiet.gz", compile="yes", quiet=True, progress_every=0.05)
+    assert quiet == []
