@@ -38,17 +38,17 @@ seed_option = click.option("--seed", default=1, show_default=True, help="Random 
 def load_for_analysis(
     model_dir: str, device: str, threads: int | None = None, quiet: bool = False
 ) -> tuple[LoadedModel, Sides]:
-    """The model and the table's sides as it sees them (its direction), after the first line:
-    the device and the threads (``--threads``; unless ``quiet``)."""
+    """The model and the table's sides as it sees them (its direction); once it is loaded, the
+    command's first line: the device and the threads (``--threads``; unless ``quiet``)."""
     from rescorer.analysis.sides import Sides
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
     chosen = use_threads(threads)
     resolved = resolve_device(device)
+    loaded = load_model_dir(model_dir, resolved)
     if not quiet:
         say(f"{resolved}, {chosen}")
-    loaded = load_model_dir(model_dir, resolved)
     return loaded, Sides(loaded.direction)
 
 

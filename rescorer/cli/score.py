@@ -15,7 +15,6 @@ from rescorer.cli.common import (
     progress_option,
     score_precision_option,
     threads_option,
-    use_threads,
     user_errors,
 )
 from rescorer.score.config import ScoreConfig
@@ -156,10 +155,7 @@ def score(
         error = first_error(table)
         if error is not None and opts["skip_bad_lines"] is None:
             raise error
-    threads = use_threads(opts.pop("threads"))
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
-    if not config.quiet:
-        click.echo(f"rescorer score: {threads}", err=True)
     if table == "-" and sys.stdin.isatty():  # not waiting without a word
         click.echo(
             "rescorer score: reading the phrase table from standard input (type it, or end "

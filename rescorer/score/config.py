@@ -25,6 +25,7 @@ NOT_IN_RUN_KEY = (
     "progress_every",
     "profile",
     "force",
+    "threads",
     "checkpoint_every",
     "overlap",
 )
@@ -38,6 +39,7 @@ class ScoreConfig:
     word_penalty: bool = False  # also append exp(#target words outside the shortlist)
     device: str = "auto"
     precision: str = "auto"
+    threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
     batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
@@ -63,6 +65,7 @@ class ScoreConfig:
             ("--chunk-bytes", self.chunk_bytes, 1, None),
             ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),
             ("--batch-tokens", self.batch_tokens, 1, None),
+            ("--threads", self.threads, 1, None),
             ("--checkpoint-every", self.checkpoint_every, 0, None),
             ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
         ):

@@ -100,9 +100,12 @@ def score_table(
 
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
-    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.cpus import choose_threads
+    from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.score.scorer import Scorer
+
+    threads = set_threads(choose_threads(config.threads))
 
     if out == "-" and config.resume:
         raise RescorerError("--resume needs an output file, not stdout")
@@ -121,11 +124,6 @@ def score_table(
     batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
     compile_ = want_compile(config.compile, table)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
-    if compile_ and not config.quiet:
-        _say(
-            "rescorer score: compiling the model's steps and readout while the first chunk is "
-            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
-        )
     sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     workers = resolve_workers(config.workers, device)
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
@@ -231,6 +229,13 @@ def score_table(
         else:
             init_worker(sides)
         with open_binary(table, meter) as stream:
+            if not config.quiet:  # it opens: the first line says how the run computes
+                _say(f"rescorer score: {device}, {precision}, {threads.describe()}")
+                if compile_:
+                    _say(
+                        "rescorer score: compiling the model's steps and readout while the "
+                        f"first chunk is scored ({COMPILE_TYPICAL}; --compile no skips it)"
+                    )
             chunks = iter_chunks(
                 stream,
                 chunk_bytes,

@@ -865,9 +865,10 @@ def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
     monkeypatch.setattr(pipeline, "_say", say)
     monkeypatch.setattr(scorer, "compile_kernels", fake_compile)
     run_score(tmp_path, model_dir, compile="yes", progress_every=0.05)
-    assert said[0].startswith("rescorer score: compiling the model's steps and readout"), said
-    assert "(usually " in said[0] and "--compile no skips it" in said[0]
-    assert said[1].startswith("rescorer score: still compiling, with the first chunk ("), said
+    assert said[0].startswith("rescorer score: cpu, fp32, ") and " thread" in said[0], said
+    assert said[1].startswith("rescorer score: compiling the model's steps and readout"), said
+    assert "(usually " in said[1] and "--compile no skips it" in said[1]
+    assert said[2].startswith("rescorer score: still compiling, with the first chunk ("), said
     quiet: list[str] = []
     monkeypatch.setattr(pipeline, "_say", quiet.append)
     heard.set()
