@@ -94,9 +94,16 @@ def parse_workers(value: str) -> int | str:
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
+    "--restart",
+    is_flag=True,
+    help="Start over, discarding an interrupted run's OUT.partial (refused without this or "
+    "--resume).",
+)
+@click.option(
     "--force",
     is_flag=True,
-    help="With --resume: replace a complete OUT whose manifest names another model.",
+    help="With --resume: replace a complete OUT whose manifest names another model; without: "
+    "as --restart.",
 )
 @click.option(
     "--compress-level",
@@ -147,6 +154,8 @@ def score(
         raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
     if out == "-" and opts["resume"]:
         raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts["resume"] and opts["restart"]:
+        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
     if opts.pop("check_first"):
         if table == "-":
             raise click.UsageError("--check-first needs a file: stdin can be read only once")

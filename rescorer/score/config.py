@@ -25,6 +25,7 @@ NOT_IN_RUN_KEY = (
     "progress_every",
     "profile",
     "force",
+    "restart",
     "threads",
     "checkpoint_every",
     "overlap",
@@ -51,7 +52,9 @@ class ScoreConfig:
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
     profile: bool = False  # print where the time went (rescorer/score/profile.py)
-    force: bool = False  # --resume may replace a complete OUT made with another model
+    force: bool = False  # --resume may replace a complete OUT made with another model; and
+    # without --resume, as restart: start over, discarding an interrupted run's OUT.partial
+    restart: bool = False  # start over, discarding an interrupted run's OUT.partial
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY  # seconds between progress records; 0:
     # after every chunk (a killed run redoes at most about this much with --resume)
     overlap: bool = True  # the device scores chunk k while the host prepares k+1 and formats

@@ -168,6 +168,8 @@ def score_table(
         if config.resume and manifest is not None and finished_shard(output, manifest, stats):
             output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
             return stats
+        if not config.resume:
+            output.refuse_to_discard(config.restart or config.force)
         resume = output.load_resume(fresh, table, config.force) if config.resume else fresh
     except BaseException:
         output.unlock()

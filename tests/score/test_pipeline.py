@@ -472,7 +472,7 @@ def resume(table: Path, model_dir: Path, out: Path) -> None:
     [
         ("input", r"was written for other input content \(the table changed since\)"),
         ("model", r"was written for another model \(the model directory changed since\)"),
-        ("short", r"shorter than the \d+ its record says \(lost in a crash or power loss\?\)"),
+        ("short", r"shorter than the \d+ its record says: it was cut short after the record"),
         ("deleted", r"\.partial: missing, but .* says \d+ bytes were written"),
         ("tail", r"its last written bytes differ from its record"),
     ],
@@ -508,6 +508,45 @@ def test_resume_checks_what_its_record_says(
     with pytest.raises(RescorerError, match=message):
         resume(table, models / "m", out)
     assert not out.exists()
+
+
+def test_a_rerun_without_resume_refuses_to_discard_the_interrupted_run(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 3: after a kill, the same command again started over and lost 10,729
+    scored pairs without a word; a later --resume then blamed a crash or power loss. Now the
+    re-run is refused (OUT.partial and its record untouched), --resume continues it, and
+    --restart starts over, removing the record first so that no --resume can trust it."""
+    whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
+    out = tmp_path / "out.txt"
+    partial, record = Path(f"{out}.partial"), Path(f"{out}.partial.json")
+    interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
+    before = (partial.read_bytes(), record.read_bytes())
+    again = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192)
+    with pytest.raises(
+        RescorerError, match=r"holds [\d,]+ scored lines of an interrupted run"
+    ) as err:
+        score_table(str(SLICE), str(model_dir), str(out), again)
+    assert "add --resume to continue it, or --restart to start over" in str(err.value)
+    assert (partial.read_bytes(), record.read_bytes()) == before and not out.exists()
+    # the command line: exit 1, one line
+    args = ["score", str(SLICE), "-m", str(model_dir), "-o", str(out), "--chunk-bytes", "8192"]
+    result = CliRunner().invoke(cli, [*args, "-q"])
+    assert result.exit_code == 1 and "--restart" in result.stderr, result.output
+    assert (partial.read_bytes(), record.read_bytes()) == before
+    result = CliRunner().invoke(cli, [*args, "-q", "--resume", "--restart"])
+    assert result.exit_code == 2 and "give one" in result.stderr, result.output
+    resume(SLICE, model_dir, out)
+    assert out.read_bytes() == whole.read_bytes()
+    # --restart (or --force) starts over
+    for flag in ("restart", "force"):
+        out.unlink()
+        interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
+        interrupted = partial.read_bytes()
+        assert len(interrupted) < len(whole.read_bytes())
+        score_table(str(SLICE), str(model_dir), str(out), ScoreConfig(
+            device="cpu", precision="fp32", chunk_bytes=8192, **{flag: True}))  # fmt: skip
+        assert out.read_bytes() == whole.read_bytes() and not record.exists()
 
 
 def test_an_undamaged_interrupted_run_resumes_exactly(
