@@ -8,7 +8,7 @@ side of the table the model reads (its direction, :mod:`rescorer.analysis.sides`
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -37,9 +37,11 @@ seed_option = click.option("--seed", default=1, show_default=True, help="Random 
 
 def load_for_analysis(
     model_dir: str, device: str, threads: int | None = None, quiet: bool = False
-) -> tuple[LoadedModel, Sides]:
-    """The model and the table's sides as it sees them (its direction); once it is loaded, the
-    command's first line: the device and the threads (``--threads``; unless ``quiet``)."""
+) -> tuple[LoadedModel, Sides, Callable[[], None]]:
+    """The model, the table's sides as it sees them (its direction), and ``announce()``: the
+    command's first line, the device and the threads (``--threads``), said once (unless
+    ``quiet``) when the command starts computing, after its inputs are read (a refused run
+    stays one line)."""
     from rescorer.analysis.sides import Sides
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
@@ -47,9 +49,14 @@ def load_for_analysis(
     chosen = use_threads(threads)
     resolved = resolve_device(device)
     loaded = load_model_dir(model_dir, resolved)
-    if not quiet:
-        say(f"{resolved}, {chosen}")
-    return loaded, Sides(loaded.direction)
+    said = [quiet]
+
+    def announce() -> None:
+        if not said[0]:
+            said[0] = True
+            say(f"{resolved}, {chosen}")
+
+    return loaded, Sides(loaded.direction), announce
 
 
 def tell_direction(sides: Sides, quiet: bool) -> None:
@@ -208,8 +215,9 @@ def sample(
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
-    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     sources = _phrases(phrases, input_path, sides.given)
+    announce()
     tell_direction(sides, quiet)
     dropped = 0
     progress = analysis_stages(quiet, progress_every)(
@@ -378,11 +386,12 @@ def compare(
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
 
-    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     stages = analysis_stages(quiet, progress_every)
 
     def score(pairs: list[tuple[str, str]]) -> Any:
+        announce()
         return score_in_parts(loaded, pairs, stages)
 
     rows, summary = compare_table(

@@ -91,9 +91,10 @@ def scatter(
     from rescorer.analysis.plots import plot_scatter, sample_pairs
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     sampled = sample_pairs(table, pairs, seed, sides.column_or_default(column), stages)
+    announce()
     given, predicted = (sampled.tgt, sampled.src) if sides.inverse else (sampled.src, sampled.tgt)
     logp = score_in_parts(loaded, list(zip(given, predicted, strict=True)), stages)
     title = f"{table} vs {model_dir} ({sides.direction})"
@@ -151,7 +152,8 @@ def words(
     """
     from rescorer.analysis.plots import embedding_rows, plot_words
 
-    loaded, sides = load_for_analysis(model_dir, "cpu", threads, quiet)
+    loaded, sides, announce = load_for_analysis(model_dir, "cpu", threads, quiet)
+    announce()
     tell_direction(sides, quiet)
     panels = []
     for s in ["source", "target"] if side == "both" else [side]:
@@ -240,9 +242,10 @@ def phrases(
     from rescorer.analysis.plots import long_phrase_sample, plot_phrases, summary_vectors
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device, threads, quiet)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     chosen = long_phrase_sample(table, size, min_words, seed, stages, sides)
+    announce()
     if len(chosen) < 5:
         raise RescorerError(
             f"{table}: only {len(chosen)} {sides.given} phrases of >= {min_words} words"

@@ -822,7 +822,8 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_with_exit_1(
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1, err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "closed it" in lines[0], err
+    # the first line says how the run computes (issue 39, item 1); then the error alone
+    assert len(lines) == 2 and " thread" in lines[0] and "closed it" in lines[1], err
     assert "lines written" not in err
 
 
