@@ -54,7 +54,8 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     type=float,
     multiple=True,
     help="Starting weight of the added columns: once per column in column order, or once "
-    "for all (default 0.2 each).",
+    "for all [default: the median magnitude of the feature's own weights in INI, e.g. 0.0432 "
+    "for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0].",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @run_dir_option
@@ -96,6 +97,8 @@ def moses_ini(ini: str, table: str, out: str, weights: tuple[float, ...], **opts
         f"{f.name}: num-features {f.num_features} -> {update.num_features}{what}, "
         f"path={update.new_path}; wrote {out}"
     )
+    if update.note:
+        say(update.note)
     for warning in update.warnings:
         say(f"warning: {warning}")
     if update.binarize_command:
