@@ -114,6 +114,12 @@ def parse_workers(value: str) -> int | str:
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option(
+    "--ignore-coverage",
+    is_flag=True,
+    help="Score a table even when far fewer of its first pairs fit the model's shortlists "
+    "than its training table's did (refused otherwise: a model for another language pair?).",
+)
+@click.option(
     "--check-first",
     is_flag=True,
     help="Read the whole table once first (rescorer check); stop before scoring if it is bad.",
@@ -263,9 +269,38 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
         )
 
 
+def coverage_line(model_dir: str, inside: int, pairs: int) -> str:
+    """``check -m``'s verdict on the table against the model's own (the rule score applies to
+    its first pairs: rescorer/verdict.py)."""
+    import os
+
+    from rescorer.constants import PROVENANCE_FILE
+    from rescorer.io.jsonfiles import read_json_object
+    from rescorer.verdict import COVERAGE_MIN_PAIRS, coverage_verdict, training_coverage
+
+    provenance = read_json_object(os.path.join(model_dir, PROVENANCE_FILE), what="provenance")
+    verdict = coverage_verdict(provenance, inside, pairs)
+    if training_coverage(provenance) is None:
+        return "coverage verdict: none (the model's provenance records no training coverage)"
+    if verdict is None:
+        return (
+            f"coverage verdict: none ({pairs:,} pairs, fewer than the {COVERAGE_MIN_PAIRS:,} "
+            "score judges by)"
+        )
+    text = f"coverage verdict: {verdict.describe(model_dir, f'its {pairs:,} pairs')}"
+    if verdict.foreign:
+        return text + " rescorer score refuses it (--ignore-coverage to go on)"
+    return text + (" rescorer score warns about it" if verdict.lower else "")
+
+
 @click.command()
 @click.argument("table")
-@click.option("-m", "--model", "model_dir", help="Also report the coverage of its shortlists.")
+@click.option(
+    "-m",
+    "--model",
+    "model_dir",
+    help="Also report the coverage of its shortlists, and the verdict score gives on it.",
+)
 @user_errors
 def check(table: str, model_dir: str | None) -> None:
     """Validate all of TABLE as score reads it and print its statistics.
@@ -294,6 +329,8 @@ def check(table: str, model_dir: str | None) -> None:
     found = check_table(table, *vocabs)
     for line in found.summary(with_coverage=model_dir is not None):
         click.echo(line)
+    if model_dir is not None:
+        click.echo(coverage_line(model_dir, found.pairs_covered, found.lines - found.bad))
     if not found.ok:
         lineno, message = found.errors[0]
         raise RescorerError(

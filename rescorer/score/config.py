@@ -27,6 +27,7 @@ NOT_IN_RUN_KEY = (
     "force",
     "restart",
     "threads",
+    "ignore_coverage",
     "checkpoint_every",
     "overlap",
 )
@@ -55,6 +56,7 @@ class ScoreConfig:
     force: bool = False  # --resume may replace a complete OUT made with another model; and
     # without --resume, as restart: start over, discarding an interrupted run's OUT.partial
     restart: bool = False  # start over, discarding an interrupted run's OUT.partial
+    ignore_coverage: bool = False  # score a table far outside the model's shortlists anyway
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY  # seconds between progress records; 0:
     # after every chunk (a killed run redoes at most about this much with --resume)
     overlap: bool = True  # the device scores chunk k while the host prepares k+1 and formats

@@ -1,7 +1,8 @@
 """The ``-m`` models of one ``rescorer score`` run, as :mod:`~rescorer.score.pipeline` uses them:
-each model's warnings once its first chunk is scored (has it learned, does the table fit its
-shortlists), its scores collected into the chunk's columns in line order (an inverse model's
-pairs come grouped by target phrase), and the error for a score that is not finite.
+each model's warnings and verdict from the pairs read, before they are scored (has it learned,
+does the table fit its shortlists), its scores collected into the chunk's columns in line
+order (an inverse model's pairs come grouped by target phrase), and the error for a score that
+is not finite.
 """
 
 from __future__ import annotations
@@ -14,19 +15,32 @@ import numpy as np
 
 from rescorer.errors import RescorerError
 from rescorer.score.stages import ParsedChunk
-from rescorer.verdict import coverage_warning, unlearned_warning
+from rescorer.verdict import coverage_verdict, coverage_warning, unlearned_warning
 
 
-def coverage_check(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
-    """The model's warnings, given once the first chunk has been scored (an input that is
-    refused outright gets its one error line and nothing else)."""
+def coverage_check(
+    provenance: dict[str, Any], folder: str, ignore_coverage: bool = False
+) -> Callable[[int, int], bool]:
+    """The model's warnings and its coverage verdict, heard of the pairs read so far before
+    they are scored: once :data:`~rescorer.verdict.COVERAGE_MIN_PAIRS` pairs are in, a table
+    far outside the shortlists of the model's own table is refused (a RescorerError) unless
+    ``ignore_coverage``; one clearly below it is warned about, once (then it returns True)."""
     unlearned = unlearned_warning(provenance, folder)
+    decided = False
 
     def coverage(inside: int, pairs: int) -> bool:
-        nonlocal unlearned
+        nonlocal unlearned, decided
         if unlearned:
             print(f"rescorer score: {unlearned}", file=sys.stderr)
             unlearned = None
+        verdict = coverage_verdict(provenance, inside, pairs)
+        if verdict is not None and not decided:
+            decided = True
+            if verdict.foreign and not ignore_coverage:
+                raise RescorerError(
+                    verdict.describe(folder, f"the first {pairs:,} pairs")
+                    + " Refused before scoring them; --ignore-coverage scores it anyway"
+                )
         message = coverage_warning(provenance, folder, inside, pairs)
         if message:
             print(f"rescorer score: {message}", file=sys.stderr)

@@ -265,7 +265,10 @@ def score_table(
                 report,
                 out,
                 phases or nothing,
-                [coverage_check(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)],
+                [
+                    coverage_check(m.provenance, f, config.ignore_coverage)
+                    for m, f in zip(loaded, model_dirs, strict=True)
+                ],
                 model_dirs,
             )
         if shard_range is not None and stats.next_offset != shard_range.end:
@@ -327,9 +330,11 @@ def _run(
 ) -> None:
     """Parse ahead in the pool, score in order (chunk k+1 submitted before chunk k's scores are
     collected), format in the pool, write in order, record progress by time. ``coverage[k]``
-    hears of model k's pairs inside its shortlists until it has warned."""
+    hears of model k's pairs inside its shortlists, before they are scored, until it has
+    warned (it may refuse the table: score/models.py)."""
     warn: list[Callable[[int, int], bool] | None] = list(coverage)
     inside = [0] * len(scorers)  # pairs inside each model's shortlists
+    read = [0]  # pairs read (parsed) so far
     gz_level = config.compresslevel if out.endswith(".gz") else None
     workers, chunk_bytes = config.workers, config.chunk_bytes
     assert isinstance(workers, int) and chunk_bytes is not None  # resolved by score_table
@@ -358,12 +363,6 @@ def _run(
         if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
             raise non_finite_error(logp, parsed, name, model_dirs, stats.precision)
         stats.pairs_scored += len(logp)
-        for k, pairs in enumerate(parsed.by_model):
-            inside[k] += pairs_inside_shortlists(pairs)
-            callback = warn[k] if k < len(warn) else None
-            if callback is not None and callback(inside[k], stats.pairs_scored):
-                warn[k] = None  # warned once
-        stats.pairs_inside = inside[0]  # the first model's
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):
             result = pool.apply_async(format_chunk, (*args, gz_level, parsed.last_unterminated))
@@ -398,6 +397,13 @@ def _run(
         if parsed.bad and config.skip_bad_lines is None:
             lineno, message, _ = parsed.bad[0]
             raise InputError(name, lineno, message)
+        read[0] += parsed.pairs.num_pairs  # the models' verdicts come before they score them
+        for k, pairs in enumerate(parsed.by_model):
+            inside[k] += pairs_inside_shortlists(pairs)
+            callback = warn[k] if k < len(warn) else None
+            if callback is not None and callback(inside[k], read[0]):
+                warn[k] = None  # warned once
+        stats.pairs_inside = inside[0]  # the first model's
         models = zip(scorers, parsed.by_model, strict=True)
         scoring.append(([scorer.submit(pairs) for scorer, pairs in models], parsed))
         while len(scoring) > (1 if config.overlap else 0):
