@@ -40,6 +40,7 @@ class TrainConfig:
     quiet: bool = False
     skip_bad_lines: str | None = None
     direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
+    vocab: str | None = None  # a folder of ``rescorer vocab``: its shortlists, not counted again
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (
@@ -141,6 +142,21 @@ def resume_configs(
     return model_cfg, replace(train_cfg, **{"threads": None, **train_flags})
 
 
+def _sizes_from_vocab(flags: dict[str, Any], given: set[str]) -> None:
+    """``--vocab DIR``: the shortlist sizes are DIR's (a size given as well must agree)."""
+    from rescorer.vocab import load_vocabs
+
+    src, tgt, _ = load_vocabs(str(flags["vocab"]))
+    for side, vocab in (("src", src), ("tgt", tgt)):
+        key = f"{side}_vocab_size"
+        check(
+            key not in given or flags[key] == vocab.size,
+            f"--{side}-vocab-size {flags.get(key)} differs from --vocab {flags['vocab']}'s "
+            f"{vocab.size}: give one or the other",
+        )
+        flags[key] = vocab.size
+
+
 def configs_from_flags(
     flags: dict[str, Any], given: set[str], resume_dir: str | Path | None = None
 ) -> tuple[ModelConfig, TrainConfig]:
@@ -158,6 +174,8 @@ def configs_from_flags(
     train_keys = {f.name for f in fields(TrainConfig)}
     unknown = set(flags) - model_keys - train_keys
     check(not unknown, f"unknown training options: {', '.join(sorted(unknown))}")
+    if flags.get("vocab") is not None and resume_dir is None:
+        _sizes_from_vocab(flags, given)
     if resume_dir is not None:
         return resume_configs(
             resume_dir,

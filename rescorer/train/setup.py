@@ -34,6 +34,7 @@ from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
 from rescorer.train.config import TrainConfig
 from rescorer.train.data import (
+    SHORTLIST_SETTINGS,
     Source,
     build_training_vocabs,
     fingerprint,
@@ -42,6 +43,7 @@ from rescorer.train.data import (
 )
 from rescorer.train.distributed import World
 from rescorer.train.state import RunState, load_state
+from rescorer.vocab import load_vocabs
 
 
 def _now() -> str:
@@ -168,6 +170,18 @@ class RunSetup:
                 f" ({self.model_dir.provenance_path})",
             )
             self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
+        elif cfg.vocab is not None:
+            self.src_vocab, self.tgt_vocab, settings = load_vocabs(cfg.vocab)
+            differ = [
+                f"--{key.replace('_', '-')} {settings[key]} (this run: {getattr(cfg, key)})"
+                for key in SHORTLIST_SETTINGS
+                if key in settings and settings[key] != getattr(cfg, key)
+            ]
+            self.say(
+                f"rescorer train: the shortlists of {cfg.vocab} ({len(self.src_vocab.words):,}"
+                f" source and {len(self.tgt_vocab.words):,} target words)"
+                + (f"; warning: they were built with {', '.join(differ)}" if differ else "")
+            )
         else:
             self.say(f"rescorer train: counting the vocabularies{self.budget_note()}")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(
