@@ -14,6 +14,8 @@ from rescorer.cli.common import (
     quiet_option,
     say,
     score_precision_option,
+    threads_option,
+    use_threads,
     user_errors,
     weight_options,
     weight_spec,
@@ -289,6 +291,9 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 )
 @device_option
 @score_precision_option
+@threads_option
+@progress_option
+@quiet_option
 @user_errors
 def score_nbest(
     nbest: str,
@@ -300,6 +305,9 @@ def score_nbest(
     features_only: bool,
     device: str,
     precision: str,
+    threads: int | None,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
     """Add the RNN feature to each hypothesis of a Moses n-best list NBEST.
 
@@ -342,8 +350,10 @@ def score_nbest(
     from rescorer.score.clobber import refuse_clobber
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
+    from rescorer.io.progress import Progress
     from rescorer.score.scorer import score_pairs
 
+    chosen = use_threads(threads)
     dev = resolve_device(device)
     prec = resolve_precision(precision, dev, "score")
 
@@ -361,12 +371,25 @@ def score_nbest(
         return score
 
     features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
+    if not quiet:
+        say(f"{dev}, {prec}, {chosen}")
+    progress = Progress(
+        f"rescorer score-nbest {nbest}", "hypotheses", every=progress_every, enabled=not quiet
+    )
     stats = add_pair_feature(
-        nbest, input_path, out, features, phrase_table=phrase_table, features_only=features_only
+        nbest,
+        input_path,
+        out,
+        features,
+        phrase_table=phrase_table,
+        features_only=features_only,
+        progress=progress,
     )
-    click.echo(
-        f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
-        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored, "
-        f"{stats.passed_through:,} passed through untranslated: 0)",
-        err=True,
-    )
+    if not quiet:
+        by_model = stats.phrase_pairs - stats.passed_through
+        say(
+            f"{stats.hypotheses:,} hypotheses of {stats.sentences:,} sentences written to {out}; "
+            f"of their {stats.phrase_pairs:,} phrase pairs, {by_model:,} were scored by the "
+            f"model ({stats.scored_pairs:,} distinct) and {stats.passed_through:,} were words "
+            "Moses passed through untranslated (no table entry), which add 0 as in Moses"
+        )

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
+    ByteSize,
     compile_option,
     device_option,
     interrupt_status,
@@ -78,9 +79,10 @@ def parse_workers(value: str) -> int | str:
 @compile_option("for inputs of 4 MiB or more")
 @click.option(
     "--chunk-bytes",
-    type=click.IntRange(min=1),
-    help="Input bytes per chunk [default: 1 MiB on a CPU, 16 MiB on a GPU, where a chunk "
-    "must hold enough work to hide the kernel launches].",
+    type=ByteSize(),
+    metavar="SIZE",
+    help="Input bytes per chunk, e.g. 1M, 256K [default: 1 MiB on a CPU, 16 MiB on a GPU, where "
+    "a chunk must hold enough work to hide the kernel launches].",
 )
 @click.option(
     "--checkpoint-every",
@@ -223,8 +225,8 @@ def score(
 
 
 @click.command()
-@click.argument("out")
-@click.argument("parts", nargs=-1)
+@click.argument("parts", nargs=-1, metavar="PART...")
+@click.option("-o", "--output", "out", help="The merged table (.gz for gzip parts).")
 @click.option(
     "--manifest-glob",
     metavar="PATTERN",
@@ -232,8 +234,10 @@ def score(
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary.")
 @user_errors
-def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bool) -> None:
-    """Check the outputs of 'rescorer score --shard K/N' and concatenate them into OUT.
+def merge(parts: tuple[str, ...], out: str | None, manifest_glob: str | None, quiet: bool) -> None:
+    """Check the outputs of 'rescorer score --shard K/N' and concatenate them into OUT (-o).
+
+    The older form 'rescorer merge OUT PART...' (OUT first, no -o) still works.
 
     Every part needs its manifest (PART.manifest.json, written when the shard finished). Refuses
     a missing, duplicate or mismatched shard (another model, input, options or N) and a part
@@ -242,12 +246,17 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
 
     \b
     Example:
-      rescorer merge pt.rnn.gz pt.part*.gz
-      rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
+      rescorer merge pt.part*.gz -o pt.rnn.gz
+      rescorer merge --manifest-glob 'parts/pt.*.gz.manifest.json' -o pt.rnn.gz
     """
     from rescorer.errors import RescorerError
     from rescorer.score.merge import merge as merge_parts
     from rescorer.score.merge import parts_from_glob
+
+    if out is None:  # the form before -o: OUT first
+        if not parts:
+            raise click.UsageError("give the output: -o OUT")
+        out, parts = parts[0], parts[1:]
 
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")

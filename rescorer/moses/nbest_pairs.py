@@ -18,6 +18,7 @@ from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError
+from rescorer.io.progress import Progress
 from rescorer.moses.nbest import NBEST_SEP, NBestEntry, read_nbest
 
 SEGMENT = re.compile(r"(\d+)(?:-(\d+))?=(\d+)(?:-(\d+))?")
@@ -106,6 +107,7 @@ def add_pair_feature(
     phrase_table: str,
     features_only: bool = False,
     block_lines: int = 20000,
+    progress: Progress | None = None,
 ) -> NBestFeatureStats:
     """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
     of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
@@ -116,7 +118,8 @@ def add_pair_feature(
     TranslationOptionCollection's ProcessUnknownWord) takes no table score, so it adds 0, as it
     does in Moses. The n-best lines are written back with the features appended to their
     feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
-    ``rerank --feature-file``."""
+    ``rerank --feature-file``. ``progress`` hears of the hypotheses written and the share of
+    the input sentences reached (an n-best list comes in sentence order)."""
     from rescorer.io.inputs import display_name, open_text
     from rescorer.io.outputs import open_output
     from rescorer.io.table import sources_among
@@ -180,7 +183,13 @@ def add_pair_feature(
             if len(block) >= block_lines:
                 flush(block, out)
                 block = []
+                if progress is not None:
+                    progress.update(stats.hypotheses, (entry.sent_id + 1) / max(len(sentences), 1))
         if block:
             flush(block, out)
+            if progress is not None:
+                progress.update(stats.hypotheses, 1.0)
+    if progress is not None:
+        progress.close()
     stats.sentences = len(seen_ids)
     return stats

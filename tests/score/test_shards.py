@@ -235,6 +235,28 @@ def test_merge_command_with_a_manifest_glob(shards: Path, tmp_path: Path) -> Non
     assert result.exit_code == 1 and "give the PART files or --manifest-glob" in result.output
 
 
+def test_merge_takes_its_output_as_every_command_does(shards: Path, tmp_path: Path) -> None:
+    """Issue 39, item 7: merge took OUT as its first argument where every other command takes
+    -o. Now -o OUT (anywhere), the older form still working for existing scripts."""
+    copy_parts(shards, tmp_path, [1, 2, 3])
+    parts = [str(tmp_path / f"part{k}.gz") for k in (1, 2, 3)]
+    whole = (shards / "whole.gz").read_bytes()
+    for args in (["-o", str(tmp_path / "a.gz"), *parts], [*parts, "-o", str(tmp_path / "b.gz")],
+                 [str(tmp_path / "c.gz"), *parts]):  # fmt: skip
+        result = CliRunner().invoke(cli, ["merge", *args])
+        assert result.exit_code == 0, result.output
+    assert [(tmp_path / f"{x}.gz").read_bytes() == whole for x in "abc"] == [True] * 3
+    glob = str(tmp_path / "part*.gz.manifest.json")
+    result = CliRunner().invoke(
+        cli, ["merge", "--manifest-glob", glob, "-o", str(tmp_path / "d.gz")]
+    )
+    assert result.exit_code == 0 and (tmp_path / "d.gz").read_bytes() == whole, result.output
+    result = CliRunner().invoke(cli, ["merge", "--manifest-glob", glob])
+    assert result.exit_code == 2 and "rescorer merge: error: give the output: -o OUT" in (
+        result.stderr
+    ), result.output
+
+
 def test_a_manifest_left_half_written_by_a_killed_run_is_cleaned_up(
     models: tuple[Path, Path], tmp_path: Path
 ) -> None:
