@@ -60,12 +60,11 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 
     The same rule as train, in the same code: the most frequent words of each side of the
     training split (the held-out validation sources are left out, as train holds them out with
-    the same --valid-fraction and --seed), each pair once.
+    the same --valid-fraction and --seed), each pair once. Then train with --vocab vocab/.
 
     \b
     Example:
       rescorer vocab model/phrase-table.gz -o vocab/ --src-vocab-size 15000
-      rescorer train model/phrase-table.gz --vocab vocab/ -o rnn-model/
     """
     from rescorer.model.config import ModelConfig as Sizes
     from rescorer.train.data import SHORTLIST_SETTINGS, build_training_vocabs
