@@ -59,6 +59,29 @@ def load_for_analysis(
     return loaded, Sides(loaded.direction), announce
 
 
+def model_name(model_dir: str) -> str:
+    """The model as a figure's title names it: its folder's name, not the path it was given
+    by (``../runs/x/rnn-model/`` -> ``rnn-model``)."""
+    import os
+
+    return os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
+
+
+def unlearned_note(loaded: LoadedModel) -> str | None:
+    """What a figure of a model that has not clearly learned says across it (None: learned,
+    or trained without validation)."""
+    from rescorer.verdict import training_verdict
+
+    verdict = training_verdict(loaded.provenance)
+    if verdict is None or verdict.learned:
+        return None
+    what = verdict.text.split(":")[0].split(" (")[0]  # NOT LEARNED, barely learned
+    return (
+        f"model {what}: validation perplexity {verdict.valid_ppl:,.1f}\n"
+        f"against a unigram model's {verdict.unigram_ppl:,.1f}"
+    )
+
+
 def tell_direction(sides: Sides, quiet: bool) -> None:
     """One line on stderr for an inverse model (a forward one is what the outputs assume)."""
     if sides.inverse and not quiet:

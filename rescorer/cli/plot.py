@@ -6,15 +6,19 @@ phrases, an inverse model's target ones (:mod:`rescorer.analysis.sides`); titles
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from rescorer.cli.analysis import (
     analysis_stages,
     column_option,
     load_for_analysis,
+    model_name,
     score_in_parts,
     seed_option,
     tell_direction,
+    unlearned_note,
 )
 from rescorer.cli.common import (
     Group,
@@ -97,8 +101,10 @@ def scatter(
     announce()
     given, predicted = (sampled.tgt, sampled.src) if sides.inverse else (sampled.src, sampled.tgt)
     logp = score_in_parts(loaded, list(zip(given, predicted, strict=True)), stages)
-    title = f"{table} vs {model_dir} ({sides.direction})"
-    caption = plot_scatter(out, sampled.table_p, logp, title, sides.probability)
+    title = f"{os.path.basename(table)} vs {model_name(model_dir)} ({sides.direction})"
+    caption = plot_scatter(
+        out, sampled.table_p, logp, title, sides.probability, note=unlearned_note(loaded)
+    )
     if not quiet:
         say(f"{out}: {caption}")
 
@@ -167,9 +173,10 @@ def words(
         points,
         labels,
         seed,
-        f"word embeddings of {model_dir} ({sides.direction} model: the encoder reads "
-        f"{sides.given} words, the decoder {sides.predicted} words)",
+        f"word embeddings of {model_name(model_dir)} ({sides.direction} model: the encoder "
+        f"reads {sides.given} words, the decoder {sides.predicted} words)",
         stages=stages,
+        note=unlearned_note(loaded),
     )
     if not quiet:
         say(f"{out}: {' and '.join(f'{n:,}' for n in named)} words named")
@@ -264,10 +271,11 @@ def phrases(
         centres,
         neighbours,
         seed,
-        f"phrase representations c of {model_dir} ({sides.direction} model)",
+        f"phrase representations c of {model_name(model_dir)} ({sides.direction} model)",
         min_words=min_words,
         side=sides.given,
         stages=stages,
+        note=unlearned_note(loaded),
     )
     if not quiet:
         say(f"{out}: {len(chosen):,} phrases")
