@@ -73,8 +73,8 @@ class Progress:
             return
         self.last = now
         parts = [f"{self.label}: {done:,} {self.unit} in {_duration(now - self.start)}"]
-        if fraction is not None:
-            parts.append(f"{100 * fraction:.1f}% {self.share}")
+        if fraction is not None:  # never 100.0% while the run goes on
+            parts.append(f"{min(100 * fraction, 99.9):.1f}% {self.share}")
         parts.append(f"{rate:,.0f} {self.unit}/s")
         eta = self.eta(fraction, now)
         if eta is not None:

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
+from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds, shard_note
 from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_binary
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat, Progress
@@ -64,6 +64,7 @@ from rescorer.score.config import (
     want_compile,
 )
 from rescorer.score.models import (
+    already_scored,
     collect_columns,
     coverage_check,
     non_finite_error,
@@ -233,6 +234,10 @@ def score_table(
         with open_binary(table, meter) as stream:
             if not config.quiet:  # it opens: the first line says how the run computes
                 _say(f"rescorer score: {device}, {precision}, {threads.describe()}")
+                if shard_range is not None and config.shard is not None:
+                    uneven = shard_note(shard_range, chunk_bytes, config.shard)
+                    if uneven:
+                        _say(f"rescorer score: note: {uneven}")
                 if compile_:
                     _say(
                         "rescorer score: compiling the model's steps and readout while the "
@@ -362,6 +367,10 @@ def _run(
             logp = collect_columns(pending, parsed)  # (N,) or (N,M)
         if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
             raise non_finite_error(logp, parsed, name, model_dirs, stats.precision)
+        if not stats.pairs_scored:  # the first chunk: is the table score's own output?
+            scored = already_scored(name, parsed.lines, logp)
+            if scored:
+                _say(f"rescorer score: {scored}")
         stats.pairs_scored += len(logp)
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         with phase("format"):

@@ -914,3 +914,48 @@ def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
     heard.set()
     run_score(tmp_path, model_dir, "quiet.gz", compile="yes", quiet=True, progress_every=0.05)
     assert quiet == []
+
+
+def test_scoring_a_scored_table_warns(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39, item 9: scoring an already-scored table exited 0 and only moses-ini noticed.
+    Now score warns, after its first chunk: a column equal to this run's, or a last column that
+    is exp(k) on every line as --word-penalty writes it; not on the original table."""
+    once = run_score(tmp_path, model_dir, "once.gz")
+    assert "scored already" not in capsys.readouterr().err
+    score_table(str(once), str(model_dir), str(tmp_path / "twice.gz"),
+                ScoreConfig(device="cpu", precision="fp32", chunk_bytes=16384))  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"rescorer score: warning: {once}: score 5 equals this run's column 1 on its " in err
+    assert "it was scored already, by this model" in err and err.count("scored already") == 1
+    # another model's column then the word penalty: the last column tells
+    from rescorer.score.models import already_scored
+
+    lines = [b"a ||| b ||| 0.1 0.2 0.3 0.4 0.05 1", b"a ||| c ||| 0.1 0.2 0.3 0.4 0.07 7.38906"]
+    said = already_scored("pt.gz", lines, np.log(np.array([0.5, 0.25])))
+    assert said is not None and "has 6 scores, the last exp(k) on its first 2 lines" in said
+    # neither Moses' four columns nor its old fifth (the phrase penalty, 2.718) is a score run's
+    assert already_scored("pt.gz", [ln.rsplit(b" ", 2)[0] for ln in lines], np.zeros(2)) is None
+    old = [b"a ||| b ||| 0.1 0.2 0.3 0.4 2.718", b"a ||| c ||| 0.1 0.2 0.3 0.4 2.718"]
+    assert already_scored("pt.gz", old, np.log(np.array([0.5, 0.25]))) is None
+
+
+@pytest.mark.slow
+def test_progress_of_a_gzip_of_several_members_never_says_100_percent_early(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """Issue 39, item 9: '100.0% of the input' partway through a 20,000-line file, a gzip of
+    several members (its trailer gives the last member's size only)."""
+    lines, cmd, _ = long_run(tmp_path, model_dir)
+    text = ("\n".join(lines) + "\n").encode()
+    half = text.index(b"\n", len(text) // 2) + 1
+    members = tmp_path / "members.gz"
+    members.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    cmd = [str(members) if c.endswith("big.gz") else c for c in cmd if c != "-q"]
+    done = subprocess.run([*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.05"],
+                          capture_output=True, text=True, env=ONE_THREAD, check=True)  # fmt: skip
+    shown = [ln for ln in done.stderr.splitlines() if ln.startswith(f"rescorer score {members}:")]
+    assert len(shown) >= 3, done.stderr
+    shares = [float(ln.split("pairs in ")[1].split(", ")[1].split("%")[0]) for ln in shown]
+    assert shares == sorted(shares) and shares[0] < 50 and shares[-1] < 100, shares

@@ -284,3 +284,21 @@ def test_merge_counts_the_lines_it_writes(shards: Path, tmp_path: Path) -> None:
     path.write_text(json.dumps(manifest))  # consistent, but not what the parts hold
     message = refusal(tmp_path / "m.gz", parts(tmp_path))
     assert "part3.gz" in message and "line 1464" in message  # the next part's start disagrees
+
+
+def test_shards_are_cut_at_the_chunk_boundaries_nearest_an_even_split() -> None:
+    """Issue 39, item 9: shards by bytes came out 21,710 / 10,392 / 4,559 lines: a chunk went
+    to the shard of its first byte, so on a table a few chunks long the first shard took two.
+    Now a chunk goes where its middle lies (each boundary the one nearest k T / N), and a shard
+    far from its share says why (whole chunks)."""
+    from rescorer.io.chunks import shard_bounds, shard_note
+
+    ranges = [shard_bounds(str(SLICE), 65536, (k, 3)) for k in (1, 2, 3)]
+    sizes = [r.end - r.start for r in ranges]
+    assert sum(sizes) == ranges[0].input_bytes and ranges[0].start == 0
+    assert ranges[0].end == ranges[1].start and ranges[1].end == ranges[2].start
+    assert max(sizes) < 2 * min(sizes), sizes  # by first byte: 131,028 / 65,578 / 41,608
+    notes = [shard_note(r, 65536, (k, 3)) for k, r in enumerate(ranges, start=1)]
+    assert notes[:2] == [None, None]
+    assert notes[2] is not None and notes[2].startswith("shard 3/3 holds 0.10 MiB of the 0.23")
+    assert "a smaller --chunk-bytes evens them" in notes[2]
