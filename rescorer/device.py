@@ -4,19 +4,29 @@ Precisions: ``fp32`` (IEEE fp32 matrix products everywhere: TF32 is switched off
 ``tf32`` (fp32, but on a CUDA GPU that has TF32 tensor cores, Ampere or newer, the matrix
 products round their operands to TF32's 10-bit mantissa and accumulate in fp32; elsewhere
 fp32), ``bf16`` (autocast: matrix products in bf16, the state, log-softmax and sums in fp32),
-and ``auto``, which picks one per device and purpose (:func:`resolve_precision`).
+and ``auto``, which picks one per device and purpose (:func:`choose_precision`): for training
+on a CPU, the precision whose matrix products measured fastest on this machine at the model's
+shapes (measured once, cached per machine and torch version: :func:`precision_cache_path`).
+
+Threads: :func:`set_threads` applies a :class:`~rescorer.cpus.ThreadChoice` to torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import platform
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from rescorer.cpus import ThreadChoice
 from rescorer.errors import RescorerError
 
 PRECISIONS = ("auto", "bf16", "tf32", "fp32")
@@ -42,25 +52,36 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True when /proc/cpuinfo lists AMX-BF16 or AVX512-BF16."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"amx_bf16", "avx512_bf16"})
-    except OSError:
-        pass
-    return False
-
-
 def has_tf32(device: torch.device) -> bool:
     """True on a CUDA GPU with TF32 tensor cores (compute capability 8.0 or newer)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
 
 
-def resolve_precision(name: str, device: torch.device, purpose: str = "train") -> str:
+def resolve_precision(
+    name: str,
+    device: torch.device,
+    purpose: str = "train",
+    shapes: Sequence[tuple[int, int, int]] | None = None,
+) -> str:
+    """The precision ``name`` resolves to on ``device`` for ``purpose`` (``"train"`` or
+    ``"score"``); :func:`choose_precision` without the reason."""
+    return choose_precision(name, device, purpose, shapes).precision
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """A resolved precision and, for ``auto``, why (``precision auto -> fp32: ...``)."""
+
+    precision: str
+    reason: str = ""
+
+
+def choose_precision(
+    name: str,
+    device: torch.device,
+    purpose: str = "train",
+    shapes: Sequence[tuple[int, int, int]] | None = None,
+) -> PrecisionChoice:
     """The precision ``name`` resolves to on ``device`` for ``purpose`` (``"train"`` or
     ``"score"``); ``tf32`` is ``fp32`` where the device has no TF32.
 
@@ -70,19 +91,183 @@ def resolve_precision(name: str, device: torch.device, purpose: str = "train") -
     error comes from bf16's 8-bit mantissa, so it is the same on every device). TF32's 10-bit
     operands, emulated on the CPU with round to nearest as cuBLAS rounds, moved it by 0.004
     nats at the 99th percentile (3,000 pairs; README, "What score promises"). ``auto`` for
-    training: ``bf16`` where the device has fast bf16 matrix units (the gradient's noise
-    dwarfs bf16's), else ``fp32``."""
+    training (the gradient's noise dwarfs bf16's): on a GPU ``bf16`` where it is supported; on
+    a CPU the faster of bf16 and fp32 at the model's matrix ``shapes`` (default: the paper's
+    model), measured (:func:`measured_training_precision`). A CPU listing AVX512-BF16 is no
+    promise: on an Intel Xeon with AVX512-BF16 and no AMX, bf16 products ran at 166-170
+    GFLOP/s against fp32's 334 (issue 37)."""
     if name not in PRECISIONS:
         raise RescorerError(f"--precision {name!r}: expected one of {', '.join(PRECISIONS)}")
     if name == "tf32":
-        return "tf32" if has_tf32(device) else "fp32"
+        return PrecisionChoice("tf32" if has_tf32(device) else "fp32")
     if name != "auto":
-        return name
+        return PrecisionChoice(name)
     if purpose == "score":
-        return "tf32" if has_tf32(device) else "fp32"
+        return PrecisionChoice("tf32" if has_tf32(device) else "fp32")
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_fast_bf16() else "fp32"
+        return PrecisionChoice("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+    return measured_training_precision(shapes or training_shapes())
+
+
+# ----------------------------------------------------------------- measured precision (CPU)
+#: bf16 must beat fp32's matrix products by this factor for ``auto`` to train in it: autocast
+#: also casts every weight and activation, which fp32 never does.
+BF16_MARGIN = 1.1
+MEASURE_SECONDS = 0.1  # timed per precision, after one warm-up pass (at least one timed pass)
+CACHE_FORMAT = "rescorer-precision-cache-1"
+CACHE_FILE = "precision.json"
+TOKENS_PER_PHRASE = 4  # rows of the readout's products per pair (a phrase's words and EOS)
+
+
+def training_shapes(
+    hidden_size: int = 1000,
+    embed_size: int = 100,
+    maxout_rows: int = 1000,
+    target_rows: int = 15001,
+    batch_size: int = 64,
+) -> tuple[tuple[int, int, int], ...]:
+    """The (M, K, N) matrix products of one training step (docs/model.md): the recurrence
+    [U_r; U_u; U] h (B x H x 3H), the input projection (E x 3H), the deep output O_h s
+    (H x maxout units x pool) and the factorised softmax (E x shortlist + EOS), the last three
+    on a batch's positions (B x TOKENS_PER_PHRASE rows)."""
+    rows = batch_size * TOKENS_PER_PHRASE
+    return (
+        (batch_size, hidden_size, 3 * hidden_size),
+        (rows, embed_size, 3 * hidden_size),
+        (rows, hidden_size, maxout_rows),
+        (rows, embed_size, target_rows),
+    )
+
+
+def gemm_gflops(
+    shapes: Sequence[tuple[int, int, int]], dtype: torch.dtype, seconds: float = MEASURE_SECONDS
+) -> float:
+    """GFLOP/s of the matrix products ``shapes`` in ``dtype`` on the CPU, one pass each, after
+    one warm-up pass (which builds oneDNN's kernels), for at least ``seconds``."""
+    generator = torch.Generator().manual_seed(0)
+    pairs = [
+        (
+            torch.randn(m, k, generator=generator).to(dtype),
+            torch.randn(k, n, generator=generator).to(dtype),
+        )
+        for m, k, n in shapes
+    ]
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    with torch.no_grad():
+        for a, b in pairs:
+            a @ b
+        passes, start = 0, time.perf_counter()
+        while True:
+            for a, b in pairs:
+                a @ b
+            passes += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                return passes * flops / elapsed / 1e9
+
+
+def cache_dir() -> Path:
+    """Where rescorer keeps what it measured: ``$RESCORER_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/rescorer``, else ``~/.cache/rescorer``."""
+    if os.environ.get("RESCORER_CACHE_DIR"):
+        return Path(os.environ["RESCORER_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rescorer"
+
+
+def precision_cache_path() -> Path:
+    """The file of measured matrix-product speeds (:func:`measured_training_precision`)."""
+    return cache_dir() / CACHE_FILE
+
+
+def cpu_model() -> str:
+    """This CPU's model name and its bf16 instructions, from /proc/cpuinfo (a cache key)."""
+    name, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    found = sorted(flags & {"amx_bf16", "avx512_bf16", "avx512f", "avx2"})
+    return f"{name or platform.machine()} [{' '.join(found)}]"
+
+
+def measured_training_precision(shapes: Sequence[tuple[int, int, int]]) -> PrecisionChoice:
+    """bf16 when its matrix products at ``shapes`` run more than BF16_MARGIN times as fast as
+    fp32's on this CPU with torch's current thread count, else fp32; measured once and cached
+    per machine (CPU model), torch version, thread count and shapes in
+    :func:`precision_cache_path` (delete the file to measure again)."""
+    path = precision_cache_path()
+    threads = torch.get_num_threads()
+    shape_text = " ".join("x".join(map(str, shape)) for shape in shapes)
+    key = f"{cpu_model()} | torch {torch.__version__} | {threads} threads | {shape_text}"
+    entries = _read_cache(path)
+    entry = entries.get(key)
+    if entry is not None:
+        where = f"measured earlier, cached in {path}"
+    else:
+        entry = {
+            "fp32": gemm_gflops(shapes, torch.float32),
+            "bf16": gemm_gflops(shapes, torch.bfloat16),
+            "date": time.strftime("%Y-%m-%d"),
+        }
+        problem = _write_cache(path, {**entries, key: entry})
+        where = f"measured now, cached in {path}" if problem is None else f"not cached: {problem}"
+    fp32, bf16 = float(entry["fp32"]), float(entry["bf16"])
+    precision = "bf16" if bf16 > BF16_MARGIN * fp32 else "fp32"
+    return PrecisionChoice(
+        precision,
+        f"precision auto -> {precision}: bf16 {_figure(bf16)} vs fp32 {_figure(fp32)} GFLOP/s "
+        f"at this model's matrix shapes on {threads} thread{'s' if threads != 1 else ''} "
+        f"({where})",
+    )
+
+
+def _figure(gflops: float) -> str:
+    """334 or 1.48: whole numbers from 100 up, three digits below."""
+    return f"{gflops:,.0f}" if gflops >= 100 else f"{gflops:.3g}"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    """The cache's entries; an unreadable, foreign or damaged file counts as empty."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    entries = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(entries, dict) or data.get("format") != CACHE_FORMAT:
+        return {}
+    return {
+        key: value
+        for key, value in entries.items()
+        if isinstance(value, dict)
+        and all(isinstance(value.get(p), (int, float)) and value[p] > 0 for p in ("fp32", "bf16"))
+    }
+
+
+def _write_cache(path: Path, entries: dict[str, Any]) -> str | None:
+    """Write the cache atomically; the reason it could not be written, or None."""
+    from rescorer.io.jsonfiles import write_json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"format": CACHE_FORMAT, "entries": entries})
+    except (OSError, RescorerError) as exc:
+        return str(exc)
+    return None
+
+
+def set_threads(choice: ThreadChoice) -> ThreadChoice:
+    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``."""
+    torch.set_num_threads(choice.threads)
+    return choice
 
 
 #: Entries kept in each of oneDNN's two per-shape kernel caches (see ``bound_kernel_caches``).

@@ -167,10 +167,37 @@ def build_vocabs(
     return Vocab.from_counts(src_counts, src_size), Vocab.from_counts(tgt_counts, tgt_size)
 
 
-def save_vocabs(folder: str, src: Vocab, tgt: Vocab) -> tuple[str, str]:
+SHORTLISTS_FILE = "shortlists.json"  # beside rescorer vocab's two files: how they were built
+SHORTLISTS_FORMAT = "rescorer-shortlists-1"
+
+
+def save_vocabs(
+    folder: str, src: Vocab, tgt: Vocab, settings: dict[str, object] | None = None
+) -> tuple[str, str]:
+    """The two shortlists in ``folder`` (what a model folder holds) and, with ``settings``,
+    how they were built (``rescorer vocab``: the training split's settings, which ``train
+    --vocab`` compares with its own)."""
     make_dir(folder)
     src_path = os.path.join(folder, SRC_VOCAB_FILE)
     tgt_path = os.path.join(folder, TGT_VOCAB_FILE)
     src.save(src_path)
     tgt.save(tgt_path)
+    if settings is not None:
+        write_json(os.path.join(folder, SHORTLISTS_FILE), {"format": SHORTLISTS_FORMAT, **settings})
     return src_path, tgt_path
+
+
+def load_vocabs(folder: str) -> tuple[Vocab, Vocab, dict[str, object]]:
+    """The shortlists ``rescorer vocab`` wrote in ``folder`` (or a model folder's) and the
+    settings they were built with ({} when not recorded)."""
+    if not os.path.isdir(folder):
+        raise RescorerError(f"{folder}: not a folder (expected rescorer vocab's output)")
+    src = Vocab.load(os.path.join(folder, SRC_VOCAB_FILE))
+    tgt = Vocab.load(os.path.join(folder, TGT_VOCAB_FILE))
+    settings: dict[str, object] = {}
+    path = os.path.join(folder, SHORTLISTS_FILE)
+    if os.path.exists(path):
+        data = read_json(path, what="how rescorer vocab built the shortlists")
+        if isinstance(data, dict) and data.get("format") == SHORTLISTS_FORMAT:
+            settings = {k: v for k, v in data.items() if k != "format"}
+    return src, tgt, settings

@@ -102,7 +102,14 @@ def main() -> None:
         for batch, points in curves.items():
             ax.plot([t / 60 for t, _, _ in points], [p for _, _, p in points], marker="o",
                     markersize=3, label=f"batch {batch}")  # fmt: skip
-        ax.axhline(reference, color="0.5", linestyle="--", linewidth=1, label="reference")
+        ax.axhline(reference, color="0.5", linestyle="--", linewidth=1,
+                   label=f"reference: batch {first}'s best after {args.minutes:g} min "
+                   f"({reference:.2f})")  # fmt: skip
+        ax.annotate(
+            "time to quality: when a curve first reaches the reference",
+            (0.99, reference), xycoords=("axes fraction", "data"), xytext=(0, 4),
+            textcoords="offset points", ha="right", va="bottom", fontsize=8, color="0.35",
+        )  # fmt: skip
         ax.set_yscale("log")
         ax.set_xlabel("wall time (minutes, data loading and validation included)")
         ax.set_ylabel("validation perplexity")

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+
+# Tests must not change the machine: what rescorer caches (train's measured precision) goes to
+# a folder of this session, which every child process inherits, removed at the end.
+CACHE_DIR = tempfile.mkdtemp(prefix="rescorer-test-cache-")
+os.environ["RESCORER_CACHE_DIR"] = CACHE_DIR
+atexit.register(shutil.rmtree, CACHE_DIR, True)
 
 
 def default_sigint() -> None:

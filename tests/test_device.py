@@ -3,6 +3,7 @@ function itself, in scoring and in training."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,88 @@ def test_tf32_is_fp32_where_there_is_no_tf32() -> None:
     assert resolve_precision("tf32", cpu, "score") == "fp32"
     assert resolve_precision("auto", cpu, "score") == "fp32"
     assert resolve_precision("fp32", cpu, "score") == "fp32"
+
+
+@pytest.fixture
+def gemm_speeds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[torch.dtype, float]:
+    """Matrix-product speeds (GFLOP/s) the measurement finds, set by the test, on a CPU that
+    lists AVX512-BF16 (as the Xeon of issue 37 does), with a cache of the test's own; the
+    dtypes measured are counted under the key None."""
+    import rescorer.device as device
+
+    monkeypatch.setenv("RESCORER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(device, "cpu_has_fast_bf16", lambda: True, raising=False)
+    speeds: dict[Any, float] = {None: 0}
+
+    def measured(shapes: Any, dtype: torch.dtype, seconds: float = 0.1) -> float:
+        speeds[None] += 1
+        return speeds[dtype]
+
+    monkeypatch.setattr(device, "gemm_gflops", measured, raising=False)
+    return speeds
+
+
+def test_auto_trains_in_fp32_where_bf16_products_measure_slower(
+    gemm_speeds: dict[Any, float], tmp_path: Path
+) -> None:
+    """Issue 37, item 1: on a Xeon with AVX512-BF16 and no AMX bf16 ran at 170 GFLOP/s against
+    fp32's 334; auto trained in bf16 there. It measures now, once, and says why."""
+    from rescorer.device import choose_precision, precision_cache_path, resolve_precision
+
+    gemm_speeds.update({torch.float32: 334.0, torch.bfloat16: 170.0})
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu, "train") == "fp32"
+    assert gemm_speeds[None] == 2  # fp32 and bf16, measured once
+    again = choose_precision("auto", cpu, "train")
+    assert gemm_speeds[None] == 2  # from the cache
+    assert again.precision == "fp32"
+    assert again.reason.startswith("precision auto -> fp32: bf16 170 vs fp32 334 GFLOP/s")
+    assert f"measured earlier, cached in {precision_cache_path()}" in again.reason
+    assert precision_cache_path() == tmp_path / "cache" / "precision.json"
+    cache = json.loads(precision_cache_path().read_text())
+    (entry,) = cache["entries"].values()
+    assert (entry["fp32"], entry["bf16"]) == (334.0, 170.0)
+    (key,) = cache["entries"]
+    assert f"torch {torch.__version__}" in key and f"{torch.get_num_threads()} threads" in key
+    # other shapes are measured on their own; scoring's auto never measures
+    assert resolve_precision("auto", cpu, "train", [(64, 8, 24)]) == "fp32"
+    assert gemm_speeds[None] == 4
+    assert resolve_precision("auto", cpu, "score") == "fp32" and gemm_speeds[None] == 4
+
+
+def test_auto_trains_in_bf16_where_bf16_products_measure_faster(
+    gemm_speeds: dict[Any, float], tmp_path: Path
+) -> None:
+    from rescorer.device import choose_precision
+
+    gemm_speeds.update({torch.float32: 220.0, torch.bfloat16: 910.0})
+    choice = choose_precision("auto", torch.device("cpu"), "train")
+    assert choice.precision == "bf16"
+    assert choice.reason.startswith("precision auto -> bf16: bf16 910 vs fp32 220 GFLOP/s")
+    assert "measured now, cached in" in choice.reason
+    # a damaged cache is measured again, and rewritten
+    (tmp_path / "cache" / "precision.json").write_text("{not json")
+    assert choose_precision("auto", torch.device("cpu"), "train").precision == "bf16"
+    assert gemm_speeds[None] == 4
+    # an explicit precision is taken as it is
+    assert choose_precision("fp32", torch.device("cpu"), "train").reason == ""
+
+
+def test_train_says_the_measured_choice_and_trains_in_it(
+    gemm_speeds: dict[Any, float], tmp_path: Path
+) -> None:
+    gemm_speeds.update({torch.float32: 100.0, torch.bfloat16: 300.0})
+    config = ModelConfig(300, 300, hidden_size=12, embed_size=8, maxout_units=6)
+    cfg = TrainConfig(batch_size=16, device="cpu", valid_fraction=0.1, max_updates=2)
+    lines: list[str] = []
+    train(str(SAMPLE_TABLE), tmp_path / "m", config, cfg, echo=lines.append)
+    assert lines[0].startswith("rescorer train: device cpu, ") and " thread" in lines[0]
+    assert lines[1].startswith("rescorer train: precision auto -> bf16: bf16 300 vs fp32 100")
+    assert any("precision bf16" in line for line in lines), lines
+
+
+def test_a_real_measurement_gives_positive_speeds() -> None:
+    from rescorer.device import gemm_gflops
+
+    for dtype in (torch.float32, torch.bfloat16):
+        assert gemm_gflops([(16, 8, 24), (16, 6, 40)], dtype, seconds=0.01) > 0

@@ -199,7 +199,8 @@ def test_a_user_error_is_one_line_and_leaves_nothing(tmp_path: Path, name: str) 
     if result.exit_code == 1:
         command = " ".join(args[:2]) if args[0] == "plot" else args[0]
         assert len(lines) == 1 and lines[0].startswith(f"rescorer {command}: error: "), lines
-    else:  # click's usage error: usage, hint and one 'Error:' line
-        assert lines[-1].startswith("Error: "), lines
+    else:  # click's usage error: usage, hint and the error line, prefixed as every error line
+        command = " ".join(args[:2]) if args[0] == "plot" else args[0]
+        assert lines[-1].startswith(f"rescorer {command}: error: "), lines
     assert "Traceback" not in result.output
     assert sorted(p.relative_to(work) for p in work.rglob("*")) == before, name

@@ -21,34 +21,25 @@ ALLOWED: dict[str, set[str]] = {
     "__init__": set(),
     "io": BASE | {"io"},
     "vocab": BASE | {"io"},
-    "device": BASE,
+    "cpus": BASE,
+    "device": BASE | {"cpus", "io"},
     "batching": BASE,
     "verdict": BASE,
     "moses": BASE | {"io", "moses"},
     "job": BASE | {"io", "job"},
-    "model": BASE | {"verdict", "io", "vocab", "device", "batching", "model"},
-    "train": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "train"},
-    "score": BASE | {"verdict", "io", "vocab", "device", "batching", "model", "job", "score"},
+    "model": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model"},
+    "train": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "train"},
+    "score": BASE
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "job", "score"},
     "extend": BASE
-    | {"verdict", "io", "vocab", "device", "batching", "model", "moses", "job", "score", "extend"},
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "moses", "job"}
+    | {"score", "extend"},
     "experiments": BASE | {"verdict", "io", "moses", "experiments"},
     "analysis": BASE
-    | {"verdict", "io", "vocab", "device", "batching", "model", "score", "analysis"},
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "score", "analysis"},
     "cli": BASE
-    | {
-        "verdict",
-        "io",
-        "vocab",
-        "device",
-        "model",
-        "moses",
-        "train",
-        "job",
-        "score",
-        "extend",
-        "analysis",
-        "cli",
-    },
+    | {"verdict", "io", "vocab", "cpus", "device", "model", "moses", "train", "job", "score"}
+    | {"extend", "analysis", "cli"},
     "__main__": {"cli"},
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
@@ -64,6 +55,7 @@ TORCH_FREE = [
     "rescorer.job.shards",
     "rescorer.job.merge",
     "rescorer.vocab",
+    "rescorer.cpus",
     "rescorer.moses.ini",
     "rescorer.moses.ini_rewrite",
     "rescorer.moses.added_columns",

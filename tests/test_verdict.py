@@ -94,7 +94,66 @@ def test_score_warns_when_the_table_is_not_the_training_tables(
     """The model's 200-word shortlists fit its own slice far better than the 24,245-pair
     sample of other sources; scoring the sample warns once, scoring the slice does not."""
     model, _ = slice_model
-    other = run("score", str(SAMPLE), "-m", str(model), "-o", str(tmp_path / "s.gz"), "-q")
+    other = run("score", str(SAMPLE), "-m", str(model), "-o", str(tmp_path / "s.gz"), "-q",
+                "--ignore-coverage")  # fmt: skip
     assert other.stderr.count("have every word inside the model's shortlists") == 1
     own = run("score", str(SLICE), "-m", str(model), "-o", str(tmp_path / "o.gz"), "-q")
     assert "shortlists" not in own.stderr  # 2,090 pairs: too few to judge, and its own table
+
+
+def test_a_table_far_outside_the_shortlists_is_refused_before_it_is_scored(
+    slice_model: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 5: an en-fr model scored an en-de table to the end (exit 0) and warned
+    after 1m29s (7.0% of pairs inside its shortlists against 73.9%); check -m gave no verdict.
+    Now the first chunk decides, before it is scored: refused, one line, nothing written;
+    --ignore-coverage goes on; check -m gives the same verdict. (The model's 200-word
+    shortlists hold 4.0% of the sample's pairs, 5.3% of its first chunk's, against 41.9% of
+    its own slice's.)"""
+    import rescorer.score.scorer as scorer
+    from rescorer.errors import RescorerError
+    from rescorer.score.config import ScoreConfig
+    from rescorer.score.pipeline import score_table
+
+    model, _ = slice_model
+
+    def never(self: object, pairs: object) -> object:
+        raise AssertionError("a pair was scored before the verdict")
+
+    monkeypatch.setattr(scorer.Scorer, "submit", never)
+    out = tmp_path / "s.gz"
+    with pytest.raises(RescorerError) as refused:
+        score_table(str(SAMPLE), str(model), str(out), ScoreConfig(device="cpu"))
+    message = str(refused.value)
+    # the first chunk (8,908 pairs): 5.3%
+    assert message.startswith(f"{model}: 5.3% of the first 8,908 pairs have every word inside")
+    assert "against 41.9% of its training table's pairs" in message, message
+    assert "another language pair or table" in message and "--ignore-coverage" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    done = subprocess.run(
+        [sys.executable, "-m", "rescorer", "score", str(SAMPLE), "-m", str(model), "-o", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    errors = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert done.returncode == 1 and len(errors) == 1, done.stderr
+    assert errors[0].startswith("rescorer score: error: ") and not out.exists()
+    check = run("check", str(SAMPLE), "-m", str(model)).stdout.splitlines()[-1]
+    assert check.startswith(f"coverage verdict: {model}: 4.0% of its 24,245 pairs"), check
+    assert "rescorer score refuses it (--ignore-coverage to go on)" in check
+    own = run("check", str(SLICE), "-m", str(model)).stdout.splitlines()[-1]
+    assert own == "coverage verdict: none (2,090 pairs, fewer than the 5,000 score judges by)"
+
+
+def test_the_coverage_verdict_rule() -> None:
+    from rescorer.verdict import FOREIGN_RATIO, coverage_verdict
+
+    prov = provenance(10.0, 300.0, coverage=0.739)
+    n = COVERAGE_MIN_PAIRS
+    foreign = coverage_verdict(prov, int(0.07 * n), n)  # the issue's en-de table: 7.0%
+    assert foreign is not None and foreign.foreign and foreign.lower
+    edge = coverage_verdict(prov, int(FOREIGN_RATIO * 0.739 * n) + 1, n)
+    assert edge is not None and not edge.foreign and edge.lower  # warned, not refused
+    assert coverage_verdict(prov, int(0.7 * n), n - 1) is None  # too few pairs yet
+    fits = coverage_verdict(prov, int(0.72 * n), n)
+    assert fits is not None and not fits.lower and "it fits the model" in fits.describe("m", "x")

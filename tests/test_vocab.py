@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import SLICE
+from conftest import ROOT, SLICE
 
 from rescorer.cli import cli
 from rescorer.constants import UNK_ID
@@ -68,4 +68,50 @@ def test_vocab_command(tmp_path: Path) -> None:
     tgt = Vocab.load(str(out / "vocab.tgt.json"))
     assert src.size == 100 and len(src.words) == 98
     assert tgt.size == 15000 and len(tgt.words) < 15000 - 2  # the slice has fewer target words
-    assert "2,090 pairs" in result.output
+    assert "source and" in result.output and "--valid-fraction 0.01" in result.output
+
+
+SAMPLE = ROOT / "rescorer" / "sample" / "en-fr.sample.gz"  # 24,245 real pairs
+TRAIN = ["--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5", "--batch-size", "16",
+         "--max-updates", "1", "--valid-every", "1", "-q"]  # fmt: skip
+
+
+def words(folder: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return tuple(Vocab.load(str(folder / f"vocab.{side}.json")).words for side in ("src", "tgt"))
+
+
+def test_vocab_builds_trains_shortlists_and_train_takes_them(tmp_path: Path) -> None:
+    """Issue 39, item 6: from the same table vocab's shortlists differed from train's in 66
+    source and 91 target words (vocab counted the held-out sources too), and nothing read
+    vocab's output. One rule now (train/data.py build_training_vocabs), and train --vocab
+    DIR takes the shortlists and their sizes."""
+    sizes = ["--src-vocab-size", "4000", "--tgt-vocab-size", "3000"]
+    made = CliRunner().invoke(cli, ["vocab", str(SAMPLE), "-o", str(tmp_path / "v"), *sizes])
+    assert made.exit_code == 0, made.output
+    trained = CliRunner().invoke(
+        cli, ["train", str(SAMPLE), "-o", str(tmp_path / "m"), *sizes, *TRAIN]
+    )
+    assert trained.exit_code == 0, trained.output
+    assert words(tmp_path / "v") == words(tmp_path / "m")
+    assert [len(w) for w in words(tmp_path / "v")] == [3998, 2998]
+    # train --vocab: the same shortlists, their sizes taken from the folder
+    given = CliRunner().invoke(
+        cli, ["train", str(SAMPLE), "-o", str(tmp_path / "g"), "--vocab", str(tmp_path / "v"),
+              *TRAIN]
+    )  # fmt: skip
+    assert given.exit_code == 0, given.output
+    assert words(tmp_path / "g") == words(tmp_path / "v")
+    config = json.loads((tmp_path / "g" / "config.json").read_text())
+    assert (config["model"]["src_vocab_size"], config["model"]["tgt_vocab_size"]) == (4000, 3000)
+    clash = CliRunner().invoke(
+        cli, ["train", str(SAMPLE), "-o", str(tmp_path / "c"), "--vocab", str(tmp_path / "v"),
+              "--src-vocab-size", "100", *TRAIN]
+    )  # fmt: skip
+    assert clash.exit_code == 1 and "differs from --vocab" in clash.stderr, clash.output
+    # another split: said when train starts
+    other = CliRunner().invoke(
+        cli, ["train", str(SAMPLE), "-o", str(tmp_path / "o"), "--vocab", str(tmp_path / "v"),
+              "--valid-fraction", "0.05", *TRAIN[:-1]]
+    )  # fmt: skip
+    assert other.exit_code == 0, other.output
+    assert "warning: they were built with --valid-fraction 0.01 (this run: 0.05)" in other.stderr

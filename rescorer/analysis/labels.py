@@ -1,10 +1,11 @@
 """Labels on a map that do not overlap, and what a figure shows, as data.
 
 :func:`place_labels` puts each label, in priority order, at the first place around its point
-where it overlaps no label placed before and no labelled point, inside the axes; a label with
-no such place within reach is left out. So a dense cluster gets a few labels and the rest of
-the map gets the others: a spread-out subset, not a blob. Deterministic: no randomness, no
-iteration to a tolerance; the same map gives the same labels.
+where it overlaps no label placed before and no labelled point, inside the axes, and where no
+leader line crosses a label (its own to a label placed before, or one drawn before through it);
+a label with no such place within reach is left out. So a dense cluster gets a few labels and
+the rest of the map gets the others: a spread-out subset, not a blob. Deterministic: no
+randomness, no iteration to a tolerance; the same map gives the same labels.
 
 :func:`figure_record` reads back from the figure objects what was drawn (points, labels and
 their boxes, titles, axis labels), for the JSON file written beside each PNG.
@@ -83,6 +84,7 @@ def place_labels(
     frame = ax.get_window_extent(renderer)
     points = ax.transData.transform(np.asarray(xy, dtype=np.float64))  # (n, 2) pixels
     boxes = np.zeros((0, 4))  # placed labels and labelled points: x0, y0, x1, y1
+    leaders: list[tuple[float, float, float, float]] = []  # point, then label centre (pixels)
     placed: list[Placed] = []
     to_points = 72.0 / fig.dpi
     for rank, i in enumerate(order):
@@ -113,18 +115,18 @@ def place_labels(
             & (y1[:, None] > boxes[None, :, 1])
         ).any(axis=1)
         # A leader line (from the label's centre to its point, beyond the eight places beside
-        # it) crossing another label would make it unclear which point a label names.
-        steps = np.linspace(0.05, 0.95, 10)[None, :, None]  # (1, T, 1)
+        # it) crossing another label would make it unclear which point a label names: neither
+        # this label's leader may cross a label placed before, nor this label a leader drawn
+        # before (checked exactly, not at sample points along the line).
+        point = np.array([[px, py]])
         centres = corners + np.array([w / 2, h / 2])  # (K, 2)
-        along = np.array([px, py]) + steps * (centres[:, None, :] - np.array([px, py]))  # (K,T,2)
-        ax_, ay_ = along[..., 0:1], along[..., 1:2]  # (K, T, 1)
-        crossed = (
-            (ax_ > boxes[None, None, :, 0])
-            & (ax_ < boxes[None, None, :, 2])
-            & (ay_ > boxes[None, None, :, 1])
-            & (ay_ < boxes[None, None, :, 3])
-        ).any(axis=(1, 2))
+        crossed = segments_cross_boxes(np.repeat(point, len(corners), axis=0), centres, boxes)
         crossed[:8] = False  # beside the point: no leader line
+        cand = np.stack([x0, y0, x1, y1], axis=1)  # (K, 4)
+        if leaders:
+            ends = np.array(leaders)  # (L, 4): point, then label centre
+            on = boxes_cross_segments(cand, ends[:, :2], ends[:, 2:])
+            crossed |= on
         free = np.flatnonzero(inside & ~clash & ~crossed)
         if len(free) == 0:
             continue
@@ -144,8 +146,44 @@ def place_labels(
         box = (float(x0[k]), float(y0[k]), float(x1[k]), float(y1[k]))
         dot = (px - DOT, py - DOT, px + DOT, py + DOT)
         boxes = np.vstack([boxes, box, dot])
+        if moved:
+            leaders.append((px, py, float(centres[k, 0]), float(centres[k, 1])))
         placed.append(Placed(int(i), box, moved))
     return placed
+
+
+def segments_cross_boxes(starts: np.ndarray, ends: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """(K,) bool: segment k (``starts[k]`` to ``ends[k]``, pixels) passes through the inside of
+    any of ``boxes`` (M, 4: x0, y0, x1, y1). Liang-Barsky clipping: the segment's parameter
+    interval inside each box, non-empty when it crosses it."""
+    if len(boxes) == 0 or len(starts) == 0:
+        return np.zeros(len(starts), dtype=bool)
+    return np.asarray(_clip(starts, ends, boxes).any(axis=1))
+
+
+def boxes_cross_segments(boxes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(K,) bool: box k (``boxes`` (K, 4)) has any of the segments (``starts``, ``ends``:
+    (L, 2)) passing through its inside."""
+    if len(boxes) == 0 or len(starts) == 0:
+        return np.zeros(len(boxes), dtype=bool)
+    return np.asarray(_clip(starts, ends, boxes).any(axis=0))
+
+
+def _clip(starts: np.ndarray, ends: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """(S, M) bool: segment s crosses the open box m (a positive length inside it)."""
+    p0 = starts[:, None, :]  # (S, 1, 2)
+    d = (ends - starts)[:, None, :]  # (S, 1, 2)
+    lo, hi = boxes[None, :, :2], boxes[None, :, 2:]  # (1, M, 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_lo = (lo - p0) / d  # (S, M, 2): where each axis enters and leaves the slab
+        t_hi = (hi - p0) / d
+    t_in = np.where(d != 0, np.minimum(t_lo, t_hi), -np.inf)
+    t_out = np.where(d != 0, np.maximum(t_lo, t_hi), np.inf)
+    # parallel to an axis: inside the slab on that axis, or never
+    parallel_outside = (d == 0) & ((p0 <= lo) | (p0 >= hi))
+    enter = np.maximum(t_in.max(axis=2), 0.0)
+    leave = np.minimum(t_out.min(axis=2), 1.0)
+    return (enter < leave - 1e-9) & ~parallel_outside.any(axis=2)
 
 
 def _round(values: Any, digits: int = 4) -> Any:

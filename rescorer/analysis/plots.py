@@ -109,15 +109,19 @@ def tsne_2d(
         verbose=2 if stages is not None else 0,
     )
     data = points.astype(np.float32)
-    if stages is None:
-        return np.asarray(tsne.fit_transform(data), dtype=np.float64)
-    iterations = int(tsne.max_iter)
-    progress = stages(f"t-SNE map of {what}", "iterations", f"of {iterations:,} at most")
-    try:
-        with contextlib.redirect_stdout(_TsneLog(progress, iterations)):
+    # scikit-learn's own OpenMP threads, as many as torch's (--threads)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=torch.get_num_threads()):
+        if stages is None:
             return np.asarray(tsne.fit_transform(data), dtype=np.float64)
-    finally:
-        progress.close()
+        iterations = int(tsne.max_iter)
+        progress = stages(f"t-SNE map of {what}", "iterations", f"of {iterations:,} at most")
+        try:
+            with contextlib.redirect_stdout(_TsneLog(progress, iterations)):
+                return np.asarray(tsne.fit_transform(data), dtype=np.float64)
+        finally:
+            progress.close()
 
 
 def record_path(path: str) -> str:
@@ -125,10 +129,19 @@ def record_path(path: str) -> str:
     return (path[:-4] if path.lower().endswith(".png") else path) + ".json"
 
 
-def _save(fig: Any, path: str, names: Mapping[int, Sequence[str]] | None = None) -> None:
-    """The PNG and, beside it, the JSON record of what it shows."""
+def _save(
+    fig: Any, path: str, names: Mapping[int, Sequence[str]] | None = None, note: str | None = None
+) -> None:
+    """The PNG and, beside it, the JSON record of what it shows. ``note`` (a model that has not
+    learned) is written across the picture, where no crop or caption can lose it, and kept in
+    the record."""
     plt = _pyplot()
+    if note:
+        fig.text(0.5, 0.5, note, ha="center", va="center", rotation=25, fontsize=22,
+                 color="tab:red", alpha=0.45, weight="bold", zorder=10)  # fmt: skip
     record = figure_record(fig, names)
+    if note:
+        record["note"] = note
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=DPI, format="png")
     write_json(record_path(path), record, indent=None)
@@ -178,7 +191,12 @@ def correlations(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def plot_scatter(
-    path: str, table_p: np.ndarray, rnn_logp: np.ndarray, title: str, probability: str = "p(e|f)"
+    path: str,
+    table_p: np.ndarray,
+    rnn_logp: np.ndarray,
+    title: str,
+    probability: str = "p(e|f)",
+    note: str | None = None,
 ) -> str:
     """Fig. 3: RNN ln p against the table's ln p, both ``probability`` (p(e|f), or an inverse
     model's p(f|e)); returns the caption line."""
@@ -193,7 +211,7 @@ def plot_scatter(
     ax.set_title(f"{title}\n{caption}", fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, note=note)
     return caption
 
 
@@ -213,6 +231,7 @@ def plot_words(
     seed: int,
     title: str,
     stages: Stages | None = None,
+    note: str | None = None,
 ) -> list[int]:
     """Fig. 4: a t-SNE map per (side, embeddings, vocab) of its ``points`` most frequent words;
     up to ``labels`` of them named, the most frequent first, each where it overlaps no other
@@ -247,7 +266,7 @@ def plot_words(
         )
         named.append(len(placed))
     # Each panel's first scatter holds every word, in frequency order.
-    _save(fig, path, names={k: list(words) for k, (_, _, words, _) in enumerate(maps)})
+    _save(fig, path, {k: list(words) for k, (_, _, words, _) in enumerate(maps)}, note)
     return named
 
 
@@ -334,6 +353,7 @@ def plot_phrases(
     min_words: int = 4,
     stages: Stages | None = None,
     side: str = "source",
+    note: str | None = None,
 ) -> None:
     """Fig. 5: the t-SNE map of phrases' c (n, H) with a zoomed panel around each phrase index
     in ``zoom``: its ``neighbours`` nearest points in the map, named where they fit, the centre
@@ -370,4 +390,4 @@ def plot_phrases(
     names = {0: list(phrases)}
     for k, (_, members) in enumerate(panels, start=1):
         names[k] = [phrases[i] for i in members]
-    _save(fig, path, names=names)
+    _save(fig, path, names=names, note=note)

@@ -8,7 +8,7 @@ side of the table the model reads (its direction, :mod:`rescorer.analysis.sides`
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -20,6 +20,8 @@ from rescorer.cli.common import (
     progress_option,
     quiet_option,
     say,
+    threads_option,
+    use_threads,
     user_errors,
 )
 
@@ -33,14 +35,51 @@ if TYPE_CHECKING:
 seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
 
 
-def load_for_analysis(model_dir: str, device: str) -> tuple[LoadedModel, Sides]:
-    """The model and the table's sides as it sees them (its direction)."""
+def load_for_analysis(
+    model_dir: str, device: str, threads: int | None = None, quiet: bool = False
+) -> tuple[LoadedModel, Sides, Callable[[], None]]:
+    """The model, the table's sides as it sees them (its direction), and ``announce()``: the
+    command's first line, the device and the threads (``--threads``), said once (unless
+    ``quiet``) when the command starts computing, after its inputs are read (a refused run
+    stays one line)."""
     from rescorer.analysis.sides import Sides
     from rescorer.device import resolve_device
     from rescorer.model.checkpoint import load_model_dir
 
-    loaded = load_model_dir(model_dir, resolve_device(device))
-    return loaded, Sides(loaded.direction)
+    chosen = use_threads(threads)
+    resolved = resolve_device(device)
+    loaded = load_model_dir(model_dir, resolved)
+    said = [quiet]
+
+    def announce() -> None:
+        if not said[0]:
+            said[0] = True
+            say(f"{resolved}, {chosen}")
+
+    return loaded, Sides(loaded.direction), announce
+
+
+def model_name(model_dir: str) -> str:
+    """The model as a figure's title names it: its folder's name, not the path it was given
+    by (``../runs/x/rnn-model/`` -> ``rnn-model``)."""
+    import os
+
+    return os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
+
+
+def unlearned_note(loaded: LoadedModel) -> str | None:
+    """What a figure of a model that has not clearly learned says across it (None: learned,
+    or trained without validation)."""
+    from rescorer.verdict import training_verdict
+
+    verdict = training_verdict(loaded.provenance)
+    if verdict is None or verdict.learned:
+        return None
+    what = verdict.text.split(":")[0].split(" (")[0]  # NOT LEARNED, barely learned
+    return (
+        f"model {what}: validation perplexity {verdict.valid_ppl:,.1f}\n"
+        f"against a unigram model's {verdict.unigram_ppl:,.1f}"
+    )
 
 
 def tell_direction(sides: Sides, quiet: bool) -> None:
@@ -159,6 +198,7 @@ def score_in_parts(
 )
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -177,6 +217,7 @@ def sample(
     batch: int,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -197,8 +238,9 @@ def sample(
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     sources = _phrases(phrases, input_path, sides.given)
+    announce()
     tell_direction(sides, quiet)
     dropped = 0
     progress = analysis_stages(quiet, progress_every)(
@@ -330,6 +372,7 @@ column_option = click.option(
 @click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -348,6 +391,7 @@ def compare(
     out: str,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -365,11 +409,12 @@ def compare(
     """
     from rescorer.analysis.compare import compare_table, format_markdown, format_text
 
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     stages = analysis_stages(quiet, progress_every)
 
     def score(pairs: list[tuple[str, str]]) -> Any:
+        announce()
         return score_in_parts(loaded, pairs, stages)
 
     rows, summary = compare_table(

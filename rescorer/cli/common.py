@@ -10,7 +10,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -75,6 +75,9 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # its last line as every error line: rescorer CMD: error:
+            exc.show = functools.partial(show_usage_error, exc)  # type: ignore[method-assign]
+            raise
         except KeyboardInterrupt as exc:
             name = command_name(ctx)
             if ctx.invoked_subcommand:
@@ -82,6 +85,20 @@ class Group(click.Group):
             which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             click.echo(f"{name}: interrupted by {which}", err=True)
             sys.exit(interrupt_status(exc))
+
+
+def show_usage_error(exc: click.UsageError, file: IO[Any] | None = None) -> None:
+    """click's usage error (the usage, the hint, the error, exit 2) with the error line
+    prefixed as every error line is: ``rescorer CMD: error: ...``, not ``Error: ...``."""
+    file = file if file is not None else sys.stderr
+    ctx = exc.ctx
+    if ctx is not None:
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            option = max(ctx.command.get_help_option_names(ctx), key=len)
+            hint = f"Try '{ctx.command_path} {option}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", file=file, color=ctx.color)
+    click.echo(f"{command_name(ctx)}: error: {exc.format_message()}", file=file)
 
 
 def user_errors(func: F) -> F:
@@ -177,8 +194,28 @@ precision_option = click.option(
     type=click.Choice(["auto", "bf16", "fp32"]),
     default="auto",
     show_default=True,
-    help="auto: bf16 autocast on GPUs and on CPUs with AMX/AVX512-BF16, else fp32.",
+    help="auto: bf16 autocast on GPUs; on a CPU whichever of bf16 and fp32 multiplies this "
+    "model's matrices faster here (measured once, cached in ~/.cache/rescorer/precision.json).",
 )
+
+
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Threads that compute [default: OMP_NUM_THREADS if set, else the CPUs this process "
+    "may run on: its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK]. On a machine busy "
+    "with other jobs, 1 can be much faster.",
+)
+
+
+def use_threads(threads: int | None) -> str:
+    """Set torch's thread count for ``--threads`` (None: the default rule, rescorer/cpus.py) and
+    return the choice as the first line of a command says it (``2 threads (...)``)."""
+    from rescorer.cpus import choose_threads
+    from rescorer.device import set_threads
+
+    return set_threads(choose_threads(threads)).describe()
 
 
 def compile_option(auto: str) -> Callable[[F], F]:
@@ -202,6 +239,25 @@ score_precision_option = click.option(
     "else fp32 (no TF32 anywhere). bf16 autocast is faster but moves log p by ~0.12 at the "
     "99th percentile (README).",
 )
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: ``1048576``, ``512K``, ``16M``, ``1G`` (K, M, G: powers of 1024; ``KiB``,
+    ``MiB``, ``GiB`` and ``KB``, ``MB``, ``GB`` mean the same), at least 1."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            number = value
+        else:
+            found = re.fullmatch(r"(\d+)([kmg]?)(?:i?b)?", str(value).strip().lower())
+            if found is None:
+                self.fail(f"{value!r}: expected a size, e.g. 1048576, 512K, 16M or 1G", param, ctx)
+            number = int(found[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[found[2]]
+        if number < 1:
+            self.fail(f"{value!r}: expected at least 1 byte", param, ctx)
+        return number
 
 
 def parse_shard(

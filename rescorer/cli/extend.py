@@ -94,7 +94,15 @@ EXTEND = ExtendConfig()  # each default is written once, there
 )
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Extend the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
-@click.option("--force", is_flag=True, help="With --resume: replace a complete OUT.")
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Start over, discarding an interrupted run's OUT.partial (refused without this or "
+    "--resume).",
+)
+@click.option(
+    "--force", is_flag=True, help="With --resume: replace a complete OUT; without: as --restart."
+)
 @click.option(
     "--compress-level",
     default=EXTEND.compresslevel,
@@ -135,6 +143,8 @@ def extend(
         raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
     if out == "-" and opts["resume"]:
         raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts["resume"] and opts["restart"]:
+        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
     config = ExtendConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     try:
         stats = extend_table(table, list(model_dirs), out, config)

@@ -15,6 +15,8 @@ from rescorer.cli.common import (
     quiet_option,
     say,
     score_precision_option,
+    threads_option,
+    use_threads,
     user_errors,
     weight_options,
     weight_spec,
@@ -61,7 +63,8 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     multiple=True,
     callback=check_finite,
     help="Starting weight of the added columns: once per column in column order, or once "
-    "for all (default 0.2 each).",
+    "for all [default: the median magnitude of the feature's own weights in INI, e.g. 0.0432 "
+    "for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0].",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @run_dir_option
@@ -128,6 +131,8 @@ def moses_ini(
         f"{f.name}: num-features {f.num_features} -> {update.num_features}{what}, "
         f"path={update.new_path}; wrote {out}"
     )
+    if update.note:
+        say(update.note)
     for warning in update.warnings:
         say(f"warning: {warning}")
     if update.binarize_command:
@@ -319,6 +324,9 @@ def rerank(nbest: str, out: str, ini: str | None, overrides: tuple[str, ...], **
 )
 @device_option
 @score_precision_option
+@threads_option
+@progress_option
+@quiet_option
 @user_errors
 def score_nbest(
     nbest: str,
@@ -330,6 +338,9 @@ def score_nbest(
     features_only: bool,
     device: str,
     precision: str,
+    threads: int | None,
+    progress_every: float,
+    quiet: bool,
 ) -> None:
     """Add the RNN feature to each hypothesis of a Moses n-best list NBEST.
 
@@ -376,8 +387,10 @@ def score_nbest(
     from rescorer.moses.nbest_pairs import add_pair_feature
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
+    from rescorer.io.progress import Progress
     from rescorer.score.scorer import score_pairs
 
+    chosen = use_threads(threads)
     dev = resolve_device(device)
     prec = resolve_precision(precision, dev, "score")
 
@@ -395,6 +408,11 @@ def score_nbest(
         return score
 
     features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
+    if not quiet:
+        say(f"{dev}, {prec}, {chosen}")
+    progress = Progress(
+        f"rescorer score-nbest {nbest}", "hypotheses", every=progress_every, enabled=not quiet
+    )
     stats = add_pair_feature(
         nbest,
         input_path,
@@ -403,10 +421,13 @@ def score_nbest(
         phrase_table=phrase_table,
         features_only=features_only,
         origins=model_dirs,
+        progress=progress,
     )
-    click.echo(
-        f"rescorer score-nbest: {stats.hypotheses:,} hypotheses of {stats.sentences:,} "
-        f"sentences, {stats.phrase_pairs:,} phrase pairs ({stats.scored_pairs:,} scored, "
-        f"{stats.passed_through:,} passed through untranslated: 0)",
-        err=True,
-    )
+    if not quiet:
+        by_model = stats.phrase_pairs - stats.passed_through
+        say(
+            f"{stats.hypotheses:,} hypotheses of {stats.sentences:,} sentences written to {out}; "
+            f"of their {stats.phrase_pairs:,} phrase pairs, {by_model:,} were scored by the "
+            f"model ({stats.scored_pairs:,} distinct) and {stats.passed_through:,} were words "
+            "Moses passed through untranslated (no table entry), which add 0 as in Moses"
+        )

@@ -6,15 +6,19 @@ phrases, an inverse model's target ones (:mod:`rescorer.analysis.sides`); titles
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from rescorer.cli.analysis import (
     analysis_stages,
     column_option,
     load_for_analysis,
+    model_name,
     score_in_parts,
     seed_option,
     tell_direction,
+    unlearned_note,
 )
 from rescorer.cli.common import (
     Group,
@@ -23,6 +27,7 @@ from rescorer.cli.common import (
     progress_option,
     quiet_option,
     say,
+    threads_option,
     user_errors,
 )
 from rescorer.errors import RescorerError
@@ -63,6 +68,7 @@ png_option = click.option(
 @column_option
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -74,6 +80,7 @@ def scatter(
     column: int | None,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -88,13 +95,16 @@ def scatter(
     from rescorer.analysis.plots import plot_scatter, sample_pairs
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     sampled = sample_pairs(table, pairs, seed, sides.column_or_default(column), stages)
+    announce()
     given, predicted = (sampled.tgt, sampled.src) if sides.inverse else (sampled.src, sampled.tgt)
     logp = score_in_parts(loaded, list(zip(given, predicted, strict=True)), stages)
-    title = f"{table} vs {model_dir} ({sides.direction})"
-    caption = plot_scatter(out, sampled.table_p, logp, title, sides.probability)
+    title = f"{os.path.basename(table)} vs {model_name(model_dir)} ({sides.direction})"
+    caption = plot_scatter(
+        out, sampled.table_p, logp, title, sides.probability, note=unlearned_note(loaded)
+    )
     if not quiet:
         say(f"{out}: {caption}")
 
@@ -125,6 +135,7 @@ def scatter(
     help="Words named at most per panel: the most frequent whose label overlaps no other.",
 )
 @seed_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -135,6 +146,7 @@ def words(
     points: int,
     labels: int,
     seed: int,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -146,7 +158,8 @@ def words(
     """
     from rescorer.analysis.plots import embedding_rows, plot_words
 
-    loaded, sides = load_for_analysis(model_dir, "cpu")
+    loaded, sides, announce = load_for_analysis(model_dir, "cpu", threads, quiet)
+    announce()
     tell_direction(sides, quiet)
     panels = []
     for s in ["source", "target"] if side == "both" else [side]:
@@ -160,9 +173,10 @@ def words(
         points,
         labels,
         seed,
-        f"word embeddings of {model_dir} ({sides.direction} model: the encoder reads "
-        f"{sides.given} words, the decoder {sides.predicted} words)",
+        f"word embeddings of {model_name(model_dir)} ({sides.direction} model: the encoder "
+        f"reads {sides.given} words, the decoder {sides.predicted} words)",
         stages=stages,
+        note=unlearned_note(loaded),
     )
     if not quiet:
         say(f"{out}: {' and '.join(f'{n:,}' for n in named)} words named")
@@ -203,6 +217,7 @@ def words(
 )
 @seed_option
 @device_option
+@threads_option
 @progress_option
 @quiet_option
 @user_errors
@@ -216,6 +231,7 @@ def phrases(
     neighbours: int,
     seed: int,
     device: str,
+    threads: int | None,
     progress_every: float,
     quiet: bool,
 ) -> None:
@@ -233,9 +249,10 @@ def phrases(
     from rescorer.analysis.plots import long_phrase_sample, plot_phrases, summary_vectors
 
     stages = analysis_stages(quiet, progress_every)
-    loaded, sides = load_for_analysis(model_dir, device)
+    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
     tell_direction(sides, quiet)
     chosen = long_phrase_sample(table, size, min_words, seed, stages, sides)
+    announce()
     if len(chosen) < 5:
         raise RescorerError(
             f"{table}: only {len(chosen)} {sides.given} phrases of >= {min_words} words"
@@ -254,10 +271,11 @@ def phrases(
         centres,
         neighbours,
         seed,
-        f"phrase representations c of {model_dir} ({sides.direction} model)",
+        f"phrase representations c of {model_name(model_dir)} ({sides.direction} model)",
         min_words=min_words,
         side=sides.given,
         stages=stages,
+        note=unlearned_note(loaded),
     )
     if not quiet:
         say(f"{out}: {len(chosen):,} phrases")

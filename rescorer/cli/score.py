@@ -8,12 +8,14 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
+    ByteSize,
     compile_option,
     device_option,
     interrupt_status,
     parse_shard,
     progress_option,
     score_precision_option,
+    threads_option,
     user_errors,
 )
 from rescorer.score.config import ScoreConfig
@@ -60,6 +62,7 @@ def parse_workers(value: str) -> int | str:
 )
 @device_option
 @score_precision_option
+@threads_option
 @click.option(
     "--batch-tokens",
     type=click.IntRange(min=1),
@@ -76,9 +79,10 @@ def parse_workers(value: str) -> int | str:
 @compile_option("for inputs of 4 MiB or more")
 @click.option(
     "--chunk-bytes",
-    type=click.IntRange(min=1),
-    help="Input bytes per chunk [default: 1 MiB on a CPU, 16 MiB on a GPU, where a chunk "
-    "must hold enough work to hide the kernel launches].",
+    type=ByteSize(),
+    metavar="SIZE",
+    help="Input bytes per chunk, e.g. 1M, 256K [default: 1 MiB on a CPU, 16 MiB on a GPU, where "
+    "a chunk must hold enough work to hide the kernel launches].",
 )
 @click.option(
     "--checkpoint-every",
@@ -92,9 +96,16 @@ def parse_workers(value: str) -> int | str:
 @click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
+    "--restart",
+    is_flag=True,
+    help="Start over, discarding an interrupted run's OUT.partial (refused without this or "
+    "--resume).",
+)
+@click.option(
     "--force",
     is_flag=True,
-    help="With --resume: replace a complete OUT whose manifest names another model.",
+    help="With --resume: replace a complete OUT whose manifest names another model; without: "
+    "as --restart.",
 )
 @click.option(
     "--compress-level",
@@ -104,6 +115,12 @@ def parse_workers(value: str) -> int | str:
     help="gzip (zlib) level of a .gz OUT.",
 )
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
+@click.option(
+    "--ignore-coverage",
+    is_flag=True,
+    help="Score a table even when far fewer of its first pairs fit the model's shortlists "
+    "than its training table's did (refused otherwise: a model for another language pair?).",
+)
 @click.option(
     "--check-first",
     is_flag=True,
@@ -145,6 +162,8 @@ def score(
         raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
     if out == "-" and opts["resume"]:
         raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts["resume"] and opts["restart"]:
+        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
     if opts.pop("check_first"):
         if table == "-":
             raise click.UsageError("--check-first needs a file: stdin can be read only once")
@@ -206,8 +225,8 @@ def score(
 
 
 @click.command()
-@click.argument("out")
-@click.argument("parts", nargs=-1)
+@click.argument("parts", nargs=-1, metavar="PART...")
+@click.option("-o", "--output", "out", help="The merged table (.gz for gzip parts).")
 @click.option(
     "--manifest-glob",
     metavar="PATTERN",
@@ -215,8 +234,10 @@ def score(
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary.")
 @user_errors
-def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bool) -> None:
-    """Check the outputs of 'rescorer score --shard K/N' and concatenate them into OUT.
+def merge(parts: tuple[str, ...], out: str | None, manifest_glob: str | None, quiet: bool) -> None:
+    """Check the outputs of 'rescorer score --shard K/N' and concatenate them into OUT (-o).
+
+    The older form 'rescorer merge OUT PART...' (OUT first, no -o) still works.
 
     Every part needs its manifest (PART.manifest.json, written when the shard finished). Refuses
     a missing, duplicate or mismatched shard (another model, input, options or N) and a part
@@ -225,12 +246,17 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
 
     \b
     Example:
-      rescorer merge pt.rnn.gz pt.part*.gz
-      rescorer merge pt.rnn.gz --manifest-glob 'parts/pt.*.gz.manifest.json'
+      rescorer merge pt.part*.gz -o pt.rnn.gz
+      rescorer merge --manifest-glob 'parts/pt.*.gz.manifest.json' -o pt.rnn.gz
     """
     from rescorer.errors import RescorerError
     from rescorer.job.merge import merge as merge_parts
     from rescorer.job.merge import parts_from_glob
+
+    if out is None:  # the form before -o: OUT first
+        if not parts:
+            raise click.UsageError("give the output: -o OUT")
+        out, parts = parts[0], parts[1:]
 
     if bool(parts) == bool(manifest_glob):
         raise RescorerError("merge: give the PART files or --manifest-glob, not both or neither")
@@ -252,9 +278,38 @@ def merge(out: str, parts: tuple[str, ...], manifest_glob: str | None, quiet: bo
         )
 
 
+def coverage_line(model_dir: str, inside: int, pairs: int) -> str:
+    """``check -m``'s verdict on the table against the model's own (the rule score applies to
+    its first pairs: rescorer/verdict.py)."""
+    import os
+
+    from rescorer.constants import PROVENANCE_FILE
+    from rescorer.io.jsonfiles import read_json_object
+    from rescorer.verdict import COVERAGE_MIN_PAIRS, coverage_verdict, training_coverage
+
+    provenance = read_json_object(os.path.join(model_dir, PROVENANCE_FILE), what="provenance")
+    verdict = coverage_verdict(provenance, inside, pairs)
+    if training_coverage(provenance) is None:
+        return "coverage verdict: none (the model's provenance records no training coverage)"
+    if verdict is None:
+        return (
+            f"coverage verdict: none ({pairs:,} pairs, fewer than the {COVERAGE_MIN_PAIRS:,} "
+            "score judges by)"
+        )
+    text = f"coverage verdict: {verdict.describe(model_dir, f'its {pairs:,} pairs')}"
+    if verdict.foreign:
+        return text + " rescorer score refuses it (--ignore-coverage to go on)"
+    return text + (" rescorer score warns about it" if verdict.lower else "")
+
+
 @click.command()
 @click.argument("table")
-@click.option("-m", "--model", "model_dir", help="Also report the coverage of its shortlists.")
+@click.option(
+    "-m",
+    "--model",
+    "model_dir",
+    help="Also report the coverage of its shortlists, and the verdict score gives on it.",
+)
 @user_errors
 def check(table: str, model_dir: str | None) -> None:
     """Validate all of TABLE as score reads it and print its statistics.
@@ -283,6 +338,8 @@ def check(table: str, model_dir: str | None) -> None:
     found = check_table(table, *vocabs)
     for line in found.summary(with_coverage=model_dir is not None):
         click.echo(line)
+    if model_dir is not None:
+        click.echo(coverage_line(model_dir, found.pairs_covered, found.lines - found.bad))
     if not found.ok:
         lineno, message = found.errors[0]
         raise RescorerError(

@@ -13,6 +13,7 @@ from rescorer.cli.common import (
     device_option,
     precision_option,
     progress_option,
+    threads_option,
     user_errors,
     vocab_size_options,
 )
@@ -25,27 +26,61 @@ MODEL = ModelConfig()
 TRAIN = TrainConfig()
 
 
+VALID_FRACTION_HELP = "Sources held out."
+SEED_HELP = "Data split, order and init."
+DIRECTION_HELP = (
+    "forward: p(target|source); inverse: p(source|target) (the encoder reads the target "
+    "phrase; --src-vocab-size is then the shortlist of the table's targets)."
+)
+
+
 @click.command()
 @click.argument("table")
 @click.option("-o", "--output", "out_dir", required=True, help="Folder for vocab.{src,tgt}.json.")
 @vocab_size_options
+@click.option(
+    "--valid-fraction",
+    default=TRAIN.valid_fraction,
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    show_default=True,
+    help=VALID_FRACTION_HELP + " (as train: their words are not counted)",
+)
+@click.option("--seed", default=TRAIN.seed, show_default=True, help=SEED_HELP)
+@click.option(
+    "--direction",
+    type=click.Choice(DIRECTIONS),
+    default=TRAIN.direction,
+    show_default=True,
+    help=DIRECTION_HELP,
+)
+@click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @user_errors
-def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) -> None:
-    """Build the source and target shortlists of TABLE (gzip or plain, - for stdin).
+def vocab(table: str, out_dir: str, **opts: Any) -> None:
+    """Build the shortlists 'rescorer train TABLE' would build, for 'train --vocab DIR'.
+
+    The same rule as train, in the same code: the most frequent words of each side of the
+    training split (the held-out validation sources are left out, as train holds them out with
+    the same --valid-fraction and --seed), each pair once. Then train with --vocab vocab/.
 
     \b
     Example:
       rescorer vocab model/phrase-table.gz -o vocab/ --src-vocab-size 15000
     """
-    from rescorer.io.table import TableReader
-    from rescorer.vocab import build_vocabs, save_vocabs
+    from rescorer.model.config import ModelConfig as Sizes
+    from rescorer.train.data import SHORTLIST_SETTINGS, build_training_vocabs
+    from rescorer.vocab import save_vocabs
 
-    with TableReader(table) as reader:
-        src, tgt = build_vocabs(((e.src, e.tgt) for e in reader), src_vocab_size, tgt_vocab_size)
-    paths = save_vocabs(out_dir, src, tgt)
+    sizes = Sizes(
+        src_vocab_size=opts.pop("src_vocab_size"), tgt_vocab_size=opts.pop("tgt_vocab_size")
+    )
+    cfg = TrainConfig(**opts)
+    src, tgt = build_training_vocabs(table, sizes, cfg)
+    settings = {key: getattr(cfg, key) for key in SHORTLIST_SETTINGS}
+    paths = save_vocabs(out_dir, src, tgt, settings)
     click.echo(
-        f"rescorer vocab: {reader.stats.lines:,} pairs: {len(src.words):,} source and "
-        f"{len(tgt.words):,} target words in the shortlists; wrote {paths[0]} and {paths[1]}",
+        f"rescorer vocab: {len(src.words):,} source and {len(tgt.words):,} target words in the "
+        f"shortlists (held out: --valid-fraction {cfg.valid_fraction}, --seed {cfg.seed}; "
+        f"{cfg.direction}); wrote {paths[0]} and {paths[1]}",
         err=True,
     )
 
@@ -111,7 +146,7 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     default=TRAIN.valid_fraction,
     type=click.FloatRange(0.0, 1.0, max_open=True),
     show_default=True,
-    help="Sources held out.",
+    help=VALID_FRACTION_HELP,
 )
 @click.option(
     "--valid-max-pairs",
@@ -134,16 +169,21 @@ def vocab(table: str, out_dir: str, src_vocab_size: int, tgt_vocab_size: int) ->
     show_default=True,
     help="Batches regrouped by length.",
 )
-@click.option("--seed", default=TRAIN.seed, show_default=True, help="Data split, order and init.")
+@click.option("--seed", default=TRAIN.seed, show_default=True, help=SEED_HELP)
 @click.option(
     "--direction",
     type=click.Choice(DIRECTIONS),
     default=TRAIN.direction,
     show_default=True,
-    help="forward: p(target|source); inverse: p(source|target) (the encoder reads the target "
-    "phrase; --src-vocab-size is then the shortlist of the table's targets).",
+    help=DIRECTION_HELP,
+)
+@click.option(
+    "--vocab",
+    metavar="DIR",
+    help="Take the shortlists 'rescorer vocab' wrote in DIR (and their sizes), not count them.",
 )
 @device_option
+@threads_option
 @precision_option
 @compile_option("100,000 training pairs or more")
 @click.option(

@@ -36,6 +36,7 @@ class ExtendConfig:
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY
     force: bool = False
+    restart: bool = False  # start over, discarding an interrupted run's OUT.partial
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY
     overlap: bool = False  # the beam runs in collect, so there is nothing to overlap with
 

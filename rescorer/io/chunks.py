@@ -121,10 +121,13 @@ class ShardRange:
 def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRange:
     """The byte range and first line of shard ``shard`` = (K, N), 1-based K.
 
-    A chunk at offset o of a T-byte stream belongs to shard floor(o N / T) + 1: shards are runs
-    of whole chunks, so the concatenated shard outputs equal the single-run output byte for byte.
-    A shard that gets no chunk (more shards than chunks) is the empty range where the next one
-    starts. Costs one pass to measure T and one cutting pass up to the shard's end.
+    A chunk of a T-byte stream whose middle is at byte m belongs to shard floor(m N / T) + 1:
+    shards are runs of whole chunks, so the concatenated shard outputs equal the single-run
+    output byte for byte, and each boundary is the chunk boundary nearest to k T / N. (By the
+    chunk's start, a 3.5 MiB table in 1 MiB chunks made shards of 2, 1 and 0.5 MiB; by its
+    middle they are 1, 1 and 1.5: :func:`shard_note` says why they still differ.) A shard that
+    gets no chunk (more shards than chunks) is the empty range where the next one starts.
+    Costs one pass to measure T and one cutting pass up to the shard's end.
     """
     k, n = shard
     with open_binary(path) as stream:
@@ -135,7 +138,8 @@ def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRa
     with open_binary(path) as stream:
         line = 1
         for chunk in iter_chunks(stream, chunk_bytes, name=path):
-            index = chunk.offset * n // max(total, 1)  # 0-based shard of this chunk
+            middle = 2 * chunk.offset + len(chunk.data)  # twice the chunk's middle byte
+            index = middle * n // max(2 * total, 1)  # 0-based shard of this chunk
             if index == k - 1 and start == total:
                 start, start_line = chunk.offset, line
             if index >= k:
@@ -145,3 +149,24 @@ def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRa
     if start == total:  # no chunk of its own
         start, start_line = end, line
     return ShardRange(start, start_line, end, total)
+
+
+def shard_note(shard_range: ShardRange, chunk_bytes: int, shard: tuple[int, int]) -> str | None:
+    """Why this shard's size is far (over a quarter) from the input's share per shard, or None:
+    a shard is whole chunks cut at source boundaries, so shards of a table a few chunks long
+    cannot be even."""
+    k, n = shard
+    share = shard_range.input_bytes / n
+    size = shard_range.end - shard_range.start
+    if share == 0 or abs(size - share) <= share / 4:
+        return None
+
+    def mib(value: float) -> str:
+        return f"{value / (1 << 20):,.2f} MiB"
+
+    return (
+        f"shard {k}/{n} holds {mib(size)} of the {mib(shard_range.input_bytes)} input (a share "
+        f"is {mib(share)}): a shard is whole chunks of --chunk-bytes ({mib(chunk_bytes)}) cut "
+        "at source-phrase boundaries, so the shards of a table a few chunks long differ; a "
+        "smaller --chunk-bytes evens them"
+    )

@@ -57,20 +57,33 @@ class InputMeter:
             return None
 
 
+MEASURED_GZIP = 32 << 20  # gzip files up to this size are decompressed once to measure them
+
+
 def gzip_text_size(path: str, limit: int = 256 << 20) -> int | None:
-    """The decompressed size of a gzip file from its trailer (ISIZE), when it can be trusted:
-    files under ``limit`` bytes (ISIZE is the size mod 2^32, of the last member only) whose
-    trailer is at least the file's size. None otherwise, or for a file that is not gzip."""
+    """The decompressed size of a gzip file. Up to MEASURED_GZIP bytes it is measured, by one
+    decompression (a fraction of a second): such a file may hold several members (score's own
+    outputs hold one per chunk), whose trailer (ISIZE) gives the last member's size only, and a
+    progress line read "100.0% of the input" a third of the way through one. Larger files: the
+    trailer when it can be trusted (under ``limit`` bytes, ISIZE is the size mod 2^32, and at
+    least the file's size). None otherwise, for a damaged file, or for one that is not gzip."""
     try:
         with open(path, "rb") as f:
             if f.read(2) != GZIP_MAGIC:
                 return None
             size = os.fstat(f.fileno()).st_size
-            if size > limit or size < 20:
+            if size <= MEASURED_GZIP:
+                f.seek(0)
+                with igzip_threaded.open(f, "rb", threads=1) as gz:
+                    total = 0
+                    while block := gz.read(1 << 22):
+                        total += len(block)
+                return total
+            if size > limit:
                 return None
             f.seek(size - 4)
             isize = int.from_bytes(f.read(4), "little")
-    except OSError:
+    except (OSError, EOFError):  # a damaged file: its reader says so
         return None
     return isize if isize >= size else None
 

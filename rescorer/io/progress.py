@@ -11,7 +11,9 @@ Progress through :class:`Stages`: ``rescorer plot words: t-SNE map of 2,000 targ
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 DEFAULT_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
@@ -71,8 +73,8 @@ class Progress:
             return
         self.last = now
         parts = [f"{self.label}: {done:,} {self.unit} in {_duration(now - self.start)}"]
-        if fraction is not None:
-            parts.append(f"{100 * fraction:.1f}% {self.share}")
+        if fraction is not None:  # never 100.0% while the run goes on
+            parts.append(f"{min(100 * fraction, 99.9):.1f}% {self.share}")
         parts.append(f"{rate:,.0f} {self.unit}/s")
         eta = self.eta(fraction, now)
         if eta is not None:
@@ -107,3 +109,39 @@ class Stages:
         from rescorer.io.inputs import display_name
 
         return self(f"reading {display_name(path)}{f' ({why})' if why else ''}", "lines")
+
+
+#: What a first compile usually costs, as the commands say when they start one: 15-20 s for
+#: train's steps and readout on an idle 2-core Zen 5 (BENCHMARKS.md), tens of seconds for
+#: score's; a new user's 2-core machine at load 8-11 took 3 minutes (issue 39).
+COMPILE_TYPICAL = "usually 15 s to 1 minute on an idle CPU, minutes on a busy one"
+
+
+class Heartbeat:
+    """While a step that reports nothing runs (a first ``torch.compile``), ``say(f"{text}
+    (1m30s so far)")`` every ``every`` seconds from a helper thread; ``stop()`` (or leaving the
+    ``with`` block) ends it. ``every`` 0 says nothing."""
+
+    def __init__(self, say: Callable[[str], None], text: str, every: float) -> None:
+        self.say, self.text, self.every = say, text, every
+        self.start = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        if every > 0:
+            self._thread = threading.Thread(target=self._beat, daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.every):
+            self.say(f"{self.text} ({_duration(time.monotonic() - self.start)} so far)")
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Heartbeat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -133,7 +133,7 @@ class Output:
             self._nothing_to_resume(force)
             return fresh
         state = read_json(self.record, what="the progress record of an interrupted run")
-        again = "run without --resume to start over"
+        again = "add --restart instead of --resume to start over"
         problem = record_problem(state)
         if problem:
             raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")
@@ -159,8 +159,9 @@ class Output:
             ) from None
         if size < out_bytes:
             raise RescorerError(
-                f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says "
-                f"(lost in a crash or power loss?); {again}"
+                f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says: "
+                f"it was cut short after the record was written (by another program, an older "
+                f"rescorer run without --resume, or a crash or power loss); {again}"
             )
         if tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
             raise RescorerError(
@@ -177,6 +178,28 @@ class Output:
             state["bad_bytes"],
             state["stats"],
         )
+
+    def refuse_to_discard(self, restart: bool) -> None:
+        """A run without --resume starts OUT.partial over: refuse while it holds an interrupted
+        run that --resume could continue (its record is there and valid), unless ``restart``
+        (--restart, --force); then the record goes first, so that no later --resume finds a
+        record of bytes that are gone. (An interrupted run's partial file without a valid
+        record cannot be resumed: it is started over without a word, as before.)"""
+        if self.out == "-" or not os.path.exists(self.record):
+            return
+        try:
+            state = read_json(self.record, what="the progress record of an interrupted run")
+        except RescorerError:
+            state = None
+        if not restart and record_problem(state) is None and os.path.exists(self.partial):
+            lines = state["stats"].get("lines_out") if isinstance(state["stats"], dict) else None
+            held = f"{lines:,} scored lines" if isinstance(lines, int) else "the scored lines"
+            raise RescorerError(
+                f"{self.partial}: holds {held} of an interrupted run (its record: "
+                f"{self.record}); add --resume to continue it, or --restart to start over and "
+                "discard them"
+            )
+        _remove(self.record)
 
     def _nothing_to_resume(self, force: bool) -> None:
         """--resume without a record: say that the run starts over; keep a complete OUT whose

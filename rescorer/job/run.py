@@ -31,6 +31,7 @@ import itertools
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -38,10 +39,10 @@ from dataclasses import asdict
 from typing import Any, Protocol
 
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds
+from rescorer.io.chunks import Chunk, iter_chunks, shard_bounds, shard_note
 from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, iter_raw_lines, open_binary
 from rescorer.io.outputs import WriteError, gzip_member
-from rescorer.io.progress import Progress
+from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.io.table import parse_raw_line
 from rescorer.job.clobber import refuse_clobber, score_files
@@ -112,6 +113,7 @@ class JobConfig(Protocol):
     quiet: bool
     progress_every: float
     force: bool
+    restart: bool
     checkpoint_every: float
     overlap: bool
 
@@ -142,11 +144,15 @@ class StreamedJob:
         manifest_options: dict[str, Any],
         device: Any,
         phase: Phase = nothing,
+        opening: Sequence[str] = (),
+        compiling: str | None = None,
     ) -> JobStats:
         """Run the job (module docstring), ``work`` on every chunk. ``config``: the job's
         config with ``workers`` and ``chunk_bytes`` resolved to numbers (the device decides
         them); ``manifest_options``: every option that changes the output's bytes, as a
-        shard's manifest states them."""
+        shard's manifest states them; ``opening``: lines said when the input opens (how the
+        run computes); ``compiling``: said every --progress-every seconds until the first chunk
+        is written, while a first compile reports nothing."""
         table, out = self.table, self.out
         assert isinstance(config.workers, int) and config.chunk_bytes is not None
         start, first_line, end = 0, 1, None
@@ -175,6 +181,8 @@ class StreamedJob:
             if config.resume and manifest is not None and finished_shard(output, manifest, stats):
                 output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
                 return stats
+            if not config.resume:  # an interrupted run's partial is discarded only when asked
+                output.refuse_to_discard(config.restart or config.force)
             resume = output.load_resume(fresh, table, config.force) if config.resume else fresh
         except BaseException:
             output.unlock()
@@ -210,6 +218,13 @@ class StreamedJob:
 
         t0 = time.monotonic()
         ok = interrupted = False
+        every = config.progress_every if compiling and not config.quiet else 0
+        beat = Heartbeat(_say, compiling or "", every)
+
+        def report() -> None:
+            beat.stop()  # a chunk is written: compiled
+            progress.update(work.progress(), fraction())
+
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(resume)
             num_scores = first_num_scores(table) if self.regular else None  # a pipe: chunk 1
@@ -228,6 +243,13 @@ class StreamedJob:
             else:
                 work.init_worker(*work.init_args)
             with open_binary(table, meter) as stream:
+                if not config.quiet:  # it opens: the first lines say how the run computes
+                    for line in opening:
+                        _say(line)
+                    if shard_range is not None and config.shard is not None:
+                        uneven = shard_note(shard_range, config.chunk_bytes, config.shard)
+                        if uneven:
+                            _say(f"rescorer {self.command}: note: {uneven}")
                 chunks = iter_chunks(
                     stream,
                     config.chunk_bytes,
@@ -254,7 +276,7 @@ class StreamedJob:
                     gz_level,
                     name,
                     stats,
-                    lambda: progress.update(work.progress(), fraction()),
+                    report,
                     phase,
                 )
             if shard_range is not None and stats.next_offset != shard_range.end:
@@ -286,6 +308,7 @@ class StreamedJob:
                 "the same command with --resume to finish it"
             ) from exc
         finally:
+            beat.stop()
             progress.close()
             (pool.close if ok else pool.terminate)()
             pool.join()
@@ -385,6 +408,10 @@ def _stream(
     write_ready(limit=0)
     with phase("write"):
         output.checkpoint()  # the end: everything written is on disk before OUT is renamed
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 class Inline:

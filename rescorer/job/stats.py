@@ -16,6 +16,9 @@ NOT_IN_RUN_KEY = (
     "progress_every",
     "profile",
     "force",
+    "restart",
+    "threads",
+    "ignore_coverage",
     "checkpoint_every",
     "overlap",
 )

@@ -19,6 +19,7 @@ from typing import Any
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError, RescorerError
+from rescorer.io.progress import Progress
 from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS
 from rescorer.moses.nbest import NBEST_SEP, NBestEntry, read_nbest
 
@@ -131,6 +132,7 @@ def add_pair_feature(
     features_only: bool = False,
     block_lines: int = 20000,
     origins: Sequence[str] = (),
+    progress: Progress | None = None,
 ) -> NBestFeatureStats:
     """``rescorer score-nbest``: each hypothesis of an n-best list gets, for each (name, score)
     of ``features`` (one per model, in order), the dense feature ``name`` = sum over its phrase
@@ -143,7 +145,9 @@ def add_pair_feature(
     feature field (total unchanged), or with ``features_only`` as ``name= v ...`` lines for
     ``rerank --feature-file``. ``origins`` name where each feature's scores come from (its
     model folder) in the error for a score that is not finite (nan or inf: weights that
-    overflow), which stops the run as it stops ``rescorer score``."""
+    overflow), which stops the run as it stops ``rescorer score``. ``progress`` hears of the
+    hypotheses written and the share of the input sentences reached (an n-best list comes in
+    sentence order)."""
     from rescorer.io.inputs import display_name, open_text
     from rescorer.io.outputs import open_output
     from rescorer.io.table import sources_among
@@ -218,7 +222,13 @@ def add_pair_feature(
             if len(block) >= block_lines:
                 flush(block, out)
                 block = []
+                if progress is not None:
+                    progress.update(stats.hypotheses, (entry.sent_id + 1) / max(len(sentences), 1))
         if block:
             flush(block, out)
+            if progress is not None:
+                progress.update(stats.hypotheses, 1.0)
+    if progress is not None:
+        progress.close()
     stats.sentences = len(seen_ids)
     return stats

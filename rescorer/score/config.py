@@ -37,6 +37,7 @@ class ScoreConfig:
     word_penalty: bool = False  # also append exp(#target words outside the shortlist)
     device: str = "auto"
     precision: str = "auto"
+    threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
     batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
@@ -48,7 +49,10 @@ class ScoreConfig:
     quiet: bool = False
     progress_every: float = DEFAULT_EVERY  # seconds between progress lines off a terminal; 0: off
     profile: bool = False  # print where the time went (rescorer/score/profile.py)
-    force: bool = False  # --resume may replace a complete OUT made with another model
+    force: bool = False  # --resume may replace a complete OUT made with another model; and
+    # without --resume, as restart: start over, discarding an interrupted run's OUT.partial
+    restart: bool = False  # start over, discarding an interrupted run's OUT.partial
+    ignore_coverage: bool = False  # score a table far outside the model's shortlists anyway
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY  # seconds between progress records; 0:
     # after every chunk (a killed run redoes at most about this much with --resume)
     overlap: bool = True  # the device scores chunk k while the host prepares k+1 and formats
@@ -62,6 +66,7 @@ class ScoreConfig:
             ("--chunk-bytes", self.chunk_bytes, 1, None),
             ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),
             ("--batch-tokens", self.batch_tokens, 1, None),
+            ("--threads", self.threads, 1, None),
             ("--checkpoint-every", self.checkpoint_every, 0, None),
             ("--compress-level", self.compresslevel, *GZIP_MEMBER_LEVELS),
         ):
@@ -83,14 +88,16 @@ COMPILE_MIN_BYTES = 4 << 20
 
 
 def resolve_workers(workers: int | str, device: Any) -> int:
-    """``auto``: on a GPU one parse/format process per core but one (at most 16), so a
-    many-core host can feed the device; on the CPU none, as the model's threads need the cores
-    (and ScoreConfig's count as it is otherwise)."""
+    """``auto``: on a GPU one parse/format process per CPU this process may run on but one (at
+    most 16), so a many-core host can feed the device; on the CPU none, as the model's threads
+    need the cores (and ScoreConfig's count as it is otherwise)."""
+    from rescorer.cpus import available_cpus
+
     if workers != "auto":
         return int(workers)
     if getattr(device, "type", "cpu") != "cuda":
         return 0
-    return max(1, min(16, (os.cpu_count() or 2) - 1))
+    return max(1, min(16, available_cpus()[0] - 1))
 
 
 def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:

@@ -1,7 +1,8 @@
 """The ``-m`` models of one ``rescorer score`` run, as :mod:`~rescorer.score.pipeline` uses them:
-each model's warnings once its first chunk is scored (has it learned, does the table fit its
-shortlists), its scores collected into the chunk's columns in line order (an inverse model's
-pairs come grouped by target phrase), and the error for a score that is not finite.
+each model's warnings and verdict from the pairs read, before they are scored (has it learned,
+does the table fit its shortlists), its scores collected into the chunk's columns in line
+order (an inverse model's pairs come grouped by target phrase), and the error for a score that
+is not finite.
 """
 
 from __future__ import annotations
@@ -12,21 +13,35 @@ from typing import Any
 
 import numpy as np
 
+from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import RescorerError
 from rescorer.score.stages import ParsedChunk
-from rescorer.verdict import coverage_warning, unlearned_warning
+from rescorer.verdict import coverage_verdict, coverage_warning, unlearned_warning
 
 
-def coverage_check(provenance: dict[str, Any], folder: str) -> Callable[[int, int], bool]:
-    """The model's warnings, given once the first chunk has been scored (an input that is
-    refused outright gets its one error line and nothing else)."""
+def coverage_check(
+    provenance: dict[str, Any], folder: str, ignore_coverage: bool = False
+) -> Callable[[int, int], bool]:
+    """The model's warnings and its coverage verdict, heard of the pairs read so far before
+    they are scored: once :data:`~rescorer.verdict.COVERAGE_MIN_PAIRS` pairs are in, a table
+    far outside the shortlists of the model's own table is refused (a RescorerError) unless
+    ``ignore_coverage``; one clearly below it is warned about, once (then it returns True)."""
     unlearned = unlearned_warning(provenance, folder)
+    decided = False
 
     def coverage(inside: int, pairs: int) -> bool:
-        nonlocal unlearned
+        nonlocal unlearned, decided
         if unlearned:
             print(f"rescorer score: {unlearned}", file=sys.stderr)
             unlearned = None
+        verdict = coverage_verdict(provenance, inside, pairs)
+        if verdict is not None and not decided:
+            decided = True
+            if verdict.foreign and not ignore_coverage:
+                raise RescorerError(
+                    verdict.describe(folder, f"the first {pairs:,} pairs")
+                    + " Refused before scoring them; --ignore-coverage scores it anyway"
+                )
         message = coverage_warning(provenance, folder, inside, pairs)
         if message:
             print(f"rescorer score: {message}", file=sys.stderr)
@@ -47,6 +62,53 @@ def collect_columns(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:
             logp = in_lines
         columns.append(logp)
     return columns[0] if len(columns) == 1 else np.stack(columns, axis=1)
+
+
+MOSES_SCORES = 4  # the columns train-model.perl writes; a scored table has more
+ALREADY_LINES = 1000  # the first chunk's lines looked at
+
+
+def already_scored(name: str, lines: Sequence[bytes], logp: np.ndarray) -> str | None:
+    """A warning when the table being scored looks like score's own output (moses-ini refuses
+    a table scored twice, after the whole run): one of its columns beyond Moses' four holds
+    this run's probabilities (|ln value - log p| within the 1e-4 score prints to, on every line
+    looked at), or its last column is exp(k) on every line, as --word-penalty writes it.
+    ``lines`` are the first chunk's good lines, ``logp`` (N,) or (N,M) their new columns."""
+    rows = []
+    for line in lines[:ALREADY_LINES]:
+        fields = line.split(b" ||| ")
+        try:
+            rows.append([float(x) for x in fields[2].split()])
+        except (IndexError, ValueError):
+            return None
+    if not rows or len(rows[0]) <= MOSES_SCORES or any(len(r) != len(rows[0]) for r in rows):
+        return None
+    scores = np.array(rows)  # (n, S)
+    new = np.maximum(logp.reshape(len(logp), -1)[: len(rows)], LOGP_FLOOR)  # (n, M)
+    with np.errstate(divide="ignore"):
+        logs = np.log(scores)  # (n, S): -inf for 0, nan for < 0
+    for j in range(MOSES_SCORES, scores.shape[1]):
+        for k in range(new.shape[1]):
+            if np.all(np.abs(logs[:, j] - new[:, k]) <= 2e-4):
+                return (
+                    f"warning: {name}: score {j + 1} equals this run's column "
+                    f"{k + 1} on its first {len(rows):,} lines: it was scored already, by this "
+                    "model (moses-ini refuses a table scored twice); score the original table"
+                )
+    # a model's column, then the word penalty: 6 or more (Moses' old 5th column, its phrase
+    # penalty, is 2.718 = e^1 on every line)
+    last = logs[:, -1]
+    if (
+        scores.shape[1] >= MOSES_SCORES + 2
+        and np.all(last >= 0)
+        and np.all(np.abs(last - np.round(last)) <= 1e-4)
+    ):
+        return (
+            f"warning: {name}: has {scores.shape[1]} scores, the last exp(k) on its first "
+            f"{len(rows):,} lines, as score --word-penalty writes it: was it scored already? "
+            "(moses-ini refuses a table scored twice); score the original table"
+        )
+    return None
 
 
 def one_or_list(values: list[Any]) -> Any:

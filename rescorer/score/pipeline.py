@@ -20,6 +20,7 @@ models' warnings and columns in :mod:`~rescorer.score.models`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 
 from rescorer.errors import RescorerError
 from rescorer.io.inputs import display_name
+from rescorer.io.progress import COMPILE_TYPICAL
 from rescorer.job.run import Phase, StreamedJob, nothing
 from rescorer.score.config import (
     ScoreConfig,
@@ -36,7 +38,12 @@ from rescorer.score.config import (
     resolve_workers,
     want_compile,
 )
-from rescorer.score.models import collect_columns, coverage_check, non_finite_error
+from rescorer.score.models import (
+    already_scored,
+    collect_columns,
+    coverage_check,
+    non_finite_error,
+)
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.profile import Phases
 from rescorer.score.stages import ModelSides, ParsedChunk, format_chunk, init_worker, parse_chunk
@@ -51,10 +58,12 @@ def score_table(
 
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
-    from rescorer.device import resolve_device, resolve_precision
+    from rescorer.cpus import choose_threads
+    from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.score.scorer import Scorer
 
+    threads = set_threads(choose_threads(config.threads))
     job = StreamedJob("score", table, out, config)  # its checks come before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
@@ -89,17 +98,29 @@ def score_table(
         "compresslevel": config.compresslevel if gz else None,
         "skip_bad_lines": config.skip_bad_lines is not None,
     }
-    coverage = [coverage_check(m.provenance, f) for m, f in zip(loaded, model_dirs, strict=True)]
+    coverage = [
+        coverage_check(m.provenance, f, config.ignore_coverage)
+        for m, f in zip(loaded, model_dirs, strict=True)
+    ]
     phase = phases or nothing
     work = Scoring(scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase)
-    job.run(work, config, stats, model_dirs, manifest_options, device, phase)
+    # said when the input opens: how the run computes, and that the first chunk compiles
+    opening = [f"rescorer score: {device}, {precision}, {threads.describe()}"]
+    if compile_:
+        opening.append(
+            "rescorer score: compiling the model's steps and readout while the first chunk is "
+            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
+        )
+    compiling = "rescorer score: still compiling, with the first chunk" if compile_ else None
+    job.run(work, config, stats, model_dirs, manifest_options, device, phase, opening, compiling)
     stats.phases = phases
     return stats
 
 
 class Scoring:
     """The scoring a ``score`` job does with each chunk (module docstring). ``coverage[k]``
-    hears of model k's pairs inside its shortlists until it has warned."""
+    hears of model k's pairs inside its shortlists, before they are scored, until it has
+    warned (it may refuse the table: score/models.py)."""
 
     unit = "pairs"
 
@@ -120,9 +141,17 @@ class Scoring:
         self.parse = parse_chunk
         self.warn: list[Callable[[int, int], bool] | None] = list(coverage)
         self.inside = [0] * len(scorers)  # pairs inside each model's shortlists
+        self.read = 0  # pairs read (parsed) so far
         self.model_dirs, self.name, self.phase = model_dirs, name, phase
 
     def submit(self, parsed: ParsedChunk) -> list[Any]:
+        self.read += parsed.pairs.num_pairs  # the models' verdicts come before they score
+        for k, pairs in enumerate(parsed.by_model):
+            self.inside[k] += pairs_inside_shortlists(pairs)
+            callback = self.warn[k] if k < len(self.warn) else None
+            if callback is not None and callback(self.inside[k], self.read):
+                self.warn[k] = None  # warned once
+        self.stats.pairs_inside = self.inside[0]  # the first model's
         models = zip(self.scorers, parsed.by_model, strict=True)
         return [scorer.submit(pairs) for scorer, pairs in models]
 
@@ -134,13 +163,11 @@ class Scoring:
             logp = collect_columns(pending, parsed)  # (N,) or (N,M)
         if not np.isfinite(logp).all():  # one pass: no nan or inf ever reaches the output
             raise non_finite_error(logp, parsed, self.name, self.model_dirs, stats.precision)
+        if not stats.pairs_scored:  # the first chunk: is the table score's own output?
+            scored = already_scored(self.name, parsed.lines, logp)
+            if scored:
+                print(f"rescorer score: {scored}", file=sys.stderr, flush=True)
         stats.pairs_scored += len(logp)
-        for k, pairs in enumerate(parsed.by_model):
-            self.inside[k] += pairs_inside_shortlists(pairs)
-            callback = self.warn[k] if k < len(self.warn) else None
-            if callback is not None and callback(self.inside[k], stats.pairs_scored):
-                self.warn[k] = None  # warned once
-        stats.pairs_inside = self.inside[0]  # the first model's
         args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
         return format_chunk, (*args, gz_level, parsed.last_unterminated), len(parsed.lines)

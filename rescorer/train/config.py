@@ -21,7 +21,7 @@ class TrainConfig:
 
     batch_size: int = 64  # pairs per update (paper)
     max_updates: int | None = None  # total updates of the run (resumes included)
-    max_time: float | None = None  # seconds of this invocation (data loading included)
+    max_time: float | None = None  # seconds of this run: loading in, first compile out
     valid_fraction: float = 0.01  # share of source phrases held out (all their pairs)
     valid_max_pairs: int = 5000  # validation pairs actually scored (a seeded subset)
     valid_every: int = 1000  # updates between validations (and train-state saves)
@@ -33,6 +33,7 @@ class TrainConfig:
     eps: float = 1e-6
     clip_norm: float = 1.0  # global L2 norm of the gradient
     device: str = "auto"
+    threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
     precision: str = "auto"  # auto | bf16 | fp32
     compile: str = "auto"  # torch.compile the steps and readout: yes | no | auto (big data)
     log_every: int = 100  # updates between progress lines
@@ -40,6 +41,7 @@ class TrainConfig:
     quiet: bool = False
     skip_bad_lines: str | None = None
     direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
+    vocab: str | None = None  # a folder of ``rescorer vocab``: its shortlists, not counted again
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (
@@ -63,6 +65,7 @@ class TrainConfig:
         check(self.max_time is None or self.max_time >= 0, "--max-time must be >= 0")
         check(self.patience is None or self.patience >= 1, "--patience must be at least 1")
         check(self.sort_batches >= 1, "--sort-batches must be at least 1")
+        check(self.threads is None or self.threads >= 1, "--threads must be at least 1")
         check(self.compile in ("auto", "yes", "no"), "--compile: expected auto, yes or no")
         check(
             self.direction in DIRECTIONS,
@@ -163,7 +166,23 @@ def resume_configs(
                 f"--resume: --{key.replace('_', '-')} {flags[key]} differs from the saved "
                 f"run's {getattr(cfg, key)}",
             )
-    return model_cfg, replace(train_cfg, **train_flags)
+    # the threads are this machine's: the saved run's count applies only when given again
+    return model_cfg, replace(train_cfg, **{"threads": None, **train_flags})
+
+
+def _sizes_from_vocab(flags: dict[str, Any], given: set[str]) -> None:
+    """``--vocab DIR``: the shortlist sizes are DIR's (a size given as well must agree)."""
+    from rescorer.vocab import load_vocabs
+
+    src, tgt, _ = load_vocabs(str(flags["vocab"]))
+    for side, vocab in (("src", src), ("tgt", tgt)):
+        key = f"{side}_vocab_size"
+        check(
+            key not in given or flags[key] == vocab.size,
+            f"--{side}-vocab-size {flags.get(key)} differs from --vocab {flags['vocab']}'s "
+            f"{vocab.size}: give one or the other",
+        )
+        flags[key] = vocab.size
 
 
 def configs_from_flags(
@@ -183,6 +202,8 @@ def configs_from_flags(
     train_keys = {f.name for f in fields(TrainConfig)}
     unknown = set(flags) - model_keys - train_keys
     check(not unknown, f"unknown training options: {', '.join(sorted(unknown))}")
+    if flags.get("vocab") is not None and resume_dir is None:
+        _sizes_from_vocab(flags, given)
     if resume_dir is not None:
         return resume_configs(
             resume_dir,

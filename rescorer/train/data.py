@@ -139,11 +139,19 @@ def read_training_data(
     return TrainingData(train.build(), scored, counter[0], len(heldout), len(held))
 
 
+#: The settings the shortlists depend on (besides the table and the sizes): ``rescorer vocab``
+#: records them, ``train --vocab`` compares them with its own.
+SHORTLIST_SETTINGS = ("valid_fraction", "seed", "direction")
+
+
 def build_training_vocabs(
     source: Source, model_cfg: ModelConfig, cfg: TrainConfig, progress: Progress | None = None
 ) -> tuple[Vocab, Vocab]:
-    """Shortlists counted over the training split only (validation sources excluded), each
-    side's for the model's own side (an inverse model's source shortlist: the table's targets)."""
+    """The shortlist rule, the one place it is written (``rescorer vocab`` and ``rescorer
+    train`` both call it): the most frequent words of each side counted over the training
+    split only (validation sources excluded, as ``cfg`` holds them out), each pair once, each
+    side's for the model's own side (an inverse model's source shortlist: the table's
+    targets)."""
     counter = [0]
     pairs = (
         (s, t)

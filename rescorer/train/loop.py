@@ -23,6 +23,7 @@ import torch
 from rescorer.batching import PairArrays, PairBatch, epoch_batches
 from rescorer.device import autocast
 from rescorer.errors import RescorerError
+from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat
 from rescorer.model.encdec import EncoderDecoder, Kernels, ModelConfig, sequence_logprobs
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
@@ -147,8 +148,8 @@ class _Trainer(RunSetup):
         cfg, run = self.cfg, self.run_state
         shares: list[tuple[float, float | None]] = []  # (share used, seconds left)
         if cfg.max_time:
-            used = self.elapsed() / cfg.max_time
-            shares.append((used, max(cfg.max_time - self.elapsed(), 0.0)))
+            used = self.budget_elapsed() / cfg.max_time
+            shares.append((used, max(cfg.max_time - self.budget_elapsed(), 0.0)))
         if cfg.max_updates:
             done_here = run.update - self.first_update
             rate = done_here / max(time.monotonic() - self.loop_start, 1e-9)
@@ -229,7 +230,7 @@ class _Trainer(RunSetup):
         cfg, run = self.cfg, self.run_state
         if cfg.max_updates is not None and run.update >= cfg.max_updates:
             return "max-updates"
-        if cfg.max_time is not None and self.elapsed() >= cfg.max_time:
+        if cfg.max_time is not None and self.budget_elapsed() >= cfg.max_time:
             return "max-time"
         if cfg.patience is not None and run.bad_validations >= cfg.patience:
             return "patience"
@@ -280,7 +281,12 @@ class _Trainer(RunSetup):
         self.first_update = run.update
         self.say(
             "rescorer train: starting the updates"
-            + ("; the first ones compile the steps and readout" if self.kernels else "")
+            + (
+                f"; the first one compiles the steps and readout ({COMPILE_TYPICAL}; not"
+                " charged to --max-time; --compile no skips it)"
+                if self.kernels
+                else ""
+            )
             + self.budget_note()
         )
         stopped_by = ""
@@ -290,13 +296,26 @@ class _Trainer(RunSetup):
                 if stopped_by:
                     break
                 t0 = time.monotonic()
-                n_pairs, n_tokens, loss = self.step(index)
-                if run.update == self.first_update:  # what the budget went on until now
+                first = run.update == self.first_update
+                if first and self.kernels is not None:
+                    with Heartbeat(
+                        self.say, "rescorer train: still compiling the first update",
+                        cfg.progress_every,
+                    ):  # fmt: skip
+                        n_pairs, n_tokens, loss = self.step(index)
+                    self.compile_seconds = time.monotonic() - t0
+                else:
+                    n_pairs, n_tokens, loss = self.step(index)
+                if first:  # what the budget went on until now
                     self.say(
                         f"rescorer train: first update done{self.budget_note()}: setup"
                         f" {_fmt_time(t0 - self.started)}, first update"
                         f" {_fmt_time(time.monotonic() - t0)}"
-                        + (" (compiling)" if self.kernels is not None else "")
+                        + (
+                            " (compiling, not charged to --max-time)"
+                            if self.kernels is not None
+                            else ""
+                        )
                     )
                 run.update += 1
                 run.batch_in_epoch += self.world.size

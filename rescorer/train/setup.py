@@ -20,13 +20,21 @@ import torch
 from rescorer import __version__
 from rescorer.batching import PairArrays
 from rescorer.constants import UNK_ID
-from rescorer.device import bound_kernel_caches, resolve_device, resolve_precision
+from rescorer.cpus import choose_threads
+from rescorer.device import (
+    bound_kernel_caches,
+    choose_precision,
+    resolve_device,
+    set_threads,
+    training_shapes,
+)
 from rescorer.errors import check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
 from rescorer.train.config import TrainConfig
 from rescorer.train.data import (
+    SHORTLIST_SETTINGS,
     Source,
     build_training_vocabs,
     fingerprint,
@@ -35,6 +43,7 @@ from rescorer.train.data import (
 )
 from rescorer.train.distributed import World
 from rescorer.train.state import RunState, load_state
+from rescorer.vocab import load_vocabs
 
 
 def _now() -> str:
@@ -43,6 +52,8 @@ def _now() -> str:
 
 class RunSetup:
     """The pieces of one invocation of a training run, built in order (module docstring)."""
+
+    compile_seconds = 0.0  # spent compiling (the first update's): not charged to --max-time
 
     def __init__(
         self,
@@ -74,7 +85,19 @@ class RunSetup:
                 f"{out}: already holds a model; use --resume or a new directory",
             )
         self.device = resolve_device(self.world.device_name(cfg.device))
-        self.precision = resolve_precision(cfg.precision, self.device)
+        self.threads = set_threads(choose_threads(cfg.threads))
+        self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
+        shapes = training_shapes(
+            model_cfg.hidden_size,
+            model_cfg.embed_size,
+            model_cfg.maxout_units * model_cfg.maxout_pool,
+            model_cfg.tgt_vocab_size + 1,
+            cfg.batch_size,
+        )
+        precision = choose_precision(cfg.precision, self.device, "train", shapes)
+        self.precision = precision.precision
+        if precision.reason:
+            self.say(f"rescorer train: {precision.reason}")
         bound_kernel_caches()
         self.world.start(self.device)
         self._load_data(source, model_cfg, resume)
@@ -150,6 +173,18 @@ class RunSetup:
                 f" ({self.model_dir.provenance_path})",
             )
             self.src_vocab, self.tgt_vocab = self.model_dir.load_vocabs()
+        elif cfg.vocab is not None:
+            self.src_vocab, self.tgt_vocab, settings = load_vocabs(cfg.vocab)
+            differ = [
+                f"--{key.replace('_', '-')} {settings[key]} (this run: {getattr(cfg, key)})"
+                for key in SHORTLIST_SETTINGS
+                if key in settings and settings[key] != getattr(cfg, key)
+            ]
+            self.say(
+                f"rescorer train: the shortlists of {cfg.vocab} ({len(self.src_vocab.words):,}"
+                f" source and {len(self.tgt_vocab.words):,} target words)"
+                + (f"; warning: they were built with {', '.join(differ)}" if differ else "")
+            )
         else:
             self.say(f"rescorer train: counting the vocabularies{self.budget_note()}")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(
@@ -175,13 +210,18 @@ class RunSetup:
             + (f"; unigram validation perplexity {self.unigram_ppl:.2f}" if len(data.valid) else "")
         )
 
+    def budget_elapsed(self) -> float:
+        """Seconds of this invocation charged to --max-time: all but the first compile's (a
+        first compile can take minutes on a busy machine; it would eat a short budget)."""
+        return time.monotonic() - self.started - self.compile_seconds
+
     def budget_note(self) -> str:
         """`` (1m05s in, 22% of the --max-time budget)``: what the setup before the first
-        update has cost so far (vocabularies, encoding, compiling)."""
+        update has cost so far (vocabularies, encoding; compiling is not charged)."""
         minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
         note = f"{minutes}m{seconds:02d}s in"
         if self.cfg.max_time:
-            share = (time.monotonic() - self.started) / self.cfg.max_time
+            share = self.budget_elapsed() / self.cfg.max_time
             note += f", {100 * min(share, 1.0):.0f}% of the --max-time budget"
         return f" ({note})"
 

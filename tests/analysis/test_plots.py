@@ -148,3 +148,72 @@ def test_a_missing_extra_or_a_bad_table_is_one_line(tmp_path: Path, tiny_model_d
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.gz"]
+
+
+def crossings(placed: list[Any], pixels: Any) -> list[tuple[int, int]]:
+    """(label, other label) where a label's leader line, from its point to its box's centre,
+    runs through the other label's box (sampled every ~0.2 px, its own box left out)."""
+    import numpy as np
+
+    found = []
+    for a in (p for p in placed if p.moved):
+        px, py = pixels[a.index]
+        cx, cy = (a.box[0] + a.box[2]) / 2, (a.box[1] + a.box[3]) / 2
+        n = int(max(abs(cx - px), abs(cy - py)) * 5) + 2
+        t = np.linspace(0.0, 1.0, n)
+        xs, ys = px + t * (cx - px), py + t * (cy - py)
+        own = (xs > a.box[0]) & (xs < a.box[2]) & (ys > a.box[1]) & (ys < a.box[3])
+        xs, ys = xs[~own], ys[~own]
+        for b in placed:
+            if b is a:
+                continue
+            x0, y0, x1, y1 = b.box
+            inside = (xs > x0 + 0.5) & (xs < x1 - 0.5) & (ys > y0 + 0.5) & (ys < y1 - 0.5)
+            if inside.any():
+                found.append((a.index, b.index))
+    return found
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_leader_lines_never_cross_another_label(seed: int) -> None:
+    """Issue 39, item 8: in fig. 5 a leader line ran through another label (it was checked at
+    ten points along it against the labels placed before, never against later ones). Now
+    neither a leader through a label placed before nor a label over a leader drawn before."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from rescorer.analysis.labels import place_labels
+
+    rng = np.random.default_rng(seed)
+    xy = np.concatenate([rng.normal(0, 1, (150, 2)), rng.normal(0, 0.15, (60, 2))])
+    texts = [f"phrase number {i} of the map" for i in range(len(xy))]
+    fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
+    ax.scatter(xy[:, 0], xy[:, 1], s=4)
+    ax.set_xlim(-3.5, 3.5)
+    ax.set_ylim(-3.5, 3.5)
+    placed = place_labels(ax, xy, texts, list(range(len(xy))), rings=4, fontsize=7)
+    pixels = ax.transData.transform(xy)
+    plt.close(fig)
+    assert sum(p.moved for p in placed) >= 3  # leader lines were drawn
+    assert crossings(placed, pixels) == []
+
+
+def test_a_figure_names_the_model_by_its_folder_and_says_it_has_not_learned(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 8: a plot of a model that has not learned looked like any other, and its
+    title named the model by the path the command was given (../../runs/x/model/)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    given = Path(os.path.relpath(tiny_model_dir) + "/")  # ../../.../model/
+    record = run_plot(["scatter", str(SLICE), "--pairs", "300"], given, tmp_path)
+    [panel] = record["axes"]
+    assert panel["title"].startswith(f"{SLICE.name} vs {tiny_model_dir.name} (forward)\n")
+    assert ".." not in panel["title"]
+    # the tiny model (20 updates) has not learned: said across the picture and in the record
+    assert record["note"].startswith("model NOT LEARNED: validation perplexity "), record
+    assert "against a unigram model's " in record["note"]

@@ -87,7 +87,7 @@ def test_sigterm_stops_score_as_ctrl_c_does_and_resume_finishes(
     big.write_bytes(gzip.compress("".join(LINES * 10).encode("utf-8"), mtime=0))
     cmd = [sys.executable, "-m", "rescorer", "score", str(big), "-m", str(tiny_model_dir),
            "--device", "cpu", "--chunk-bytes", "8192", "--checkpoint-every", "0.02",
-           "-q"]  # fmt: skip
+           "-q", "--ignore-coverage"]  # fmt: skip
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
     proc = subprocess.Popen(

@@ -28,6 +28,8 @@ CASES = {
     "train --src-vocab-size 1": ([*TRAIN, "--src-vocab-size", "1"], "--src-vocab-size"),
     "vocab --tgt-vocab-size 1": ([*VOCAB, "--tgt-vocab-size", "1"], "--tgt-vocab-size"),
     "score --device gpu": ([*SCORE, "--device", "gpu"], "--device"),
+    "score --chunk-bytes 1X": ([*SCORE, "--chunk-bytes", "1X"], "--chunk-bytes"),
+    "score --chunk-bytes 0K": ([*SCORE, "--chunk-bytes", "0K"], "--chunk-bytes"),
     "score --device cuda:x": ([*SCORE, "--device", "cuda:x"], "--device"),
     "score --compress-level 10": ([*SCORE, "--compress-level", "10"], "--compress-level"),
     "score --shard 0/3": ([*SCORE, "--shard", "0/3"], "--shard"),
@@ -52,10 +54,41 @@ def test_a_usage_error_exits_2_before_anything_is_loaded(name: str) -> None:
     result = CliRunner().invoke(cli, args, input="")
     assert result.exit_code == 2, (name, result.exit_code, result.output)
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("Error: ") and flag in last, last
+    # issue 39, item 7: prefixed as every error line is (before: click's "Error: ")
+    assert last.startswith(f"rescorer {args[0]}: error: ") and flag in last, last
 
 
 def test_the_same_flags_with_good_values_get_past_the_checks() -> None:
     """Control: with good values the run goes on and stops at the missing model (exit 1)."""
     result = CliRunner().invoke(cli, [*SCORE, "--device", "cuda:0", "--compress-level", "9"])
     assert result.exit_code == 1, result.output
+    for size in ("1M", "256K", "1MiB", "16384"):  # issue 39, item 7: sizes take units
+        result = CliRunner().invoke(cli, [*SCORE, "--chunk-bytes", size])
+        assert result.exit_code == 1, (size, result.output)
+
+
+def test_a_usage_error_of_a_subcommand_and_of_the_group() -> None:
+    result = CliRunner().invoke(cli, ["plot", "words", "-o", "x.png"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[0].startswith("Usage: ")  # click's usage and hint stay
+    assert "plot words [OPTIONS]" in result.stderr.splitlines()[0]
+    assert result.stderr.splitlines()[-1] == (
+        "rescorer plot words: error: Missing option '-m' / '--model'."
+    )
+    result = CliRunner().invoke(cli, ["no-such-command"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1].startswith("rescorer: error: No such command")
+
+
+def test_chunk_bytes_units() -> None:
+    from rescorer.cli.common import ByteSize
+
+    size = ByteSize()
+    assert [size.convert(v, None, None) for v in ("1M", "16k", "2MiB", "1G", "7", "1mb")] == [
+        1 << 20,
+        16 << 10,
+        2 << 20,
+        1 << 30,
+        7,
+        1 << 20,
+    ]

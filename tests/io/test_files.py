@@ -16,13 +16,32 @@ from rescorer.io.jsonfiles import read_json
 from rescorer.io.outputs import WriteError, open_writable
 
 
-def test_gzip_text_size_reads_the_trailer_only_when_it_can_be_trusted(tmp_path: Path) -> None:
+def test_gzip_text_size_reads_the_trailer_only_when_it_can_be_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What score's progress line divides by for a gzip input (issue 14, item 1)."""
+    import rescorer.io.inputs as inputs
+
     assert gzip_text_size(str(SLICE)) == len(gzip.decompress(SLICE.read_bytes()))
     plain = tmp_path / "pt.txt"
     plain.write_bytes(gzip.decompress(SLICE.read_bytes()))
     assert gzip_text_size(str(plain)) is None
+    monkeypatch.setattr(inputs, "MEASURED_GZIP", 0)  # a big file: the trailer, if trusted
+    assert gzip_text_size(str(SLICE)) == len(gzip.decompress(SLICE.read_bytes()))
     assert gzip_text_size(str(SLICE), limit=1000) is None  # too big to trust ISIZE mod 2^32
+
+
+def test_gzip_text_size_of_several_members_is_the_whole_text(tmp_path: Path) -> None:
+    """Issue 39, item 9: a progress line read '100.0% of the input' partway through a
+    20,000-line file: a gzip of several members (score's outputs have one per chunk), whose
+    trailer gives the last member's size only."""
+    text = gzip.decompress(SLICE.read_bytes())
+    members = tmp_path / "members.gz"
+    members.write_bytes(gzip.compress(text) + gzip.compress(text * 3))
+    assert gzip_text_size(str(members)) == 4 * len(text)
+    damaged = tmp_path / "damaged.gz"
+    damaged.write_bytes(members.read_bytes()[:-100])
+    assert gzip_text_size(str(damaged)) is None
 
 
 def test_a_truncated_gzip_is_one_error_whichever_read_meets_it(tmp_path: Path) -> None:

@@ -263,3 +263,30 @@ def test_two_models_give_two_features_the_inverse_one_p_source_given_target(
         )  # fmt: skip
         assert result.exit_code == 2 and message in result.output
         assert not (tmp_path / "never").exists()
+
+
+def test_score_nbest_reports_progress_and_a_readable_summary_or_nothing_with_q(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 39, item 7: score-nbest had no progress lines and no -q, and its summary read
+    '(3,085 scored, 2,301 passed through untranslated: 0)'."""
+    out = tmp_path / "out.nbest"
+    args = ["score-nbest", str(SEG), "-m", str(tiny_model_dir), "--input", str(INPUT), "-o",
+            str(out), "--phrase-table", str(TABLE), "--precision", "fp32"]  # fmt: skip
+    result = CliRunner().invoke(cli, [*args, "--progress-every", "0.0001"])
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("rescorer score-nbest: cpu, fp32, ") and " thread" in lines[0]
+    assert any(ln.startswith(f"rescorer score-nbest {SEG}: 45 hypotheses in ") for ln in lines)
+    per_line = independent_pairs(SEG)
+    pairs = sum(len(ps) for ps in per_line)
+    unknown = sum(p[0] == "faliscan" for ps in per_line for p in ps)
+    assert lines[-1] == (
+        f"rescorer score-nbest: 45 hypotheses of 6 sentences written to {out}; of their "
+        f"{pairs:,} phrase pairs, {pairs - unknown:,} were scored by the model "
+        f"({len({p for ps in per_line for p in ps if p[0] != 'faliscan'}):,} distinct) and "
+        f"{unknown:,} were words Moses passed through untranslated (no table entry), which add "
+        "0 as in Moses"
+    )
+    quiet = CliRunner().invoke(cli, [*args, "-q", "--progress-every", "0.0001"])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.output

@@ -472,7 +472,7 @@ def resume(table: Path, model_dir: Path, out: Path) -> None:
     [
         ("input", r"was written for other input content \(the table changed since\)"),
         ("model", r"was written for another model \(the model directory changed since\)"),
-        ("short", r"shorter than the \d+ its record says \(lost in a crash or power loss\?\)"),
+        ("short", r"shorter than the \d+ its record says: it was cut short after the record"),
         ("deleted", r"\.partial: missing, but .* says \d+ bytes were written"),
         ("tail", r"its last written bytes differ from its record"),
     ],
@@ -508,6 +508,45 @@ def test_resume_checks_what_its_record_says(
     with pytest.raises(RescorerError, match=message):
         resume(table, models / "m", out)
     assert not out.exists()
+
+
+def test_a_rerun_without_resume_refuses_to_discard_the_interrupted_run(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 3: after a kill, the same command again started over and lost 10,729
+    scored pairs without a word; a later --resume then blamed a crash or power loss. Now the
+    re-run is refused (OUT.partial and its record untouched), --resume continues it, and
+    --restart starts over, removing the record first so that no --resume can trust it."""
+    whole = run_score(tmp_path, model_dir, "whole.txt", chunk_bytes=8192)
+    out = tmp_path / "out.txt"
+    partial, record = Path(f"{out}.partial"), Path(f"{out}.partial.json")
+    interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
+    before = (partial.read_bytes(), record.read_bytes())
+    again = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192)
+    with pytest.raises(
+        RescorerError, match=r"holds [\d,]+ scored lines of an interrupted run"
+    ) as err:
+        score_table(str(SLICE), str(model_dir), str(out), again)
+    assert "add --resume to continue it, or --restart to start over" in str(err.value)
+    assert (partial.read_bytes(), record.read_bytes()) == before and not out.exists()
+    # the command line: exit 1, one line
+    args = ["score", str(SLICE), "-m", str(model_dir), "-o", str(out), "--chunk-bytes", "8192"]
+    result = CliRunner().invoke(cli, [*args, "-q"])
+    assert result.exit_code == 1 and "--restart" in result.stderr, result.output
+    assert (partial.read_bytes(), record.read_bytes()) == before
+    result = CliRunner().invoke(cli, [*args, "-q", "--resume", "--restart"])
+    assert result.exit_code == 2 and "give one" in result.stderr, result.output
+    resume(SLICE, model_dir, out)
+    assert out.read_bytes() == whole.read_bytes()
+    # --restart (or --force) starts over
+    for flag in ("restart", "force"):
+        out.unlink()
+        interrupt_after_checkpoints(monkeypatch, SLICE, model_dir, out)
+        interrupted = partial.read_bytes()
+        assert len(interrupted) < len(whole.read_bytes())
+        score_table(str(SLICE), str(model_dir), str(out), ScoreConfig(
+            device="cpu", precision="fp32", chunk_bytes=8192, **{flag: True}))  # fmt: skip
+        assert out.read_bytes() == whole.read_bytes() and not record.exists()
 
 
 def test_an_undamaged_interrupted_run_resumes_exactly(
@@ -783,7 +822,8 @@ def test_a_reader_that_closes_the_pipe_ends_the_run_with_exit_1(
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 1, err
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "closed it" in lines[0], err
+    # the first line says how the run computes (issue 39, item 1); then the error alone
+    assert len(lines) == 2 and " thread" in lines[0] and "closed it" in lines[1], err
     assert "lines written" not in err
 
 
@@ -825,3 +865,97 @@ def test_a_pairs_score_does_not_depend_on_chunks_or_shards(
     spread = np.ptp(np.stack(runs), axis=0)  # per pair: largest minus smallest score
     assert len(spread) == len(LINES)
     assert spread.max() <= (1e-4 if precision == "auto" else BOUND), spread.max()
+
+
+def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 2: score's first progress line came 3 minutes in, after a compile that
+    said nothing. Now a line says it compiles and how long that usually takes, and a line
+    every --progress-every seconds keeps coming while it does (the fake compile below waits
+    for one before it returns), then the progress lines."""
+    import rescorer.score.pipeline as pipeline
+    import rescorer.score.scorer as scorer
+    from rescorer.model.encdec import Kernels
+
+    said: list[str] = []
+    heard = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "still compiling" in line:
+            heard.set()
+
+    def fake_compile(model: EncoderDecoder, guard: object = None) -> Kernels:
+        first = [True]
+
+        def wrap(fn: Any) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                if first[0]:
+                    first[0] = False
+                    assert heard.wait(60), "no 'still compiling' line while compiling"
+                return fn(*args, **kwargs)
+
+            return call
+
+        steps = (model.enc_rec.step, model.dec_rec.step, model.readout_logprobs,
+                 model.readout_picks, model.decoder_tree_step)  # fmt: skip
+        return Kernels(*map(wrap, steps))
+
+    monkeypatch.setattr(pipeline, "_say", say)
+    monkeypatch.setattr(scorer, "compile_kernels", fake_compile)
+    run_score(tmp_path, model_dir, compile="yes", progress_every=0.05)
+    assert said[0].startswith("rescorer score: cpu, fp32, ") and " thread" in said[0], said
+    assert said[1].startswith("rescorer score: compiling the model's steps and readout"), said
+    assert "(usually " in said[1] and "--compile no skips it" in said[1]
+    assert said[2].startswith("rescorer score: still compiling, with the first chunk ("), said
+    quiet: list[str] = []
+    monkeypatch.setattr(pipeline, "_say", quiet.append)
+    heard.set()
+    run_score(tmp_path, model_dir, "quiet.gz", compile="yes", quiet=True, progress_every=0.05)
+    assert quiet == []
+
+
+def test_scoring_a_scored_table_warns(
+    tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 39, item 9: scoring an already-scored table exited 0 and only moses-ini noticed.
+    Now score warns, after its first chunk: a column equal to this run's, or a last column that
+    is exp(k) on every line as --word-penalty writes it; not on the original table."""
+    once = run_score(tmp_path, model_dir, "once.gz")
+    assert "scored already" not in capsys.readouterr().err
+    score_table(str(once), str(model_dir), str(tmp_path / "twice.gz"),
+                ScoreConfig(device="cpu", precision="fp32", chunk_bytes=16384))  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"rescorer score: warning: {once}: score 5 equals this run's column 1 on its " in err
+    assert "it was scored already, by this model" in err and err.count("scored already") == 1
+    # another model's column then the word penalty: the last column tells
+    from rescorer.score.models import already_scored
+
+    lines = [b"a ||| b ||| 0.1 0.2 0.3 0.4 0.05 1", b"a ||| c ||| 0.1 0.2 0.3 0.4 0.07 7.38906"]
+    said = already_scored("pt.gz", lines, np.log(np.array([0.5, 0.25])))
+    assert said is not None and "has 6 scores, the last exp(k) on its first 2 lines" in said
+    # neither Moses' four columns nor its old fifth (the phrase penalty, 2.718) is a score run's
+    assert already_scored("pt.gz", [ln.rsplit(b" ", 2)[0] for ln in lines], np.zeros(2)) is None
+    old = [b"a ||| b ||| 0.1 0.2 0.3 0.4 2.718", b"a ||| c ||| 0.1 0.2 0.3 0.4 2.718"]
+    assert already_scored("pt.gz", old, np.log(np.array([0.5, 0.25]))) is None
+
+
+@pytest.mark.slow
+def test_progress_of_a_gzip_of_several_members_never_says_100_percent_early(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """Issue 39, item 9: '100.0% of the input' partway through a 20,000-line file, a gzip of
+    several members (its trailer gives the last member's size only)."""
+    lines, cmd, _ = long_run(tmp_path, model_dir)
+    text = ("\n".join(lines) + "\n").encode()
+    half = text.index(b"\n", len(text) // 2) + 1
+    members = tmp_path / "members.gz"
+    members.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    cmd = [str(members) if c.endswith("big.gz") else c for c in cmd if c != "-q"]
+    done = subprocess.run([*cmd, "-o", str(tmp_path / "o.gz"), "--progress-every", "0.05"],
+                          capture_output=True, text=True, env=ONE_THREAD, check=True)  # fmt: skip
+    shown = [ln for ln in done.stderr.splitlines() if ln.startswith(f"rescorer score {members}:")]
+    assert len(shown) >= 3, done.stderr
+    shares = [float(ln.split("pairs in ")[1].split(", ")[1].split("%")[0]) for ln in shown]
+    assert shares == sorted(shares) and shares[0] < 50 and shares[-1] < 100, shares

@@ -235,6 +235,28 @@ def test_merge_command_with_a_manifest_glob(shards: Path, tmp_path: Path) -> Non
     assert result.exit_code == 1 and "give the PART files or --manifest-glob" in result.output
 
 
+def test_merge_takes_its_output_as_every_command_does(shards: Path, tmp_path: Path) -> None:
+    """Issue 39, item 7: merge took OUT as its first argument where every other command takes
+    -o. Now -o OUT (anywhere), the older form still working for existing scripts."""
+    copy_parts(shards, tmp_path, [1, 2, 3])
+    parts = [str(tmp_path / f"part{k}.gz") for k in (1, 2, 3)]
+    whole = (shards / "whole.gz").read_bytes()
+    for args in (["-o", str(tmp_path / "a.gz"), *parts], [*parts, "-o", str(tmp_path / "b.gz")],
+                 [str(tmp_path / "c.gz"), *parts]):  # fmt: skip
+        result = CliRunner().invoke(cli, ["merge", *args])
+        assert result.exit_code == 0, result.output
+    assert [(tmp_path / f"{x}.gz").read_bytes() == whole for x in "abc"] == [True] * 3
+    glob = str(tmp_path / "part*.gz.manifest.json")
+    result = CliRunner().invoke(
+        cli, ["merge", "--manifest-glob", glob, "-o", str(tmp_path / "d.gz")]
+    )
+    assert result.exit_code == 0 and (tmp_path / "d.gz").read_bytes() == whole, result.output
+    result = CliRunner().invoke(cli, ["merge", "--manifest-glob", glob])
+    assert result.exit_code == 2 and "rescorer merge: error: give the output: -o OUT" in (
+        result.stderr
+    ), result.output
+
+
 def test_a_manifest_left_half_written_by_a_killed_run_is_cleaned_up(
     models: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -262,3 +284,21 @@ def test_merge_counts_the_lines_it_writes(shards: Path, tmp_path: Path) -> None:
     path.write_text(json.dumps(manifest))  # consistent, but not what the parts hold
     message = refusal(tmp_path / "m.gz", parts(tmp_path))
     assert "part3.gz" in message and "line 1464" in message  # the next part's start disagrees
+
+
+def test_shards_are_cut_at_the_chunk_boundaries_nearest_an_even_split() -> None:
+    """Issue 39, item 9: shards by bytes came out 21,710 / 10,392 / 4,559 lines: a chunk went
+    to the shard of its first byte, so on a table a few chunks long the first shard took two.
+    Now a chunk goes where its middle lies (each boundary the one nearest k T / N), and a shard
+    far from its share says why (whole chunks)."""
+    from rescorer.io.chunks import shard_bounds, shard_note
+
+    ranges = [shard_bounds(str(SLICE), 65536, (k, 3)) for k in (1, 2, 3)]
+    sizes = [r.end - r.start for r in ranges]
+    assert sum(sizes) == ranges[0].input_bytes and ranges[0].start == 0
+    assert ranges[0].end == ranges[1].start and ranges[1].end == ranges[2].start
+    assert max(sizes) < 2 * min(sizes), sizes  # by first byte: 131,028 / 65,578 / 41,608
+    notes = [shard_note(r, 65536, (k, 3)) for k, r in enumerate(ranges, start=1)]
+    assert notes[:2] == [None, None]
+    assert notes[2] is not None and notes[2].startswith("shard 3/3 holds 0.10 MiB of the 0.23")
+    assert "a smaller --chunk-bytes evens them" in notes[2]

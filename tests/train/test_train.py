@@ -485,3 +485,79 @@ def test_sigterm_saves_the_state_and_exits_143(tmp_path: Path, sample_table: Pat
     assert proc.wait(timeout=60) == 143, rest
     assert "stopped (interrupted)" in rest and "continue with --resume" in rest, rest
     assert torch.load(out / TRAIN_STATE_FILE, weights_only=True)["run"]["update"] >= 3
+
+
+class FakeCompile:
+    """``compile_kernels`` whose kernels are the eager functions, the first call of which
+    stands for a first compile: it waits until a "still compiling" line has been said (so that
+    line comes while compiling, not after) and moves the clock of the modules given by
+    ``seconds`` (a long compile, without waiting for one)."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        import threading
+        import time as real_time
+
+        self.heard = threading.Event()
+        self.offset, self.seconds, self.calls = 0.0, seconds, 0
+        self.lines: list[str] = []
+        outer = self
+
+        class Clock:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real_time, name)
+
+            def monotonic(self) -> float:
+                return real_time.monotonic() + outer.offset
+
+        self.clock = Clock()
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+        if "still compiling" in line:
+            self.heard.set()
+
+    def __call__(self, model: EncoderDecoder, guard: object = None) -> object:
+        from rescorer.model.encdec import Kernels
+
+        def first_call(fn: object) -> object:
+            def call(*args: object, **kwargs: object) -> object:
+                self.calls += 1
+                if self.calls == 1:
+                    assert self.heard.wait(60), "no 'still compiling' line while compiling"
+                    self.offset += self.seconds
+                return fn(*args, **kwargs)  # type: ignore[operator]
+
+            return call
+
+        steps = (model.enc_rec.step, model.dec_rec.step, model.readout_logprobs,
+                 model.readout_picks, model.decoder_tree_step)  # fmt: skip
+        return Kernels(*map(first_call, steps))  # type: ignore[arg-type]
+
+
+def test_a_first_compile_is_said_kept_alive_and_not_charged_to_max_time(
+    tmp_path: Path, sample_table: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, item 2: 'train --max-time 10m' spent 3 minutes compiling its first update in
+    silence, 52% of the budget gone at the first update. Now: a line says it compiles and how
+    long that usually takes, lines keep coming while it does, and the compile is not charged to
+    --max-time (here a compile of 1000 s under a 600 s budget: the run goes on)."""
+    import rescorer.train.loop as loop
+    import rescorer.train.setup as setup
+
+    fake = FakeCompile(seconds=1000.0)
+    monkeypatch.setattr(setup, "compile_kernels", fake)
+    monkeypatch.setattr(setup, "time", fake.clock)
+    monkeypatch.setattr(loop, "time", fake.clock)
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 3, "max_time": 600.0, "quiet": False,
+                         "compile": "yes", "progress_every": 0.05})  # fmt: skip
+    result = train(str(sample_table), tmp_path / "m", TINY, cfg, echo=fake.say)
+    assert (result.updates, result.stopped_by) == (3, "max-updates"), fake.lines
+    start = next(i for i, line in enumerate(fake.lines) if "starting the updates" in line)
+    assert "compiles the steps and readout (usually" in fake.lines[start]
+    assert "not charged to --max-time" in fake.lines[start]
+    beat = next(i for i, line in enumerate(fake.lines) if "still compiling" in line)
+    done = next(i for i, line in enumerate(fake.lines) if "first update done" in line)
+    assert start < beat < done, fake.lines
+    assert "(compiling, not charged to --max-time)" in fake.lines[done]
+    assert re.search(r"first update done \(\d+m\d\ds in, [0-9]% of the --max-time budget\)",
+                     fake.lines[done]), fake.lines[done]  # fmt: skip
