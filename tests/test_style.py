@@ -60,7 +60,7 @@ def test_the_commands_in_scripts_and_docs_use_existing_options() -> None:
                     continue
             known = {opt for param in command.params for opt in param.opts + param.secondary_opts}
             known |= {"--help", "-h"}
-            for flag in re.findall(r"(?<!\S)(--?[a-z][a-z-]*)", args):
+            for flag in re.findall(r"(?<!\S)(--?[a-z][a-z0-9-]*)", args):
                 if flag not in known:
                     unknown.append(f"{path.name}: rescorer {name} {flag}")
     assert not unknown, "\n".join(unknown)
