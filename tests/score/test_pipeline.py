@@ -874,7 +874,7 @@ def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
     said nothing. Now a line says it compiles and how long that usually takes, and a line
     every --progress-every seconds keeps coming while it does (the fake compile below waits
     for one before it returns), then the progress lines."""
-    import rescorer.score.pipeline as pipeline
+    import rescorer.job.run as job_run  # the streamed job says the opening and compile lines
     import rescorer.score.scorer as scorer
     from rescorer.model.encdec import Kernels
 
@@ -902,7 +902,7 @@ def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
                  model.readout_picks, model.decoder_tree_step)  # fmt: skip
         return Kernels(*map(wrap, steps))
 
-    monkeypatch.setattr(pipeline, "_say", say)
+    monkeypatch.setattr(job_run, "_say", say)
     monkeypatch.setattr(scorer, "compile_kernels", fake_compile)
     run_score(tmp_path, model_dir, compile="yes", progress_every=0.05)
     assert said[0].startswith("rescorer score: cpu, fp32, ") and " thread" in said[0], said
@@ -910,7 +910,7 @@ def test_a_first_compile_is_said_and_kept_alive_until_the_first_chunk(
     assert "(usually " in said[1] and "--compile no skips it" in said[1]
     assert said[2].startswith("rescorer score: still compiling, with the first chunk ("), said
     quiet: list[str] = []
-    monkeypatch.setattr(pipeline, "_say", quiet.append)
+    monkeypatch.setattr(job_run, "_say", quiet.append)
     heard.set()
     run_score(tmp_path, model_dir, "quiet.gz", compile="yes", quiet=True, progress_every=0.05)
     assert quiet == []
