@@ -243,13 +243,6 @@ class StreamedJob:
             else:
                 work.init_worker(*work.init_args)
             with open_binary(table, meter) as stream:
-                if not config.quiet:  # it opens: the first lines say how the run computes
-                    for line in opening:
-                        _say(line)
-                    if shard_range is not None and config.shard is not None:
-                        uneven = shard_note(shard_range, config.chunk_bytes, config.shard)
-                        if uneven:
-                            _say(f"rescorer {self.command}: note: {uneven}")
                 chunks = iter_chunks(
                     stream,
                     config.chunk_bytes,
@@ -263,6 +256,13 @@ class StreamedJob:
                         not_a_reordering_table(name, table_kind(first.data.split(b"\n")))
                         num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
                         chunks = itertools.chain([first], chunks)
+                if not config.quiet:  # a table, not a reordering one: say how the run computes
+                    for line in opening:
+                        _say(line)
+                    if shard_range is not None and config.shard is not None:
+                        uneven = shard_note(shard_range, config.chunk_bytes, config.shard)
+                        if uneven:
+                            _say(f"rescorer {self.command}: note: {uneven}")
                 if end is not None:
                     chunks = (c for c in chunks if c.offset < end)
                 gz_level = config.compresslevel if out.endswith(".gz") else None
