@@ -232,17 +232,6 @@ def score_table(
         else:
             init_worker(sides)
         with open_binary(table, meter) as stream:
-            if not config.quiet:  # it opens: the first line says how the run computes
-                _say(f"rescorer score: {device}, {precision}, {threads.describe()}")
-                if shard_range is not None and config.shard is not None:
-                    uneven = shard_note(shard_range, chunk_bytes, config.shard)
-                    if uneven:
-                        _say(f"rescorer score: note: {uneven}")
-                if compile_:
-                    _say(
-                        "rescorer score: compiling the model's steps and readout while the "
-                        f"first chunk is scored ({COMPILE_TYPICAL}; --compile no skips it)"
-                    )
             chunks = iter_chunks(
                 stream,
                 chunk_bytes,
@@ -256,6 +245,17 @@ def score_table(
                     not_a_reordering_table(name, table_kind(first.data.split(b"\n")))
                     num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
                     chunks = itertools.chain([first], chunks)
+            if not config.quiet:  # the input is a table: the first line says how the run computes
+                _say(f"rescorer score: {device}, {precision}, {threads.describe()}")
+                if shard_range is not None and config.shard is not None:
+                    uneven = shard_note(shard_range, chunk_bytes, config.shard)
+                    if uneven:
+                        _say(f"rescorer score: note: {uneven}")
+                if compile_:
+                    _say(
+                        "rescorer score: compiling the model's steps and readout while the "
+                        f"first chunk is scored ({COMPILE_TYPICAL}; --compile no skips it)"
+                    )
             if end is not None:
                 chunks = (c for c in chunks if c.offset < end)
             _run(
