@@ -100,6 +100,9 @@ class RunSetup:
             self.say(f"rescorer train: {precision.reason}")
         bound_kernel_caches()
         self.world.start(self.device)
+        if self.world.distributed and precision.reason:  # measured: every rank takes rank 0's
+            main_bf16 = float(self.world.is_main and self.precision == "bf16")
+            self.precision = "bf16" if self.world.sum([main_bf16], self.device)[0] else "fp32"
         self._load_data(source, model_cfg, resume)
 
         self.say(f"rescorer train: building the model and the optimiser{self.budget_note()}")
