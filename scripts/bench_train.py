@@ -35,6 +35,7 @@ from rescorer.model.encdec import (
     init_weights_,
 )
 from rescorer.train.loop import train_step
+from rescorer.train.profile import TrainPhases
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"
@@ -56,6 +57,10 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--gemm-size", type=int, default=2048)
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="then time --updates more updates phase by phase (train --profile's table)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     lines = sum(1 for _ in read_table(args.table))
@@ -101,6 +106,22 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds = time.perf_counter() - start
+            if args.profile:
+                phases = TrainPhases(device)
+                began = time.perf_counter()
+                for i in range(args.warmup + args.updates, args.warmup + 2 * args.updates):
+                    with phases("data"):
+                        batch = pairs.batch(batches[i % len(batches)], device)
+                    train_step(
+                        model, optim, batch, precision, 1.0, kernels=kernels, phase=phases
+                    )  # fmt: skip
+                wall = time.perf_counter() - began
+                print(
+                    f"\nhidden {args.hidden_size}, batch {batch_size}, {precision}, compiled"
+                    f" {compiled}: {args.updates} profiled updates",
+                    file=sys.stderr,
+                )
+                print("\n".join(phases.report(wall)), file=sys.stderr)
             # The forward pass's multiply-adds as it runs them (no padding): the padded decoder,
             # one source row and one decoder start (s0, no step) per pair (bench_score's
             # model_macs). x3 for forward + backward, x2 FLOP per multiply-add.

@@ -22,15 +22,18 @@ ALLOWED: dict[str, set[str]] = {
     "io": BASE | {"io"},
     "vocab": BASE | {"io"},
     "cpus": BASE,
+    "phases": BASE,
     "device": BASE | {"cpus", "io"},
     "batching": BASE,
     "verdict": BASE,
     "moses": BASE | {"io", "moses"},
     "job": BASE | {"io", "job"},
     "model": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model"},
-    "train": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "train"},
+    "train": BASE
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "train"},
     "score": BASE
-    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "job", "score"},
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "job"}
+    | {"score"},
     "extend": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "moses", "job"}
     | {"score", "extend"},
@@ -56,6 +59,7 @@ TORCH_FREE = [
     "rescorer.job.merge",
     "rescorer.vocab",
     "rescorer.cpus",
+    "rescorer.phases",
     "rescorer.moses.ini",
     "rescorer.moses.ini_rewrite",
     "rescorer.moses.added_columns",

@@ -196,6 +196,11 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @progress_option
 @click.option("--skip-bad-lines", metavar="FILE", help="Write malformed lines to FILE; go on.")
 @click.option("--resume", is_flag=True, help="Continue the run saved in MODEL_DIR.")
+@click.option(
+    "--profile",
+    is_flag=True,
+    help="At the end, print where the updates' time went, phase by phase (not under torchrun).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @user_errors
 def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts: Any) -> None:

@@ -42,6 +42,7 @@ class TrainConfig:
     skip_bad_lines: str | None = None
     direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
     vocab: str | None = None  # a folder of ``rescorer vocab``: its shortlists, not counted again
+    profile: bool = False  # time the updates' phases and print where the time went
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (

@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +26,39 @@ from rescorer.device import autocast
 from rescorer.errors import RescorerError
 from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat
 from rescorer.model.encdec import EncoderDecoder, Kernels, ModelConfig, sequence_logprobs
+from rescorer.phases import nothing
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
+from rescorer.train.profile import TrainPhases, embedding_timed
 from rescorer.train.setup import RunSetup
 from rescorer.train.state import save_state
 from rescorer.verdict import LEARNED_RATIO, Verdict
 
 
 def batch_loss(
-    model: torch.nn.Module, batch: PairBatch, kernels: Kernels | None = None
+    model: torch.nn.Module,
+    batch: PairBatch,
+    kernels: Kernels | None = None,
+    phase: Callable[[str], AbstractContextManager[None]] = nothing,
 ) -> torch.Tensor:
     """The training loss: minus the summed log-probabilities of the batch's tokens (fp32),
-    through the compiled ``kernels`` if given."""
-    token_logp = model(*batch, kernels=kernels)  # (B,T) fp32
-    return -sequence_logprobs(token_logp).sum()
+    through the compiled ``kernels`` if given. With a ``phase`` timer (``--profile``; the bare
+    model, not a DDP wrapper) the forward pass runs piece by piece, each piece timed: the same
+    calls ``EncoderDecoder.forward`` makes, in the same order."""
+    if phase is nothing:
+        token_logp = model(*batch, kernels=kernels)  # (B,T) fp32
+        return -sequence_logprobs(token_logp).sum()
+    assert isinstance(model, EncoderDecoder), "--profile times the bare model"
+    src_ids, src_lens, tgt_ids, tgt_lens = batch
+    with embedding_timed(model, phase):
+        with phase("encoder"):
+            c = model.encode(src_ids, src_lens, kernels)  # (B,H)
+        with phase("decoder"):
+            ctx = model.decoder_context(c)
+            states = model.decoder_states(ctx, tgt_ids, kernels)  # (B,T,H), (B,T,E)
+        with phase("readout"):
+            token_logp = model.packed_readout(ctx, tgt_ids, tgt_lens, states, kernels)  # (B,T)
+            return -sequence_logprobs(token_logp).sum()
 
 
 def train_step(
@@ -49,21 +69,26 @@ def train_step(
     clip_norm: float,
     loss_scale: float = 1.0,
     kernels: Kernels | None = None,
+    phase: Callable[[str], AbstractContextManager[None]] = nothing,
 ) -> float:
     """One update: loss (bf16 autocast if asked), backward, global-norm clip, optimiser step.
 
     ``model`` may be a DistributedDataParallel wrapper; ``loss_scale`` multiplies the loss before
     the backward pass (the world size there: distributed.py). Returns the batch's summed NLL.
     A non-finite gradient norm skips the step (GroundHog instead replaced the gradient by
-    0.1 * the parameters; docs/model.md §2).
+    0.1 * the parameters; docs/model.md §2). ``phase``: a timer of rescorer/train/profile.py.
     """
     with autocast(batch.src_ids.device, precision):
-        loss = batch_loss(model, batch, kernels)
-    optim.zero_grad(set_to_none=True)
-    (loss * loss_scale if loss_scale != 1.0 else loss).backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    if torch.isfinite(norm):
-        optim.step()
+        loss = batch_loss(model, batch, kernels, phase)
+    with phase("backward"):
+        optim.zero_grad(set_to_none=True)
+        (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+    with phase("clip"):
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        finite = bool(torch.isfinite(norm))
+    with phase("optimizer"):
+        if finite:
+            optim.step()
     return float(loss.detach())
 
 
@@ -171,7 +196,10 @@ class _Trainer(RunSetup):
     def step(self, index: np.ndarray) -> tuple[int, int, float]:
         """One update on the pairs ``index`` (this rank's batch): (pairs, target tokens, summed
         NLL), summed over the ranks."""
-        batch = self.data.train.batch(index, self.device)
+        timed = self.phases is not None and self.run_state.update > self.first_update
+        phase = self.phases if timed and self.phases is not None else nothing
+        with phase("data"):
+            batch = self.data.train.batch(index, self.device)
         loss = train_step(
             self.trained,
             self.optim,
@@ -180,6 +208,7 @@ class _Trainer(RunSetup):
             self.cfg.clip_norm,
             loss_scale=float(self.world.size),
             kernels=self.kernels,
+            phase=phase,
         )
         pairs, tokens, loss = self.world.sum([batch.num_pairs, batch.num_tokens, loss], self.device)
         if not math.isfinite(loss):
@@ -279,6 +308,7 @@ class _Trainer(RunSetup):
         line_w = list(log_w)
         self.loop_start = time.monotonic()
         self.first_update = run.update
+        self.phases = TrainPhases(self.device) if cfg.profile else None
         self.say(
             "rescorer train: starting the updates"
             + (
@@ -306,6 +336,9 @@ class _Trainer(RunSetup):
                     self.compile_seconds = time.monotonic() - t0
                 else:
                     n_pairs, n_tokens, loss = self.step(index)
+                if self.phases is not None and not first:  # --profile: the first one compiles
+                    self.phases.updates += 1
+                    self.phases.wall += time.monotonic() - t0
                 if first:  # what the budget went on until now
                     self.say(
                         f"rescorer train: first update done{self.budget_note()}: setup"
@@ -374,6 +407,13 @@ class _Trainer(RunSetup):
                 else ""
             )
         )
+        if self.phases is not None:
+            self.say(
+                f"rescorer train: where the time of {self.phases.updates:,} updates went"
+                " (the first, which compiles, left out):"
+            )
+            for line in self.phases.report(self.phases.wall):
+                self.say("  " + line)
         if run.best_valid_ppl is not None and self.unigram_ppl:
             verdict = Verdict(
                 run.best_valid_ppl < LEARNED_RATIO * self.unigram_ppl,

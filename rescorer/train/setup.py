@@ -84,6 +84,10 @@ class RunSetup:
                 not self.model_dir.has_weights() and not self.state_path.exists(),
                 f"{out}: already holds a model; use --resume or a new directory",
             )
+        check(
+            not (cfg.profile and self.world.distributed),
+            "--profile: not under torchrun (profile one process: its phases are the same)",
+        )
         self.device = resolve_device(self.world.device_name(cfg.device))
         self.threads = set_threads(choose_threads(cfg.threads))
         self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
