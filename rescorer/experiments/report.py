@@ -6,6 +6,7 @@ import math
 import re
 from typing import Any
 
+from rescorer.experiments.new_pairs import EXAMPLES
 from rescorer.experiments.significance import format_p
 
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
@@ -128,7 +129,8 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
             lines += [
                 "",
                 f"Sentences where run 1 {verb} run 1 of {versus} at sentence BLEU while using a "
-                f"generated pair ({len(found)} shown):",
+                f"generated pair (up to {EXAMPLES}, the largest difference first): "
+                + ("" if found else "none."),
             ]
             for e in found:
                 lines += _example(e, letters[s["system"]], letters[s["second_baseline"]])
