@@ -102,7 +102,12 @@ HERE = Path(__file__).resolve().parent
     help="K of (f): the best model's table filled up with its own pairs for the dev and test "
     "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
 )
-@click.option("--extend-args", default="", help="More `rescorer extend` flags of (f), one string.")
+@click.option(
+    "--extend-args",
+    default="",
+    help="More `rescorer extend` flags of (f), one string (e.g. -n 10, the --precision of "
+    "--score-args, --lex-f2e/--lex-e2f).",
+)
 @click.option("--dev-lines", type=int, help="Tune on the first N dev sentences [default: all].")
 @click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
 @click.option("--top-k", default=5, show_default=True, help="System (d): targets per source.")
