@@ -129,8 +129,8 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
             lines += [
                 "",
                 f"Sentences where run 1 {verb} run 1 of {versus} at sentence BLEU while using a "
-                f"generated pair (up to {EXAMPLES}, the largest difference first): "
-                + ("" if found else "none."),
+                f"generated pair (up to {EXAMPLES}, the largest difference first):"
+                + ("" if found else " none."),
             ]
             for e in found:
                 lines += _example(e, letters[s["system"]], letters[s["second_baseline"]])
