@@ -243,7 +243,9 @@ def _weights(ini_path: Path) -> dict[str, list[float]]:
 def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
     """The real decoder on dev and test with the tuned (or pruned) ini. (f) decodes test with
     ``-report-segmentation`` (test.seg: which source span each target phrase translates) and
-    its test.hyp is that output without the spans, as Moses writes it without the flag."""
+    its test.hyp is that output without the spans, as Moses writes it without the flag: one
+    decode, not two, since where options tie (new pairs of equal scores can) two decodes of
+    one ini need not give the same 1-best."""
     cfg, prep = ctx.cfg, ctx.paths.prepare
     ini = ctx.paths.decode_ini(system, run)
     step.need(ini)
