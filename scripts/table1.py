@@ -2,7 +2,8 @@
 """The paper's Table 1 on a Moses system folder, second edition: one work folder for
 (a) the baseline, (b) +RNN for every model snapshot (the learning curve), (c) +RNN+WP and
 (d) the pruned table with the best snapshot, (e) +RNN in both directions with an inverse model,
-and (a) and the best (b) tuned again by batch MIRA.
+(f) the best snapshot's table filled up with its own pairs (`rescorer extend`, --runs-f), and
+(a) and the best (b) tuned again by batch MIRA.
 
 Thin over rescorer.experiments.table1: every step runs in its own folder of --work and is
 skipped when complete, so re-running the same command after a kill goes on where it stopped;
@@ -71,7 +72,7 @@ HERE = Path(__file__).resolve().parent
 @click.option(
     "--best",
     metavar="LABEL",
-    help="The model of (c), (d), (e) and MIRA's (b) [default: the lowest validation perplexity].",
+    help="The model of (c)-(f) and MIRA's (b) [default: the lowest validation perplexity].",
 )
 @click.option(
     "--inverse-model",
@@ -93,6 +94,19 @@ HERE = Path(__file__).resolve().parent
     default=0,
     show_default=True,
     help="K of (a) and the best (b) tuned by batch MIRA (kbmira); 0 for none.",
+)
+@click.option(
+    "--runs-f",
+    default=0,
+    show_default=True,
+    help="K of (f): the best model's table filled up with its own pairs for the dev and test "
+    "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
+)
+@click.option(
+    "--extend-args",
+    default="",
+    help="More `rescorer extend` flags of (f), one string (e.g. -n 10, the --precision of "
+    "--score-args, --lex-f2e/--lex-e2f).",
 )
 @click.option("--dev-lines", type=int, help="Tune on the first N dev sentences [default: all].")
 @click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
@@ -118,6 +132,7 @@ def main(
     models: tuple[Path, ...],
     train_args: str,
     score_args: str,
+    extend_args: str,
     moses: Path,
     **opts: object,
 ) -> None:
@@ -133,6 +148,7 @@ def main(
         moses=moses,
         train_args=tuple(shlex.split(train_args)),
         score_args=tuple(shlex.split(score_args)),
+        extend_args=tuple(shlex.split(extend_args)),
         **opts,  # type: ignore[arg-type]
     )
     try:

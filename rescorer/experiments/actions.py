@@ -1,4 +1,4 @@
-"""The steps of a Table 1 run: prepare, train, filter, score, tune, decode, prune.
+"""The steps of a Table 1 run: prepare, train, filter, score, extend, tune, decode, prune.
 
 Each action runs in its step's folder (:mod:`rescorer.experiments.steps`) and returns what
 ``done.json`` records; the files the steps pass to each other are named by
@@ -15,6 +15,7 @@ from typing import Any
 from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
 from rescorer.experiments.layout import Context, count_lines, read_lines
 from rescorer.experiments.models import sha256_file
+from rescorer.experiments.new_pairs import read_generated_pairs, strip_segmentation, write_pairs
 from rescorer.experiments.steps import Step, StepError
 from rescorer.experiments.systems import System
 from rescorer.experiments.tools import rescorer_argv
@@ -168,6 +169,47 @@ def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     return {"table": str(table), "ini": str(out / ini.name), "models": list(system.models)}
 
 
+def extend(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
+    """(f): `rescorer extend` of the scored table with the same model, for the sources of dev
+    and test (``--input``, filter's rule), as a fill-up: the table's lines and the new pairs,
+    each new pair with its RNN column and provenance 2.718 (the table's own: 1); then
+    `rescorer moses-ini`: the shipped weights and ``--new-weight`` for RNN and provenance."""
+    scored, prep = ctx.paths.scored_table(system), ctx.paths.prepare
+    table, ini = ctx.paths.extended_table(system), ctx.paths.start_ini(system)
+    models = [ctx.models[label].path for label in system.models]
+    step.need(scored, prep / "devtest.src", *models)
+    models_argv = [arg for m in models for arg in ("-m", m)]
+    step.run(
+        rescorer_argv(
+            "extend", scored, *models_argv, "--input", prep / "devtest.src", "--form", "fill-up",
+            "-o", table, "-q", *ctx.cfg.extend_args,
+        )
+    )  # fmt: skip
+    added = _scores_per_line(table) - _scores_per_line(scored)
+    if added != 1:
+        raise StepError(
+            f"step {step.name}: rescorer extend added {added} column(s), expected 1 (the "
+            f"provenance of a fill-up); see {step.log}"
+        )
+    generated = read_generated_pairs(table)
+    write_pairs(ctx.paths.generated_pairs(system), generated)
+    weights = [str(ctx.cfg.new_weight)] * (len(models) + 1)
+    step.run(
+        rescorer_argv(
+            "moses-ini", ctx.paths.filter / "a.ini", "--phrase-table", table, "-o", ini,
+            *(arg for w in weights for arg in ("--new-weight", w)),
+        )
+    )  # fmt: skip
+    return {
+        "table": str(table),
+        "ini": str(ini),
+        "models": list(system.models),
+        "table_lines": count_lines(table),
+        "generated_pairs": len(generated),
+        "generated_sources": len({src for src, _ in generated}),
+    }
+
+
 def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
     """mert-moses.pl in a fresh working directory, with this replica's seed: MERT (``mert -r``)
     or batch MIRA (``kbmira --random-seed``, with ``--return-best-dev`` as the Moses manual
@@ -199,18 +241,32 @@ def _weights(ini_path: Path) -> dict[str, list[float]]:
 
 
 def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
-    """The real decoder on dev and test with the tuned (or pruned) ini."""
+    """The real decoder on dev and test with the tuned (or pruned) ini. (f) decodes test with
+    ``-report-segmentation`` (test.seg: which source span each target phrase translates) and
+    its test.hyp is that output without the spans, as Moses writes it without the flag: one
+    decode, not two, since where options tie (new pairs of equal scores can) two decodes of
+    one ini need not give the same 1-best."""
     cfg, prep = ctx.cfg, ctx.paths.prepare
     ini = ctx.paths.decode_ini(system, run)
     step.need(ini)
     lines = {}
+    record: dict[str, Any] = {}
     for part in ("dev", "test"):
         hyp = step.folder / f"{part}.hyp"
-        step.run(
-            [ctx.tools.moses, "-f", ini, "-threads", str(cfg.threads)],
-            stdin=prep / f"{part}.src",
-            stdout=hyp,
-        )
+        argv: list[str | os.PathLike[str]] = [
+            ctx.tools.moses,
+            "-f",
+            ini,
+            "-threads",
+            str(cfg.threads),
+        ]
+        if system.extended and part == "test":
+            seg = ctx.paths.segmentation(system.key, run)
+            step.run([*argv, "-report-segmentation"], stdin=prep / f"{part}.src", stdout=seg)
+            write_text(hyp, "".join(f"{strip_segmentation(line)}\n" for line in read_lines(seg)))
+            record["segmentation"] = str(seg)
+        else:
+            step.run(argv, stdin=prep / f"{part}.src", stdout=hyp)
         lines[part] = count_lines(hyp)
         expected = count_lines(prep / f"{part}.src")
         if lines[part] != expected:
@@ -218,14 +274,17 @@ def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, A
                 f"step {step.name}: the decoder wrote {lines[part]} lines for {expected} "
                 f"{part} sentences; see {step.log}"
             )
-    return {"ini": str(ini), "lines": lines}
+    return {"ini": str(ini), "lines": lines, **record}
 
 
 def decoded_damage(ctx: Context, record: dict[str, Any], *, key: str, run: int) -> str | None:
     """What is wrong with a finished decode step's output, if anything: each hypothesis file
-    must hold one line per sentence (a file cut short would be scored as it is)."""
-    for part in ("dev", "test"):
-        hyp = ctx.paths.hyp(key, run, part)
+    must hold one line per sentence (a file cut short would be scored as it is); so must
+    (f)'s segmented test output."""
+    outputs = [(ctx.paths.hyp(key, run, part), part) for part in ("dev", "test")]
+    if "segmentation" in record:
+        outputs.append((ctx.paths.segmentation(key, run), "test"))
+    for hyp, part in outputs:
         if not hyp.is_file():
             return f"{hyp}: missing"
         found, expected = count_lines(hyp), count_lines(ctx.paths.prepare / f"{part}.src")

@@ -33,7 +33,11 @@ RESULT_KEYS = (
     "src",
     "tgt",
     "feature_name",
+    "extend_args",
 )
+# Result settings added after work folders were made with this layout: the value an older
+# folder's config.json, which lacks them, was made with.
+ADDED_KEYS: dict[str, Any] = {"extend_args": []}
 
 
 @dataclass(frozen=True)
@@ -46,12 +50,14 @@ class Table1Config:
     models: tuple[Path, ...] = ()  # forward model directories: one system (b) each
     train_budget: str | None = None  # or train one: --max-time of `rescorer train`, e.g. 2h
     train_args: tuple[str, ...] = ()  # more `rescorer train` flags, e.g. --hidden-size 256
-    best: str | None = None  # the label of the model for (c), (d), (e) and MIRA's (b)
+    best: str | None = None  # the label of the model for (c)-(f) and MIRA's (b)
     inverse_model: Path | None = None  # an inverse-direction model: system (e)
     score_args: tuple[str, ...] = ()  # more `rescorer score` flags, e.g. --precision fp32
+    extend_args: tuple[str, ...] = ()  # more `rescorer extend` flags of (f), e.g. -n 10
     runs: int = 3  # K: tuning runs of (a), every (b) and (e)
     runs_c: int | None = None  # K of (c) and (d) (None: runs)
     runs_mira: int = 0  # K of (a) and the best (b) tuned by batch MIRA (0: none)
+    runs_f: int = 0  # K of (f), the best model's table filled up by `rescorer extend` (0: none)
     dev_lines: int | None = None  # tune on the first N dev sentences (None: all)
     max_iterations: int = 10  # mert-moses.pl --maximum-iterations
     top_k: int = 5  # system (d): targets kept per source
@@ -104,6 +110,8 @@ def check_config(cfg: Table1Config) -> None:
         )
     if cfg.runs_mira < 0:
         raise RescorerError(f"--runs-mira {cfg.runs_mira}: expected 0 or more")
+    if cfg.runs_f < 0:
+        raise RescorerError(f"--runs-f {cfg.runs_f}: expected 0 or more")
     if cfg.dev_lines is not None and cfg.dev_lines < 1:
         raise RescorerError(f"--dev-lines {cfg.dev_lines}: expected a positive count")
     if cfg.top_k < 1 or cfg.max_iterations < 1 or cfg.threads < 1 or cfg.trials < 1:
@@ -147,7 +155,7 @@ def check_work_dir(cfg: Table1Config, weights: dict[str, str]) -> None:
                 f"{cfg.work} was made by the first edition's driver (one model per folder): "
                 "use a new --work folder"
             )
-        changed = [k for k in RESULT_KEYS if old.get(k) != record.get(k)]
+        changed = [k for k in RESULT_KEYS if old.get(k, ADDED_KEYS.get(k)) != record.get(k)]
         if changed:
             raise RescorerError(
                 f"{cfg.work} was made with other settings ({', '.join(changed)}): "

@@ -13,6 +13,13 @@ from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.config import Table1Config
 from rescorer.experiments.layout import Context, read_lines
+from rescorer.experiments.new_pairs import (
+    count_use,
+    examples,
+    new_pairs_used,
+    read_pairs,
+    read_segmentation,
+)
 from rescorer.experiments.significance import (
     gain_interval,
     mean_gain,
@@ -106,11 +113,12 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             row["weights"] = tune["weights"]
             row["named_weights"] = named
             row["iterations"] = tune["iterations"]
-            row["table_lines"] = (
-                records[f"prune-{system.key}-{run}"]["table_lines"]
-                if system.pruned_from
-                else records["filter"]["filtered_lines"]
-            )
+            if system.pruned_from:
+                row["table_lines"] = records[f"prune-{system.key}-{run}"]["table_lines"]
+            elif system.extend_step:
+                row["table_lines"] = records[system.extend_step]["table_lines"]
+            else:
+                row["table_lines"] = records["filter"]["filtered_lines"]
             row["tune_seconds"] = tune["seconds"] if system.tuned else None
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
@@ -171,6 +179,7 @@ def _system_entry(
         "runs": len(rows),
         "models": list(system.models),
         "baseline": system.baseline,
+        "second_baseline": system.second_baseline,
     }
     base = system.baseline
     for part in PARTS:
@@ -179,6 +188,12 @@ def _system_entry(
         if base is not None:
             entry[f"{part}_vs_baseline"] = _versus(
                 np.stack(stats[(base, part)]), np.stack(stats[(system.key, part)]), ctx.cfg
+            )
+        if system.second_baseline is not None:
+            entry[f"{part}_vs_second_baseline"] = _versus(
+                np.stack(stats[(system.second_baseline, part)]),
+                np.stack(stats[(system.key, part)]),
+                ctx.cfg,
             )
     # With --dev-lines, dev BLEU mixes sentences the weights were tuned on with unseen ones:
     # both halves separately (the baseline's starting weights may have seen all of dev).
@@ -196,4 +211,38 @@ def _system_entry(
     # wrote it; mert-moses.pl normalises the weights to sum 1 in absolute value).
     entry["weight_means"] = _means(rows, "named_weights", rows[0]["named_weights"])
     entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
+    if system.extended:
+        entry["new_pairs"] = _new_pair_use(ctx, system)
     return entry
+
+
+def _new_pair_use(ctx: Context, system: System) -> dict[str, Any]:
+    """(f): the generated pairs its test 1-best used, run by run (-report-segmentation), and
+    examples from run 1 against run 1 of its second baseline, (b)."""
+    assert system.extend_step is not None and system.second_baseline is not None
+    prep, record = ctx.paths.prepare, ctx.records[system.extend_step]
+    generated = read_pairs(ctx.paths.generated_pairs(system))
+    sources, refs = read_lines(prep / "test.src"), read_lines(prep / "test.ref")
+    runs, first_used = [], None
+    for run in range(1, system.runs + 1):
+        seg = ctx.paths.segmentation(system.key, run)
+        used = [
+            new_pairs_used(src, read_segmentation(line, where=f"{seg}:{i}"), generated)
+            for i, (src, line) in enumerate(zip(sources, read_lines(seg), strict=True), 1)
+        ]
+        runs.append({"run": run, **count_use(used)})
+        if run == 1:
+            first_used = used
+    assert first_used is not None
+    hyps = read_lines(ctx.paths.hyp(system.key, 1, "test"))
+    versus = read_lines(ctx.paths.hyp(system.second_baseline, 1, "test"))
+    return {
+        "generated_pairs": record["generated_pairs"],
+        "generated_sources": record["generated_sources"],
+        "test_sentences": len(sources),
+        "runs": runs,
+        "mean": {
+            k: statistics.fmean(r[k] for r in runs) for k in ("sentences", "pairs", "distinct")
+        },
+        "examples": examples(sources, refs, hyps, versus, first_used),
+    }

@@ -33,11 +33,22 @@ class Layout:
         assert system.score_step is not None
         return self.root / system.score_step / "phrase-table.gz"
 
+    def extended_table(self, system: System) -> Path:
+        """(f): the scored table filled up with the model's own pairs (the extend step's)."""
+        assert system.extend_step is not None
+        return self.root / system.extend_step / "phrase-table.gz"
+
+    def generated_pairs(self, system: System) -> Path:
+        """(f): the pairs the extend step added, ``source ||| target`` a line."""
+        assert system.extend_step is not None
+        return self.root / system.extend_step / "new-pairs.txt"
+
     def start_ini(self, system: System) -> Path:
         """The ini ``system`` tunes from: the shipped weights (+ its new columns')."""
-        if system.score_step is None:
+        step = system.extend_step or system.score_step
+        if step is None:
             return self.filter / "a.ini"
-        return self.root / system.score_step / "start.ini"
+        return self.root / step / "start.ini"
 
     def tuned_ini(self, key: str, run: int) -> Path:
         return self.root / f"tune-{key}-{run}" / "tuned.ini"
@@ -53,6 +64,10 @@ class Layout:
     def hyp(self, key: str, run: int, part: str) -> Path:
         return self.root / f"decode-{key}-{run}" / f"{part}.hyp"
 
+    def segmentation(self, key: str, run: int) -> Path:
+        """(f): the test 1-best with -report-segmentation's source spans."""
+        return self.root / f"decode-{key}-{run}" / "test.seg"
+
 
 @dataclass
 class Context:
@@ -62,7 +77,7 @@ class Context:
     work: WorkDir
     models: dict[str, Model] = field(default_factory=dict)  # by label
     infos: dict[str, ModelInfo] = field(default_factory=dict)  # what each says of itself
-    best: str = ""  # the label of the model of (c), (d), (e) and MIRA's (b)
+    best: str = ""  # the label of the model of (c)-(f) and MIRA's (b)
     systems: list[System] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # for stderr and results.md

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
+from rescorer.experiments.new_pairs import EXAMPLES
 from rescorer.experiments.significance import format_p
 
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
@@ -72,6 +74,90 @@ def _weights_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _md(text: str) -> str:
+    """Corpus text shown as it is in Markdown: entities (``&amp;``) and markup characters
+    escaped."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
+
+
+def _extended_tables(results: dict[str, Any]) -> list[str]:
+    """(f): against (b) as well, the new pairs its test 1-best used, examples."""
+    lines: list[str] = []
+    names = {s["system"]: f"({s['letter']}) {s['name']}" for s in results["systems"]}
+    letters = {s["system"]: f"({s['letter']})" for s in results["systems"]}
+    for s in results["systems"]:
+        use = s.get("new_pairs")
+        if use is None:
+            continue
+        test, dev = s.get("test_vs_second_baseline"), s.get("dev_vs_second_baseline")
+        versus = names[s["second_baseline"]]
+        provenance = _fmt(s["new_weight_means"].get("provenance"), "+.4f")
+        lines += [
+            "",
+            f"{names[s['system']]}: {s['table_lines']:,} table lines, of which "
+            f"{use['generated_pairs']:,} pairs the model generated for "
+            f"{use['generated_sources']:,} source phrases of dev and test; mean provenance "
+            f"weight {provenance}. Against {versus}:",
+            "",
+            "| system | against | Δ test | 95% interval | Δ pooled | p (test) "
+            "| p (test, shared coin, ours) | Δ dev | p (dev) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            _row(
+                [
+                    names[s["system"]],
+                    versus,
+                    *_versus_cells(test),
+                    _p(test, "_shared_coin"),
+                    _fmt(dev["delta"], "+.2f") if dev else "–",
+                    _p(dev),
+                ]
+            ),
+            "",
+            f"Generated pairs in the test 1-best ({use['test_sentences']} sentences; the "
+            "decoder's -report-segmentation matched against the pairs extend added):",
+            "",
+            "| run | sentences using ≥ 1 | pairs used | distinct pairs |",
+            "|---:|---:|---:|---:|",
+        ]
+        for r in [*use["runs"], {"run": "mean", **use["mean"]}]:
+            spec = ".1f" if r["run"] == "mean" else ","
+            counts = (_fmt(r[k], spec) for k in ("sentences", "pairs", "distinct"))
+            lines.append(_row([str(r["run"]), *counts]))
+        for kind, verb in (("helped", "beat"), ("hurt", "lost to")):
+            found = use["examples"][kind]
+            lines += [
+                "",
+                f"Sentences where run 1 {verb} run 1 of {versus} at sentence BLEU while using a "
+                f"generated pair (up to {EXAMPLES}, the largest difference first):"
+                + ("" if found else " none."),
+            ]
+            for e in found:
+                lines += _example(e, letters[s["system"]], letters[s["second_baseline"]])
+    return lines
+
+
+def _versus_cells(sig: dict[str, Any] | None) -> list[str]:
+    """Δ, its interval, Δ pooled and MultEval's p of a test against a baseline."""
+    if sig is None:
+        return ["–"] * 4
+    return [_fmt(sig["delta"], "+.2f"), _interval(sig), _fmt(sig["pooled_delta"], "+.2f"), _p(sig)]
+
+
+def _example(e: dict[str, Any], ours: str, theirs: str) -> list[str]:
+    """One sentence of (f) against (b): BLEU, the texts, the generated pairs it used."""
+    pairs = "; ".join(f"{_md(src)} → {_md(tgt)}" for src, tgt in e["new_pairs"])
+    return [
+        "",
+        f"- sentence {e['sentence']}: sentence BLEU {e['bleu']:.1f} against {e['versus_bleu']:.1f}",
+        f"  - source: {_md(e['source'])}",
+        f"  - reference: {_md(e['reference'])}",
+        f"  - {ours}: {_md(e['hypothesis'])}",
+        f"  - {theirs}: {_md(e['versus_hypothesis'])}",
+        f"  - generated pairs used: {pairs}",
+    ]
+
+
 def results_markdown(results: dict[str, Any]) -> str:
     """Every table of results.json, in Markdown."""
     sents = results["sentences"]
@@ -109,6 +195,7 @@ def results_markdown(results: dict[str, Any]) -> str:
             _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip
         lines.append(_row(cells))
+    lines += _extended_tables(results)
     lines += _weights_table(results)
     if "dev_rest_mean" in results["systems"][0]:
         n = sents["tune"]

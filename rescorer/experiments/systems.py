@@ -5,12 +5,15 @@
 - (c) +RNN+WP and (d) the +RNN table pruned to the top K targets per source by (b)'s tuned
   weights (decoded with them, not tuned), both with the best model;
 - (e) +RNN p(f|e) and p(e|f): the best model's column and an inverse-direction model's;
+- (f) +RNN with the table filled up with the best model's own pairs for the dev and test
+  sources (``rescorer extend``: new pairs, a provenance column), tested against (a) and (b);
 - (a) and the best (b) tuned again by batch MIRA, a second tuner.
 
 Every tuned system starts from the shipped weights of the system's moses.ini, plus the same
 starting weight for each new column, and tunes on the same dev sentences. A system's key names
 its steps' folders (``tune-KEY-RUN``); the columns a system adds name the scoring step that
-writes its table (``score-COLUMNS``), shared by systems with the same columns.
+writes its table (``score-COLUMNS``), shared by systems with the same columns; (f) extends
+that table in a step of its own (``extend-COLUMNS``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class System:
     """One row of the table: what it adds to the baseline, how it is tuned, how often."""
 
     key: str  # its steps' folder names: a, b-fwd@3h, c-fwd@6h, a-mira, ...
-    letter: str  # the paper's row: a to e
+    letter: str  # the paper's row: a to e, and (f), ours
     name: str
     tuner: str  # a key of TUNERS
     runs: int  # K
@@ -45,6 +48,8 @@ class System:
     models: tuple[str, ...] = ()  # labels of the models whose columns it adds, in order
     word_penalty: bool = False  # and the paper's word penalty column, last
     pruned_from: str | None = None  # (d): the system whose table and tuned weights it prunes
+    extended: bool = False  # (f): its scored table filled up by `rescorer extend`
+    second_baseline: str | None = None  # (f): (b), the system it is tested against as well
 
     @property
     def score_step(self) -> str | None:
@@ -54,16 +59,27 @@ class System:
         return "score-" + "+".join(self.models) + ("-wp" if self.word_penalty else "")
 
     @property
+    def extend_step(self) -> str | None:
+        """The step that fills up the scored table and writes the starting ini of (f)."""
+        if not self.extended:
+            return None
+        return "extend-" + "+".join(self.models)
+
+    @property
     def tuned(self) -> bool:
         return self.pruned_from is None
 
 
 def column_names(system: System, models: dict[str, Model]) -> list[str]:
-    """The new columns' names, in the table's order: RNN, RNN inverse, WP."""
+    """The new columns' names, in the table's order: RNN, RNN inverse, WP, provenance."""
     names = [
         "RNN inverse" if models[label].direction == "inverse" else "RNN" for label in system.models
     ]
-    return names + (["WP"] if system.word_penalty else [])
+    return (
+        names
+        + (["WP"] if system.word_penalty else [])
+        + (["provenance"] if system.extended else [])
+    )
 
 
 def plan(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
@@ -88,6 +104,13 @@ def plan(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
             System(
                 f"e-{best}+{m.label}", "e", f"+RNN p(f|e) {best} and p(e|f) {m.label}", "mert",
                 cfg.runs, "a", (best, m.label),
+            )
+        )  # fmt: skip
+    if cfg.runs_f:
+        systems.append(
+            System(
+                f"f-{best}", "f", f"+RNN {best}, filled up with its own pairs", "mert",
+                cfg.runs_f, "a", (best,), extended=True, second_baseline=f"b-{best}",
             )
         )  # fmt: skip
     if cfg.runs_mira:

@@ -6,7 +6,8 @@ Encoder-Decoder's log p(target|source) as one more phrase-table feature (+RNN), 
 paper's word penalty for out-of-shortlist words (+RNN+WP). The second edition runs, in one work
 folder, the systems of :mod:`rescorer.experiments.systems`: (b) once per model snapshot (the
 learning curve, ``curve.png``), (c) and (d) with the best snapshot, (e) with an inverse-direction
-model's column too, and (a) and the best (b) again with batch MIRA.
+model's column too, (f) with the best snapshot's table filled up with the model's own pairs
+(``rescorer extend``; opt-in, ``runs_f``), and (a) and the best (b) again with batch MIRA.
 
 Every tuned system is tuned K times (mert-moses.pl, fresh working directory, a recorded seed
 each) from the same start on the same dev sentences, then decodes dev and test; BLEU is
@@ -83,12 +84,15 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     _warn_about_models(ctx)
     ctx.best = cfg.best or _best_model(ctx)
     why = "--best" if cfg.best else "the lowest validation perplexity; --best LABEL to choose"
-    ctx.work.say(f"table1: the best model, for (c), (d), (e) and MIRA: {ctx.best} ({why})")
+    ctx.work.say(f"table1: the best model, for (c)-(f) and MIRA: {ctx.best} ({why})")
     ctx.systems = plan(cfg, list(ctx.models.values()), ctx.best)
     for system in ctx.systems:
         name = system.score_step
         if name is not None and name not in ctx.records:
             ctx.records[name] = step(name, partial(actions.score, ctx, system=system))
+        name = system.extend_step
+        if name is not None and name not in ctx.records:
+            ctx.records[name] = step(name, partial(actions.extend, ctx, system=system))
     for run in range(1, max(s.runs for s in ctx.systems) + 1):
         # replica by replica: a cut-short run has whole rows
         for system in ctx.systems:

@@ -8,8 +8,10 @@ MIRA) iteration; the models are tiny ones trained here: two snapshots of one tra
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +25,7 @@ from conftest import MOSES, ROOT, TINY_SYSTEM, TINY_TRAIN_FLAGS
 
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.models import read_model, sha256_file
+from rescorer.experiments.new_pairs import strip_segmentation
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "table1.py"
@@ -256,6 +259,104 @@ def test_system_e_adds_both_directions(tmp_path: Path, tiny_model_dir: Path) -> 
     (row,) = [r for r in results["runs"] if r["system"] == key]
     assert list(row["new_weights"]) == ["RNN", "RNN inverse"]
     assert [m["direction"] for m in results["models"]] == ["forward", "inverse"]
+
+
+def test_system_f_fills_up_the_table_and_counts_the_new_pairs_it_used(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    work, label = tmp_path / "work", tiny_model_dir.name
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
+    # a floor of 0.5 for the new pairs' phrase probabilities, so that the 1-best takes some
+    proc = run_table1(*argv, "--runs-f", "1", "--extend-args", "-n 2 --floor 0.5")
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((work / "results.json").read_text())
+    systems = {s["system"]: s for s in results["systems"]}
+    key, b = f"f-{label}", f"b-{label}"
+    assert list(systems) == ["a", b, key]
+    f = systems[key]
+    assert (f["letter"], f["baseline"], f["second_baseline"]) == ("f", "a", b)
+
+    # the scored table of (b), extended for dev+test's sources: one column more, 2 weights more
+    extend = work / f"extend-{label}"
+    log = (extend / "log").read_text()
+    assert (
+        f"extend {work / f'score-{label}' / 'phrase-table.gz'} -m {tiny_model_dir} --input "
+        f"{work / 'prepare' / 'devtest.src'} --form fill-up -o {extend / 'phrase-table.gz'} -q "
+        "-n 2 --floor 0.5"
+    ) in log
+    table = extend / "phrase-table.gz"
+    assert scores_per_line(table) == scores_per_line(TABLE) + 2
+    shipped = read_ini(str(TINY_SYSTEM / "moses.ini")).weights()[TM]
+    assert read_ini(str(extend / "start.ini")).weights()[TM] == (*shipped, 0.05, 0.05)
+    (row,) = [r for r in results["runs"] if r["system"] == key]
+    assert list(row["new_weights"]) == ["RNN", "provenance"]
+    assert (
+        row["table_lines"]
+        == f["table_lines"]
+        == len(gzip.decompress(table.read_bytes()).splitlines())
+    )
+
+    # the generated pairs, recounted here from the table and the segmented 1-best
+    generated = set()
+    for line in gzip.decompress(table.read_bytes()).decode().splitlines():
+        fields = line.split(" ||| ")
+        if fields[2].split()[-1] == "2.718":
+            generated.add((fields[0], fields[1]))
+    assert len(generated) == f["new_pairs"]["generated_pairs"] > 0
+    decoded = work / f"decode-{key}-1"
+    segmented = lines(decoded / "test.seg")
+    used: list[list[tuple[str, str]]] = []
+    for source, seg in zip(lines(TINY_SYSTEM / "test.en"), segmented, strict=True):
+        words, phrase, pairs = source.split(), [], []
+        for token in seg.split():
+            span = re.fullmatch(r"\|(\d+)-(\d+)\|", token)
+            if span is None:
+                phrase.append(token)
+                continue
+            pair = (" ".join(words[int(span[1]) : int(span[2]) + 1]), " ".join(phrase))
+            pairs += [pair] if pair in generated else []
+            phrase = []
+        used.append(pairs)
+    (counted,) = f["new_pairs"]["runs"]
+    assert counted == {
+        "run": 1,
+        "sentences": sum(1 for u in used if u),
+        "pairs": sum(len(u) for u in used),
+        "distinct": len({p for u in used for p in u}),
+    }
+    assert counted["pairs"] > 0  # the floor makes them worth taking
+    examples = f["new_pairs"]["examples"]
+    for e in examples["helped"] + examples["hurt"]:
+        i = e["sentence"] - 1
+        assert [tuple(p) for p in e["new_pairs"]] == list(dict.fromkeys(used[i]))
+        assert e["hypothesis"] == lines(decoded / "test.hyp")[i].strip()
+        assert e["versus_hypothesis"] == lines(work / f"decode-{b}-1" / "test.hyp")[i].strip()
+        assert (e["bleu"] > e["versus_bleu"]) == (e in examples["helped"])
+
+    # the 1-best without the spans is what the decoder writes without the flag: (b)'s test,
+    # decoded again with it (here, with ties between new pairs of equal scores, two decodes
+    # of (f) need not give the same 1-best: test.hyp is test.seg's, not a second decode's)
+    segmented_b = subprocess.run(
+        [str(MOSES / "bin" / "moses"), "-f", str(work / f"tune-{b}-1" / "tuned.ini"),
+         "-report-segmentation"],
+        stdin=(TINY_SYSTEM / "test.en").open("rb"), capture_output=True, check=True, text=True,
+    )  # fmt: skip
+    stripped = "".join(f"{strip_segmentation(line)}\n" for line in segmented_b.stdout.splitlines())
+    assert stripped == (work / f"decode-{b}-1" / "test.hyp").read_text()
+    assert "".join(f"{strip_segmentation(line)}\n" for line in segmented) == (
+        (decoded / "test.hyp").read_text()
+    )
+
+    # against (b) as well as (a), and the new pairs in results.md
+    sig = f["test_vs_second_baseline"]
+    assert sig["delta"] == pytest.approx(f["test_mean"] - systems[b]["test_mean"], abs=1e-6)
+    assert f["test_vs_baseline"]["delta"] == pytest.approx(
+        f["test_mean"] - systems["a"]["test_mean"], abs=1e-6
+    )
+    assert f"| (f) +RNN {label}, filled up with its own pairs | (b) +RNN {label} |" in proc.stdout
+    assert f"| 1 | {counted['sentences']} | {counted['pairs']} | {counted['distinct']} |" in (
+        proc.stdout
+    )
 
 
 def test_a_model_of_the_wrong_direction_is_refused(tmp_path: Path, tiny_model_dir: Path) -> None:

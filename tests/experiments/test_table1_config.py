@@ -33,6 +33,7 @@ def config(tmp_path: Path, **change: object) -> Table1Config:
         ({"runs": 0}, "--runs 0: expected at least 1"),
         ({"runs_c": 4}, "--runs-c 4: expected 0 to --runs (3)"),
         ({"runs_mira": -1}, "--runs-mira -1: expected 0 or more"),
+        ({"runs_f": -1}, "--runs-f -1: expected 0 or more"),
         ({"src": "de"}, "no dev.de"),
         ({"best": "fwd@2h"}, "--best fwd@2h: expected one of the models' labels"),
         ({"models": (Path("a/fwd@1h"), Path("b/fwd@1h"))}, "two models labelled fwd@1h"),
@@ -58,6 +59,17 @@ def test_the_work_folder_refuses_other_settings_and_other_weights(tmp_path: Path
         check_work_dir(cfg, {"fwd@3h": "c" * 64})
 
 
+def test_a_folder_made_before_extend_args_existed_goes_on_without_them(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    cfg.work.mkdir()
+    older = {k: v for k, v in cfg.recorded().items() if k != "extend_args"}
+    (cfg.work / "config.json").write_text(json.dumps({**older, "layout": 2, "models": {}}))
+    check_work_dir(replace(cfg, runs_f=2), {})  # (f) added to it, with extend's defaults
+    assert json.loads((cfg.work / "config.json").read_text())["extend_args"] == []
+    with pytest.raises(RescorerError, match=r"other settings \(extend_args\)"):
+        check_work_dir(replace(cfg, extend_args=("-n", "10")), {})
+
+
 def test_a_first_edition_work_folder_is_refused(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     cfg.work.mkdir()
@@ -73,7 +85,7 @@ def test_the_systems_of_the_second_edition(tmp_path: Path) -> None:
         Model("fwd@3h", tmp_path, "forward"),
         Model("inv@2h", tmp_path, "inverse"),
     ]
-    cfg = config(tmp_path, runs=6, runs_c=4, runs_mira=3, top_k=5)
+    cfg = config(tmp_path, runs=6, runs_c=4, runs_mira=3, runs_f=4, top_k=5)
     systems = plan(cfg, models, "fwd@3h")
     by_key = {s.key: s for s in systems}
     assert [(s.key, s.runs, s.tuner, s.baseline) for s in systems] == [
@@ -83,17 +95,26 @@ def test_the_systems_of_the_second_edition(tmp_path: Path) -> None:
         ("c-fwd@3h", 4, "mert", "a"),
         ("d-fwd@3h", 4, "mert", "a"),
         ("e-fwd@3h+inv@2h", 6, "mert", "a"),
+        ("f-fwd@3h", 4, "mert", "a"),
         ("a-mira", 3, "mira", None),
         ("b-mira-fwd@3h", 3, "mira", "a-mira"),
     ]
     named = {m.label: m for m in models}
+    # (f): the scored table of the best (b), filled up in a step of its own; tested against both
+    f = by_key["f-fwd@3h"]
+    assert (f.score_step, f.extend_step) == ("score-fwd@3h", "extend-fwd@3h")
+    assert (f.baseline, f.second_baseline, f.tuned) == ("a", "b-fwd@3h", True)
+    assert column_names(f, named) == ["RNN", "provenance"]
+    assert by_key["b-fwd@3h"].extend_step is None
     assert column_names(by_key["c-fwd@3h"], named) == ["RNN", "WP"]
     assert column_names(by_key["e-fwd@3h+inv@2h"], named) == ["RNN", "RNN inverse"]
     # systems with the same columns share one scored table
     assert by_key["b-fwd@3h"].score_step == by_key["b-mira-fwd@3h"].score_step == "score-fwd@3h"
     assert by_key["d-fwd@3h"].pruned_from == "b-fwd@3h" and not by_key["d-fwd@3h"].tuned
     assert by_key["d-fwd@3h"].name == "+RNN fwd@3h, top-5 table"
-    assert [s.key for s in plan(replace(cfg, runs_c=0, runs_mira=0), models[:2], "fwd@1h")] == [
+    assert [
+        s.key for s in plan(replace(cfg, runs_c=0, runs_mira=0, runs_f=0), models[:2], "fwd@1h")
+    ] == [
         "a",
         "b-fwd@1h",
         "b-fwd@3h",

@@ -121,3 +121,53 @@ def test_the_curve_has_a_point_per_timed_mert_snapshot(tmp_path: Path) -> None:
         "fwd@1h",
         "fwd@3h",
     ]
+
+
+def test_system_f_is_shown_against_b_with_the_new_pairs_it_used() -> None:
+    example = {
+        "sentence": 7, "source": "the | pipe *", "reference": "le &#124; tube", "bleu": 50.0,
+        "versus_bleu": 20.0, "hypothesis": "le &#124; tuyau", "versus_hypothesis": "la pipe",
+        "new_pairs": [["pipe", "tuyau"], ["the", "le"]],
+    }  # fmt: skip
+    use = {
+        "generated_pairs": 1234, "generated_sources": 600, "test_sentences": 800,
+        "runs": [{"run": 1, "sentences": 40, "pairs": 52, "distinct": 45},
+                 {"run": 2, "sentences": 30, "pairs": 31, "distinct": 30}],
+        "mean": {"sentences": 35.0, "pairs": 41.5, "distinct": 37.5},
+        "examples": {"helped": [example], "hurt": []},
+    }  # fmt: skip
+    results = dict(RESULTS)
+    results["systems"] = [
+        *RESULTS["systems"][:2],
+        system(
+            "f-fwd@3h", "f", "mert", ["fwd@3h"], name="+RNN fwd@3h, filled up",
+            baseline="a", test_vs_baseline=versus(0.3, -0.2, 0.8, 30),
+            second_baseline="b-fwd@3h", test_vs_second_baseline=versus(-0.3, -0.7, 0.1, 90),
+            new_weight_means={"RNN": 0.01, "provenance": -0.02}, new_pairs=use,
+        ),
+    ]  # fmt: skip
+    lines = results_markdown(results).splitlines()
+    assert "| (f) +RNN fwd@3h, filled up | 2 | 1,000 |" in "\n".join(lines)  # the main table
+    assert any(
+        line.startswith("(f) +RNN fwd@3h, filled up: 1,000 table lines, of which 1,234 pairs")
+        and "mean provenance weight -0.0200. Against (b) b-fwd@3h:" in line
+        for line in lines
+    )
+    assert (
+        "| (f) +RNN fwd@3h, filled up | (b) b-fwd@3h | -0.30 | [-0.70, +0.10] | -0.25 | 0.302 "
+        "| 0.500 | – | – |"
+    ) in lines
+    start = lines.index("| run | sentences using ≥ 1 | pairs used | distinct pairs |")
+    assert lines[start + 2 : start + 5] == [
+        "| 1 | 40 | 52 | 45 |", "| 2 | 30 | 31 | 30 |", "| mean | 35.0 | 41.5 | 37.5 |",
+    ]  # fmt: skip
+    helped = next(i for i, line in enumerate(lines) if "run 1 beat run 1 of (b)" in line)
+    assert lines[helped + 2 : helped + 8] == [
+        "- sentence 7: sentence BLEU 50.0 against 20.0",
+        "  - source: the \\| pipe \\*",  # corpus text as it is, not as Markdown
+        "  - reference: le &amp;#124; tube",
+        "  - (f): le &amp;#124; tuyau",
+        "  - (b): la pipe",
+        "  - generated pairs used: pipe → tuyau; the → le",
+    ]
+    assert any("run 1 lost to run 1 of (b) b-fwd@3h" in ln and ln.endswith("none.") for ln in lines)
