@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from rescorer.device import CompileGuard, soft_compile
 from rescorer.model.config import ModelConfig
+from rescorer.model.recurrence import gated_sequence
 
 # The packed readout rows are padded to a multiple of this (see token_logprobs).
 ROW_BUCKET = 64
@@ -130,6 +131,10 @@ class DecoderContext(NamedTuple):
 class EncoderDecoder(nn.Module):
     """The paper's model; ``token_logprobs`` is the one function behind training and scoring."""
 
+    # True: training runs the per-step code through autograd, as scoring does (the
+    # straightforward reference of tests/train/test_step.py).
+    per_step_training = False
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
@@ -152,6 +157,11 @@ class EncoderDecoder(nn.Module):
         self.out_rank = nn.Linear(config.maxout_units, E, bias=False)  # W_1
         self.out_vocab = nn.Linear(E, config.tgt_rows, bias=True)  # W_2, b_out
 
+    def sequence_steps(self) -> bool:
+        """Whether the recurrences run as whole sequences (rescorer/model/recurrence.py):
+        when training (gradients on, train mode), unless ``per_step_training`` is set."""
+        return self.training and torch.is_grad_enabled() and not self.per_step_training
+
     # ----------------------------------------------------------------------------- encoder
     def encode(self, src_ids: Tensor, src_lens: Tensor, kernels: Kernels | None = None) -> Tensor:
         """Summary vectors c (B,H) fp32: the encoder state after the EOS step (§1.3).
@@ -163,6 +173,11 @@ class EncoderDecoder(nn.Module):
         B, S = src_ids.shape
         x = self.enc_input.project(self.enc_input.embed_ids(src_ids))  # (B,S,3H)
         h = x.new_zeros(B, self.config.hidden_size)  # (B,H) h_0 = 0
+        if self.sequence_steps():  # training: padding skipped, backward by hand
+            rec = self.enc_rec
+            seq = gated_sequence(x, h, src_lens, rec.gate_proj.weight, rec.cand_proj.weight)
+            last = (src_lens - 1).to(seq.device)  # (B,)
+            return seq[torch.arange(B, device=seq.device), last]  # (B,H)
         states = []
         enc_step = kernels.enc_step if kernels else self.enc_rec.step
         for t in range(S):
@@ -213,20 +228,32 @@ class EncoderDecoder(nn.Module):
         tgt_lens: (B,) long, lengths including the EOS (>= 1);
         kernels: compiled steps and readout to use instead of the eager ones.
         """
-        states = self.decoder_states(ctx, tgt_ids, kernels)
+        states = self.decoder_states(ctx, tgt_ids, kernels, tgt_lens)
         return self.packed_readout(ctx, tgt_ids, tgt_lens, states, kernels)
 
     def decoder_states(
-        self, ctx: DecoderContext, tgt_ids: Tensor, kernels: Kernels | None = None
+        self,
+        ctx: DecoderContext,
+        tgt_ids: Tensor,
+        kernels: Kernels | None = None,
+        tgt_lens: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The recurrence of ``token_logprobs``: prev_states (B,T,H) fp32, row t holding the
-        state s_{t-1} that predicts y_t (1-based t), and the target embeddings f (B,T,E)."""
+        state s_{t-1} that predicts y_t (1-based t), and the target embeddings f (B,T,E).
+        With tgt_lens (B,) given, rows past their length may hold anything (see encode)."""
         T = tgt_ids.shape[1]
         f = self.dec_input.embed_ids(tgt_ids)  # (B,T,E) f(y_t)
         # Input side of the decoder unit, with C_r c, C_u c and C c added at every step.
         x = self.dec_input.project(f, torch.cat([ctx.c_gates, ctx.c_cand], dim=1))  # (B,T,3H)
         # s_t (after consuming y_t) predicts y_{t+1}: only s_0 .. s_{T-1} are needed.
         s = ctx.s0.float()  # (B,H)
+        if self.sequence_steps() and tgt_lens is not None:  # training: see encode
+            rec = self.dec_rec
+            steps = (tgt_lens - 1).to(x.device)  # (B,) s_1 .. s_{len-1} are read
+            seq = gated_sequence(
+                x[:, : T - 1], s, steps, rec.gate_proj.weight, rec.cand_proj.weight
+            )  # (B,T-1,H)
+            return torch.cat([s.unsqueeze(1), seq], dim=1), f  # (B,T,H), (B,T,E)
         states = [s]
         dec_step = kernels.dec_step if kernels else self.dec_rec.step
         for t in range(T - 1):
