@@ -29,6 +29,7 @@ from rescorer.model.encdec import EncoderDecoder, Kernels, ModelConfig, sequence
 from rescorer.phases import nothing
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
+from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.profile import TrainPhases, embedding_timed
 from rescorer.train.setup import RunSetup
 from rescorer.train.state import save_state
@@ -55,7 +56,7 @@ def batch_loss(
             c = model.encode(src_ids, src_lens, kernels)  # (B,H)
         with phase("decoder"):
             ctx = model.decoder_context(c)
-            states = model.decoder_states(ctx, tgt_ids, kernels)  # (B,T,H), (B,T,E)
+            states = model.decoder_states(ctx, tgt_ids, kernels, tgt_lens)  # (B,T,H), (B,T,E)
         with phase("readout"):
             token_logp = model.packed_readout(ctx, tgt_ids, tgt_lens, states, kernels)  # (B,T)
             return -sequence_logprobs(token_logp).sum()
@@ -63,7 +64,7 @@ def batch_loss(
 
 def train_step(
     model: torch.nn.Module,
-    optim: torch.optim.Optimizer,
+    optim: torch.optim.Optimizer | ClippedAdadelta,
     batch: PairBatch,
     precision: str,
     clip_norm: float,
@@ -76,13 +77,20 @@ def train_step(
     ``model`` may be a DistributedDataParallel wrapper; ``loss_scale`` multiplies the loss before
     the backward pass (the world size there: distributed.py). Returns the batch's summed NLL.
     A non-finite gradient norm skips the step (GroundHog instead replaced the gradient by
-    0.1 * the parameters; docs/model.md §2). ``phase``: a timer of rescorer/train/profile.py.
+    0.1 * the parameters; docs/model.md §2). ``optim``: a torch optimiser (clipped with
+    ``clip_grad_norm_``), or a :class:`ClippedAdadelta`, which clips and steps in one pass
+    (the loop's). ``phase``: a timer of rescorer/train/profile.py.
     """
     with autocast(batch.src_ids.device, precision):
         loss = batch_loss(model, batch, kernels, phase)
+    torch_optim = optim.optim if isinstance(optim, ClippedAdadelta) else optim
     with phase("backward"):
-        optim.zero_grad(set_to_none=True)
+        torch_optim.zero_grad(set_to_none=True)
         (loss * loss_scale if loss_scale != 1.0 else loss).backward()
+    if isinstance(optim, ClippedAdadelta):  # clip and step in one pass (train/optim.py)
+        with phase("optimizer"):
+            optim.step(clip_norm)
+        return float(loss.detach())
     with phase("clip"):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
         finite = bool(torch.isfinite(norm))
@@ -202,7 +210,7 @@ class _Trainer(RunSetup):
             batch = self.data.train.batch(index, self.device)
         loss = train_step(
             self.trained,
-            self.optim,
+            self.update,
             batch,
             self.precision,
             self.cfg.clip_norm,

@@ -25,7 +25,7 @@ PHASES = {
     "decoder": "decoder terms of c, input projection and recurrence",
     "readout": "deep output, maxout, softmax and log-sum-exp (packed); the loss",
     "backward": "zero the gradients; the gradients of all of the above",
-    "clip": "the global gradient norm and the clipping",
+    "clip": "the global gradient norm and the clipping (with the optimizer when fused)",
     "optimizer": "Adadelta's update of every parameter",
 }
 

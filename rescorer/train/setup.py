@@ -42,6 +42,7 @@ from rescorer.train.data import (
     unigram_logprob_sum,
 )
 from rescorer.train.distributed import World
+from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.state import RunState, load_state
 from rescorer.vocab import load_vocabs
 
@@ -123,6 +124,8 @@ class RunSetup:
         self.optim = torch.optim.Adadelta(
             self.model.parameters(), lr=cfg.learning_rate, rho=cfg.rho, eps=cfg.eps
         )
+        # Clip and Adadelta's step in one pass per parameter, compiled with the steps.
+        self.update = ClippedAdadelta(self.optim, compiled=compiled)
         self.run_state = RunState()
         self.saved_update = 0  # the update of the training state on disk
         if resume:

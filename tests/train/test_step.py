@@ -13,6 +13,7 @@ from rescorer.batching import PairArrays, PairArraysBuilder, epoch_batches
 from rescorer.io.table import read_table
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
 from rescorer.train.loop import train_step
+from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.profile import PHASES, TrainPhases
 from rescorer.vocab import build_vocabs
 
@@ -44,7 +45,9 @@ def straightforward_step(
     model: EncoderDecoder, optim: torch.optim.Optimizer, batch: object, clip: float
 ) -> float:
     """The update as rescorer first wrote it (commit f587262's train_step, fp32): the whole
-    forward pass, backward, torch's global-norm clip, Adadelta's step."""
+    forward pass with autograd through every step of the recurrences (padding included),
+    backward, torch's global-norm clip, Adadelta's step."""
+    model.per_step_training = True
     loss = -sequence_logprobs(model(*batch)).sum()  # type: ignore[misc]
     optim.zero_grad(set_to_none=True)
     loss.backward()
@@ -54,16 +57,28 @@ def straightforward_step(
     return float(loss.detach())
 
 
-@pytest.mark.parametrize("clip", [1.0, 1e6])  # clipped every update, and never
-def test_the_update_is_the_straightforward_update(sample_table: Path, clip: float) -> None:
+@pytest.mark.parametrize(
+    "clip, compiled",
+    [
+        (1.0, False),  # clipped at every update
+        (1e6, False),  # never clipped
+        pytest.param(1.0, True, marks=pytest.mark.slow),  # the compiled optimizer step
+    ],
+)
+def test_the_update_is_the_straightforward_update(
+    sample_table: Path, clip: float, compiled: bool
+) -> None:
+    """``rescorer train``'s update (whole-sequence recurrences, clip and Adadelta fused)
+    against the straightforward one: the same losses, weights and Adadelta state."""
     pairs = real_pairs(sample_table)
     batches = epoch_batches(np.maximum(pairs.src_lens, pairs.tgt_lens), 32, seed=1, epoch=0)
     ref, new = fresh_model(), fresh_model()
     ref_optim, new_optim = adadelta(ref), adadelta(new)
+    update = ClippedAdadelta(new_optim, compiled=compiled)
     for index in batches[:6]:
         batch = pairs.batch(index)
         want = straightforward_step(ref, ref_optim, batch, clip)
-        got = train_step(new, new_optim, batch, "fp32", clip)
+        got = train_step(new, update, batch, "fp32", clip)
         assert got == pytest.approx(want, rel=1e-5)
     moved = 0.0
     start = fresh_model().state_dict()
@@ -82,7 +97,7 @@ def test_a_profiled_update_computes_the_same_and_times_every_phase(sample_table:
     pairs = real_pairs(sample_table)
     batches = epoch_batches(np.maximum(pairs.src_lens, pairs.tgt_lens), 32, seed=1, epoch=0)
     plain, profiled = fresh_model(), fresh_model()
-    plain_optim, profiled_optim = adadelta(plain), adadelta(profiled)
+    plain_optim, profiled_optim = adadelta(plain), adadelta(profiled)  # clip, then step
     phases = TrainPhases()
     for index in batches[:3]:
         batch = pairs.batch(index)
