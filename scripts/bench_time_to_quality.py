@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Training time to quality: validation perplexity against wall time for several batch sizes.
+"""Training time to quality: validation perplexity against wall time, per batch size and code.
 
 Runs ``rescorer train`` on TABLE once per ``--batch-size`` for ``--minutes`` each (one after the
 other, never at once: they would share the cores), with validations every ``--valid-pairs``
-training pairs, all on the same held-out pairs (same seed). The reference is the perplexity the
-first batch size reaches at the end of its budget; for each run the first validation at or below
-it is its time to quality. Prints a Markdown block and writes the curves as a PNG.
+training pairs, all on the same held-out pairs (same seed). With ``--compare COMMIT`` every
+batch size runs twice, first with the package as it was at COMMIT (extracted by ``git archive``
+into the work folder and put first on PYTHONPATH), then with this checkout's: the same command,
+the same seed, in one sitting. The reference is the perplexity the first run reaches at the end
+of its budget; for each run the first validation at or below it is its time to quality. Prints
+a Markdown block and writes the curves as a PNG.
 
 Resumable: a run whose folder holds a finished log is read, not rerun; an interrupted one
 continues with --resume (its log keeps wall times across runs).
 
-    python scripts/bench_time_to_quality.py --hidden-size 256 --batch-size 64 256 \\
-        --minutes 10 --work runs/ttq --png docs/results/time-to-quality.png
+    python scripts/bench_time_to_quality.py --hidden-size 256 --batch-size 64 --minutes 10 \\
+        --compare f587262 --work runs/ttq --png docs/results/time-to-quality.png
 """
 
 from __future__ import annotations
@@ -45,6 +48,22 @@ def finished(folder: str, minutes: float) -> bool:
     return bool(points) and points[-1][0] >= 60 * minutes - 120
 
 
+def checkout(commit: str, folder: str) -> str:
+    """The package as it was at ``commit``, extracted into ``folder`` (once)."""
+    if not os.path.isdir(os.path.join(folder, "rescorer")):
+        os.makedirs(folder, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", commit, "rescorer"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    return os.path.abspath(folder)
+
+
+def batches_of(args: argparse.Namespace) -> list[int]:
+    """The batch size of each run, in run order."""
+    return [b for b in args.batch_size for _ in range(2 if args.compare else 1)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default="../shared/data/en-fr/phrase-table.gz")
@@ -54,11 +73,26 @@ def main() -> None:
     parser.add_argument("--valid-pairs", type=int, default=64_000)
     parser.add_argument("--work", default="runs/time-to-quality")
     parser.add_argument("--png", default=None)
+    parser.add_argument(
+        "--compare", metavar="COMMIT",
+        help="run every batch size with the package at COMMIT too, before this checkout's",
+    )  # fmt: skip
     args = parser.parse_args()
 
     commit = git_commit()
+    args.table, args.work = os.path.abspath(args.table), os.path.abspath(args.work)
+    # (label, folder, checkout put first on PYTHONPATH or None) of every run, in order.
+    runs: list[tuple[str, str, str | None]] = []
     for batch in args.batch_size:
-        folder = os.path.join(args.work, f"batch{batch}")
+        if args.compare:
+            code = checkout(args.compare, os.path.join(args.work, f"code-{args.compare}"))
+            runs.append((f"batch {batch}, {args.compare}", os.path.join(
+                args.work, f"{args.compare}-batch{batch}"), code))  # fmt: skip
+            runs.append((f"batch {batch}, {commit}", os.path.join(
+                args.work, f"{commit}-batch{batch}"), None))  # fmt: skip
+        else:
+            runs.append((f"batch {batch}", os.path.join(args.work, f"batch{batch}"), None))
+    for (_, folder, code), batch in zip(runs, batches_of(args), strict=True):
         if finished(folder, args.minutes):
             continue
         resume = ["--resume"] if os.path.exists(os.path.join(folder, "train-state.pt")) else []
@@ -69,26 +103,31 @@ def main() -> None:
             "--valid-every", str(max(1, args.valid_pairs // batch)), "--log-every", "100000",
             *resume,
         ]  # fmt: skip
-        print("$", " ".join(cmd), file=sys.stderr, flush=True)
-        subprocess.run(cmd, check=True)
+        env = dict(os.environ)
+        if code is not None:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH")]))
+        print("$", f"PYTHONPATH={code}" if code else "", " ".join(cmd), file=sys.stderr,
+              flush=True)  # fmt: skip
+        # From the checkout's folder: the current folder comes first on sys.path.
+        subprocess.run(cmd, check=True, env=env, cwd=code)
 
-    curves = {b: validations(os.path.join(args.work, f"batch{b}")) for b in args.batch_size}
-    first = args.batch_size[0]
+    curves = {label: validations(folder) for label, folder, _ in runs}
+    first = runs[0][0]
     reference = min(p for _, _, p in curves[first])
     print(f"### Time to quality ({datetime.date.today()}, commit {commit})\n")
     print(
         f"{cpu_name()}; `rescorer train {args.table} --hidden-size {args.hidden_size}`, "
-        f"{args.minutes:g} minutes per batch size, one run at a time, validation every "
+        f"{args.minutes:g} minutes per run, one run at a time, validation every "
         f"{args.valid_pairs:,} training pairs on the same 5,000 held-out pairs. Reference: "
-        f"the perplexity batch {first} reaches in {args.minutes:g} minutes, {reference:.2f}.\n"
+        f"the perplexity of {first} in {args.minutes:g} minutes, {reference:.2f}.\n"
     )
-    print("| batch | updates | best ppl | ppl at 1/3 of the time | time to reach the reference |")
-    print("|---:|---:|---:|---:|---:|")
-    for batch, points in curves.items():
+    print("| run | updates | best ppl | ppl at 1/3 of the time | time to reach the reference |")
+    print("|---|---:|---:|---:|---:|")
+    for label, points in curves.items():
         third = [p for t, _, p in points if t <= 20 * args.minutes]
         reach = next((t for t, _, p in points if p <= reference), None)
         print(
-            f"| {batch} | {points[-1][1]:,} | {min(p for _, _, p in points):.2f} | "
+            f"| {label} | {points[-1][1]:,} | {min(p for _, _, p in points):.2f} | "
             f"{min(third) if third else float('nan'):.2f} | "
             + (f"{reach / 60:.1f} min |" if reach is not None else "not reached |")
         )
@@ -99,11 +138,11 @@ def main() -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for batch, points in curves.items():
+        for label, points in curves.items():
             ax.plot([t / 60 for t, _, _ in points], [p for _, _, p in points], marker="o",
-                    markersize=3, label=f"batch {batch}")  # fmt: skip
+                    markersize=3, label=label)  # fmt: skip
         ax.axhline(reference, color="0.5", linestyle="--", linewidth=1,
-                   label=f"reference: batch {first}'s best after {args.minutes:g} min "
+                   label=f"reference: {first}'s best after {args.minutes:g} min "
                    f"({reference:.2f})")  # fmt: skip
         ax.annotate(
             "time to quality: when a curve first reaches the reference",
