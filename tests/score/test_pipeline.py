@@ -565,20 +565,23 @@ def test_an_undamaged_interrupted_run_resumes_exactly(
     [[], ["--shard", "2/3"], ["--word-penalty", "--workers", "2"]],
     ids=["plain", "shard", "word-penalty+workers"],
 )
-def test_twenty_kills_then_resumes_end_byte_identical(
+def test_eight_kills_then_resumes_end_byte_identical(
     tmp_path: Path, model_dir: Path, flags: list[str]
 ) -> None:
-    """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
+    """Fault injection: SIGKILL one run at 8 seeded points (after a seeded number of lines
     plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
     with one uninterrupted run (issue 11). The records come by time (--checkpoint-every 0.02,
-    issue 25), each after several chunks: a kill loses the chunks since the last one."""
+    issue 25), each after several chunks: a kill loses the chunks since the last one. (It was
+    20 points: each costs a process start and `import torch`; 8 spread over the run already
+    kill before the first record, between records and mid-chunk, and resume each of those.)"""
     lines, cmd, whole = long_run(tmp_path, model_dir, flags)
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
+    points = 8
     rng = np.random.default_rng(20)
-    targets = np.sort(rng.integers(1, len(lines), size=20))
+    targets = np.sort(rng.integers(1, len(lines), size=points))
     kills = 0
-    for target, delay in zip(targets, rng.uniform(0, 0.05, size=20), strict=True):
+    for target, delay in zip(targets, rng.uniform(0, 0.05, size=points), strict=True):
         if out.exists():
             break  # the run finished between two kill points
         proc = subprocess.Popen([*cmd, "-o", str(out), "--resume"], env=ONE_THREAD)
@@ -595,7 +598,7 @@ def test_twenty_kills_then_resumes_end_byte_identical(
         proc.wait()
     if not out.exists():
         subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
-    assert kills >= 10  # most kill points landed in a live run
+    assert kills >= points // 2 + 1  # most kill points landed in a live run
     assert out.read_bytes() == whole.read_bytes()
     left = sorted(p.name for p in tmp_path.iterdir())
     if "--shard" not in flags:
