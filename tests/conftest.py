@@ -22,6 +22,14 @@ CACHE_DIR = tempfile.mkdtemp(prefix="rescorer-test-cache-")
 os.environ["RESCORER_CACHE_DIR"] = CACHE_DIR
 atexit.register(shutil.rmtree, CACHE_DIR, True)
 
+# One compute thread for every run of the session, in process and in the children (which
+# inherit it), unless the caller chose: two threads on two cores stall badly while anything
+# else runs (rescorer/cpus.py, issue 39); an in-process score of the 2,090-line slice took 50 s
+# instead of 1 s on this 2-core machine with one other job. Tests of the thread choice itself
+# pass their own environment (tests/test_cpus.py). OMP_NUM_THREADS=2 python3 -m pytest runs
+# the suite with two.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def default_sigint() -> None:
     """``preexec_fn`` for a child a test interrupts with SIGINT: the default disposition, as

@@ -267,28 +267,46 @@ def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
     assert usage.exit_code == 2
 
 
-def long_run(
-    tmp_path: Path, model_dir: Path, flags: Sequence[str] = ()
-) -> tuple[list[str], list[str], Path]:
+class LongRun:
     """A longer input so a run is still going when it is killed (the slice 6 times over, the
     source phrases made distinct per copy: tables are grouped by source), the command that
-    scores it, and the output of one uninterrupted run."""
-    big = tmp_path / "big.gz"
-    lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
-    big.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    # Records by time, 50 a second (a run takes a second or so), each after several chunks.
-    cmd = [sys.executable, "-m", "rescorer", "score", str(big), "-m", str(model_dir), "--device",
-           "cpu", "--precision", "fp32", "--chunk-bytes", "8192", "--checkpoint-every", "0.02",
-           "-q", *flags]  # fmt: skip
-    whole = tmp_path / "whole.gz"
-    subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
-    return lines, cmd, whole
+    scores it, and the output of one uninterrupted run of that command. The input and each
+    command's uninterrupted output are made once per module: every test of it that compares
+    with an uninterrupted run of the same flags compares with the same bytes (they used to be
+    made again by each test, also by those that never read them)."""
+
+    def __init__(self, folder: Path, model_dir: Path) -> None:
+        self.folder, self.model_dir = folder, model_dir
+        self.big = folder / "big.gz"
+        self.lines = [f"{i:02d}{line}" for i in range(6) for line in LINES]
+        self.big.write_bytes(gzip.compress(("\n".join(self.lines) + "\n").encode()))
+        self.wholes: dict[tuple[str, ...], Path] = {}
+
+    def command(self, flags: Sequence[str] = ()) -> list[str]:
+        # Records by time, 50 a second (a run takes a second or so), each after several chunks.
+        return [sys.executable, "-m", "rescorer", "score", str(self.big), "-m",
+                str(self.model_dir), "--device", "cpu", "--precision", "fp32", "--chunk-bytes",
+                "8192", "--checkpoint-every", "0.02", "-q", *flags]  # fmt: skip
+
+    def whole(self, flags: Sequence[str] = ()) -> Path:
+        """The output of one uninterrupted run with ``flags`` (made on first use)."""
+        key = tuple(flags)
+        if key not in self.wholes:
+            whole = self.folder / f"whole-{len(self.wholes)}.gz"
+            subprocess.run([*self.command(flags), "-o", str(whole)], check=True, env=ONE_THREAD)
+            self.wholes[key] = whole
+        return self.wholes[key]
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> LongRun:
+    return LongRun(tmp_path_factory.mktemp("long-run"), model_dir)
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
+def test_killed_run_resumes_to_identical_bytes(tmp_path: Path, long_run: LongRun) -> None:
     """SIGKILL a run part-way through, --resume it, and compare with an uninterrupted run."""
-    lines, cmd, whole = long_run(tmp_path, model_dir)
+    lines, cmd, whole = long_run.lines, long_run.command(), long_run.whole()
     out = tmp_path / "resumed.gz"
     record = Path(str(out) + ".partial.json")
     proc = subprocess.Popen([*cmd, "-o", str(out)], env=ONE_THREAD)
@@ -565,20 +583,23 @@ def test_an_undamaged_interrupted_run_resumes_exactly(
     [[], ["--shard", "2/3"], ["--word-penalty", "--workers", "2"]],
     ids=["plain", "shard", "word-penalty+workers"],
 )
-def test_twenty_kills_then_resumes_end_byte_identical(
-    tmp_path: Path, model_dir: Path, flags: list[str]
+def test_eight_kills_then_resumes_end_byte_identical(
+    tmp_path: Path, long_run: LongRun, flags: list[str]
 ) -> None:
-    """Fault injection: SIGKILL one run at 20 seeded points (after a seeded number of lines
+    """Fault injection: SIGKILL one run at 8 seeded points (after a seeded number of lines
     plus a seeded delay, so mid-chunk too), resume it each time, and compare the final output
     with one uninterrupted run (issue 11). The records come by time (--checkpoint-every 0.02,
-    issue 25), each after several chunks: a kill loses the chunks since the last one."""
-    lines, cmd, whole = long_run(tmp_path, model_dir, flags)
+    issue 25), each after several chunks: a kill loses the chunks since the last one. (It was
+    20 points: each costs a process start and `import torch`; 8 spread over the run already
+    kill before the first record, between records and mid-chunk, and resume each of those.)"""
+    lines, cmd, whole = long_run.lines, long_run.command(flags), long_run.whole(flags)
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
+    points = 8
     rng = np.random.default_rng(20)
-    targets = np.sort(rng.integers(1, len(lines), size=20))
+    targets = np.sort(rng.integers(1, len(lines), size=points))
     kills = 0
-    for target, delay in zip(targets, rng.uniform(0, 0.05, size=20), strict=True):
+    for target, delay in zip(targets, rng.uniform(0, 0.05, size=points), strict=True):
         if out.exists():
             break  # the run finished between two kill points
         proc = subprocess.Popen([*cmd, "-o", str(out), "--resume"], env=ONE_THREAD)
@@ -595,19 +616,13 @@ def test_twenty_kills_then_resumes_end_byte_identical(
         proc.wait()
     if not out.exists():
         subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
-    assert kills >= 10  # most kill points landed in a live run
+    assert kills >= points // 2 + 1  # most kill points landed in a live run
     assert out.read_bytes() == whole.read_bytes()
-    left = sorted(p.name for p in tmp_path.iterdir())
+    left = sorted(p.name for p in tmp_path.iterdir())  # no partial file, no record
     if "--shard" not in flags:
-        assert left == ["big.gz", "out.gz", "whole.gz"]
+        assert left == ["out.gz"]
         return
-    assert left == [
-        "big.gz",
-        "out.gz",
-        "out.gz.manifest.json",
-        "whole.gz",
-        "whole.gz.manifest.json",
-    ]
+    assert left == ["out.gz", "out.gz.manifest.json"]
     # The killed and resumed shard's manifest vouches for the same input range and output.
     resumed, single = (json.loads(Path(f"{p}.manifest.json").read_text()) for p in (out, whole))
     for key in ("range", "lines", "input", "model", "options"):
@@ -738,12 +753,12 @@ def test_an_empty_table_gives_a_valid_empty_gzip_file(tmp_path: Path, model_dir:
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
-    tmp_path: Path, model_dir: Path, workers: str
+    tmp_path: Path, long_run: LongRun, workers: str
 ) -> None:
     """Ctrl-C reaches the whole process group (the workers too): exit 130 and one line naming
     --resume; OUT.partial and its record stay, and --resume finishes the same bytes. With
     workers it used to hang until a second Ctrl-C, the workers printing tracebacks."""
-    _, cmd, whole = long_run(tmp_path, model_dir, ["--workers", workers])
+    cmd, whole = long_run.command(["--workers", workers]), long_run.whole(["--workers", workers])
     out = tmp_path / "out.gz"
     record = Path(f"{out}.partial.json")
     proc = subprocess.Popen(
@@ -772,14 +787,14 @@ def test_sigint_keeps_the_partial_output_and_says_how_to_resume(
 
 
 @pytest.mark.slow
-def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
+def test_progress_lines_off_a_terminal(tmp_path: Path, long_run: LongRun) -> None:
     """Under nohup or Slurm stderr is a file: a line every --progress-every seconds with pairs,
     the share of the input, the rate and the ETA (issue 14, item 1)."""
-    _, cmd, _ = long_run(tmp_path, model_dir)
+    cmd = long_run.command()
     # Plain text: a gzip input this small is read ahead whole by the decompressing thread (on
     # a real table the read-ahead is a few MB of GBs).
     big = tmp_path / "big.txt"
-    big.write_bytes(gzip.decompress((tmp_path / "big.gz").read_bytes()))
+    big.write_bytes(gzip.decompress(long_run.big.read_bytes()))
     cmd = [str(big) if c.endswith("big.gz") else c for c in cmd if c != "-q"]
     log = tmp_path / "err.log"
     with open(log, "w") as err:
@@ -807,11 +822,11 @@ def test_progress_lines_off_a_terminal(tmp_path: Path, model_dir: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_reader_that_closes_the_pipe_ends_the_run_with_exit_1(
-    tmp_path: Path, model_dir: Path, workers: str
+    tmp_path: Path, long_run: LongRun, workers: str
 ) -> None:
     """``score -o - | head``: once the reader is gone the run stops with exit 1 and one line,
     never a summary saying every line was written."""
-    _, cmd, _ = long_run(tmp_path, model_dir, ["--workers", workers])
+    cmd = long_run.command(["--workers", workers])
     cmd = [c for c in cmd if c != "-q"]
     proc = subprocess.Popen(
         [*cmd, "-o", "-"], env=ONE_THREAD, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -943,11 +958,11 @@ def test_scoring_a_scored_table_warns(
 
 @pytest.mark.slow
 def test_progress_of_a_gzip_of_several_members_never_says_100_percent_early(
-    tmp_path: Path, model_dir: Path
+    tmp_path: Path, long_run: LongRun
 ) -> None:
     """Issue 39, item 9: '100.0% of the input' partway through a 20,000-line file, a gzip of
     several members (its trailer gives the last member's size only)."""
-    lines, cmd, _ = long_run(tmp_path, model_dir)
+    lines, cmd = long_run.lines, long_run.command()
     text = ("\n".join(lines) + "\n").encode()
     half = text.index(b"\n", len(text) // 2) + 1
     members = tmp_path / "members.gz"

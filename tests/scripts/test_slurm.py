@@ -239,7 +239,7 @@ def test_score_array_with_a_cancelled_and_requeued_task_merges_to_the_single_run
     cluster: Cluster, slow_model: Path, tmp_path: Path
 ) -> None:
     table = tmp_path / "big.gz"
-    lines = make_table(table, 12)
+    lines = make_table(table, 6)
     common = ["--chunk-bytes", "8192", "--precision", "fp32", "--device", "cpu"]
     env = {
         **cluster.env,
