@@ -85,9 +85,9 @@ def main() -> None:
     runs: list[tuple[str, str, str | None]] = []
     for batch in args.batch_size:
         if args.compare:
-            code = checkout(args.compare, os.path.join(args.work, f"code-{args.compare}"))
+            old = checkout(args.compare, os.path.join(args.work, f"code-{args.compare}"))
             runs.append((f"batch {batch}, {args.compare}", os.path.join(
-                args.work, f"{args.compare}-batch{batch}"), code))  # fmt: skip
+                args.work, f"{args.compare}-batch{batch}"), old))  # fmt: skip
             runs.append((f"batch {batch}, {commit}", os.path.join(
                 args.work, f"{commit}-batch{batch}"), None))  # fmt: skip
         else:

@@ -49,9 +49,11 @@ def _adadelta_update(
 class ClippedAdadelta:
     """Clip and step for one ``torch.optim.Adadelta`` (one parameter group, its default
     options but lr, rho and eps); ``compiled``: through ``torch.compile`` (eager if compiling
-    fails, with a warning: rescorer/device.py)."""
+    fails, with one warning for the whole ``guard``'s group: rescorer/device.py)."""
 
-    def __init__(self, optim: torch.optim.Adadelta, compiled: bool) -> None:
+    def __init__(
+        self, optim: torch.optim.Adadelta, compiled: bool, guard: CompileGuard | None = None
+    ) -> None:
         group = optim.param_groups
         if len(group) != 1 or group[0]["weight_decay"] or group[0]["maximize"]:
             raise ValueError("ClippedAdadelta: one parameter group, no weight decay, minimising")
@@ -59,7 +61,7 @@ class ClippedAdadelta:
         self.update: Callable[..., None] = _adadelta_update
         if compiled:
             self.update = soft_compile(
-                _adadelta_update, guard=CompileGuard("torch.compile (optimizer)"), dynamic=False
+                _adadelta_update, guard=guard or CompileGuard(), dynamic=False
             )
 
     def step(self, clip_norm: float) -> bool:

@@ -22,6 +22,7 @@ from rescorer.batching import PairArrays
 from rescorer.constants import UNK_ID
 from rescorer.cpus import choose_threads
 from rescorer.device import (
+    CompileGuard,
     bound_kernel_caches,
     choose_precision,
     resolve_device,
@@ -116,7 +117,8 @@ class RunSetup:
         self.model.to(self.device).train()
         # Compiled steps and readout (forward and backward), the scorer's kernels.
         compiled = cfg.wants_compile(len(self.data.train))
-        self.kernels = compile_kernels(self.model) if compiled else None
+        guard = CompileGuard()  # one compile failure: steps, readout and optimizer all eager
+        self.kernels = compile_kernels(self.model, guard) if compiled else None
         self.trained: torch.nn.Module = self.model  # what the updates run through
         if self.world.distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -125,7 +127,7 @@ class RunSetup:
             self.model.parameters(), lr=cfg.learning_rate, rho=cfg.rho, eps=cfg.eps
         )
         # Clip and Adadelta's step in one pass per parameter, compiled with the steps.
-        self.update = ClippedAdadelta(self.optim, compiled=compiled)
+        self.update = ClippedAdadelta(self.optim, compiled=compiled, guard=guard)
         self.run_state = RunState()
         self.saved_update = 0  # the update of the training state on disk
         if resume:
