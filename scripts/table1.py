@@ -51,7 +51,8 @@ HERE = Path(__file__).resolve().parent
     "--bitext",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Build SYSTEM first from a raw bitext folder (train/dev/test.SRC/TGT) with "
-    "scripts/baseline.py's steps, in WORK/baseline; SYSTEM is then WORK/baseline/system.",
+    "scripts/baseline.py's steps, in WORK/baseline (its MERT capped by --max-iterations, as "
+    "every system's); SYSTEM is then WORK/baseline/system.",
 )
 @click.option(
     "--model",
@@ -176,6 +177,7 @@ def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object])
         src=str(opts["src"]),
         tgt=str(opts["tgt"]),
         threads=int(opts["threads"]),  # type: ignore[call-overload]
+        max_iterations=int(opts["max_iterations"]),  # type: ignore[call-overload]
     )
     try:
         run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
