@@ -288,7 +288,7 @@ def main() -> None:
     used = "bf16" if precision == "bf16" else "fp32"  # the peak of the precision the run used
     faster = max(peaks, key=lambda k: peaks[k])
 
-    def share(flop_s: float) -> str:
+    def of_peak(flop_s: float) -> str:
         """``flop_s`` against the peak of the precision used (and the faster one's, if other)."""
         text = f"{100 * flop_s / peaks[used]:.0f}% of the {used} peak"
         if faster != used:
@@ -355,7 +355,7 @@ def main() -> None:
         + ", ".join(f"{r:.0%}" for r in e2e_ratios)
         + "; the model alone there ran at "
         f"{2 * all_macs / all_s / 1e9:,.1f} GFLOP/s of work done = "
-        f"{share(2 * all_macs / all_s)}"
+        f"{of_peak(2 * all_macs / all_s)}"
     )
     print()
     print(
@@ -373,14 +373,14 @@ def main() -> None:
         ("padded decoder (source prefixes only)", macs_sources, sources_s),
         ("shared target prefixes", macs, fast_s),
     ):
-        print(f"{name}: work done {2 * m / secs / 1e9:,.1f} GFLOP/s = {share(2 * m / secs)}")
+        print(f"{name}: work done {2 * m / secs / 1e9:,.1f} GFLOP/s = {of_peak(2 * m / secs)}")
     print(
         f"fast path as the per-pair model's work: {2 * macs_per_pair / fast_s / 1e9:,.1f} "
-        f"GFLOP/s = {share(2 * macs_per_pair / fast_s)}"
+        f"GFLOP/s = {of_peak(2 * macs_per_pair / fast_s)}"
     )
     print(
         f"model work done: {macs / n_base / 1e6:.1f} M multiply-adds per pair; fast path "
-        f"{flops / 1e9:,.1f} GFLOP/s = {share(flops)}; measured GEMM peaks: bf16 "
+        f"{flops / 1e9:,.1f} GFLOP/s = {of_peak(flops)}; measured GEMM peaks: bf16 "
         f"{peaks['bf16'] / 1e9:,.0f} GFLOP/s ({100 * flops / peaks['bf16']:.0f}%), fp32 "
         f"{peaks['fp32'] / 1e9:,.0f} ({100 * flops / peaks['fp32']:.0f}%)"
     )
