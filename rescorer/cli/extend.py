@@ -50,6 +50,23 @@ EXTEND = ExtendConfig()  # each default is written once, there
     help="Beam width: the N best targets per source phrase (those TABLE has are dropped).",
 )
 @click.option(
+    "--samples",
+    type=click.IntRange(min=0),
+    default=EXTEND.samples,
+    show_default=True,
+    metavar="K",
+    help="Also draw K samples per source phrase (the paper's sampling) and add the distinct "
+    "finished ones the beam did not propose (those TABLE has are dropped).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=EXTEND.seed,
+    show_default=True,
+    help="Seed of --samples' draws (each source phrase has a stream of its own: the same draws "
+    "whatever the chunks, shards or --resume).",
+)
+@click.option(
     "--input",
     metavar="FILE",
     help="Only the source phrases that are n-grams (n <= 10) of FILE's lines (filter --input).",
@@ -120,8 +137,9 @@ def extend(
     """Add the model's own target phrases for TABLE's source phrases: new pairs only.
 
     The first -m model's beam search proposes the N best targets of each source phrase (or
-    of those an --input needs); targets TABLE has for it are dropped, and targets with a word
-    outside the shortlist are never proposed. Each new pair gets one column per -m model
+    of those an --input needs), and with --samples K its K draws add the distinct finished
+    ones; targets TABLE has for it are dropped, and targets with a word outside the shortlist
+    are never proposed. Each new pair gets one column per -m model
     (p = exp(log p), as rescorer score writes it) and the features docs/extend.md defines.
 
     --form fill-up writes TABLE's lines unchanged but for one more column, the provenance
@@ -166,7 +184,8 @@ def extend(
             f"rescorer extend: {stats.searched:,} source phrases searched in "
             f"{stats.seconds:.1f} s ({rate:,.1f}/s, {stats.device}, {stats.precision}); "
             f"{stats.proposed:,} targets proposed, {stats.known:,} already in the table, "
-            f"{stats.new_pairs:,} new pairs; {stats.lines_out:,} lines written to {out}",
+            + (f"{stats.sampled:,} more new ones sampled, " if config.samples else "")
+            + f"{stats.new_pairs:,} new pairs; {stats.lines_out:,} lines written to {out}",
             err=True,
         )
     if stats.bad:

@@ -20,6 +20,8 @@ class ExtendConfig:
 
     form: str = FILL_UP  # FILL_UP: the table plus a provenance column; SECOND_TABLE: new pairs
     beam: int = 5  # N: the beam's width and the most new targets per source
+    samples: int = 0  # more draws per source (the paper's sampling); their new targets added
+    seed: int = 1  # the draws' random streams: one per (seed, source phrase)
     floor: float = DEFAULT_FLOOR  # what a feature without a value gets (docs/extend.md §2)
     lex_f2e: str | None = None  # train-model.perl's model/lex.f2e: "e f w(e|f)" per line
     lex_e2f: str | None = None  # and model/lex.e2f: "f e w(f|e)"
@@ -47,6 +49,8 @@ class ExtendConfig:
             raise RescorerError("--lex-f2e and --lex-e2f go together: give both or neither")
         if not 0 < self.floor <= 1:
             raise RescorerError(f"--floor {self.floor}: expected a probability in (0, 1]")
+        if self.samples < 0:
+            raise RescorerError(f"--samples {self.samples}: expected 0 or more")
         for flag, value in (("--beam", self.beam), ("--batch-sources", self.batch_sources)):
             if value is not None and value < 1:
                 raise RescorerError(f"{flag} {value}: expected at least 1")
@@ -57,6 +61,7 @@ class ExtendStats(JobStats):
     sources: int = 0  # distinct source phrases read
     searched: int = 0  # of them, those the beam searched (all, or the --input ones)
     proposed: int = 0  # targets the beam proposed
+    sampled: int = 0  # new targets from --samples: finished, no UNK, not the beam's or the table's
     known: int = 0  # of them, pairs the table already has
     new_pairs: int = 0  # pairs written
     device: str = ""

@@ -7,9 +7,12 @@ What it does with each chunk (:class:`Extending`, the job's
   marks the sources to generate for (all, or the ``--input`` n-grams)
   (:func:`~rescorer.extend.stages.parse_chunk`);
 - the main process runs the batched beam search of the first ``-m`` model (forward) over those
-  sources (:func:`~rescorer.extend.beam.beam_search_batched`), drops the targets the table
-  has, scores the new pairs with every ``-m`` model exactly as ``rescorer score`` scores a pair
-  (:class:`~rescorer.score.scorer.Scorer`), and gives them their features
+  sources (:func:`~rescorer.extend.beam.beam_search_batched`), with ``--samples`` adds the
+  distinct finished samples of the same model (:func:`~rescorer.model.sampling.sample_phrases`;
+  each source phrase's draws come from a stream of its own, seeded by ``--seed`` and the
+  phrase's CRC-32, so they do not depend on chunks, shards or ``--resume``), drops the targets
+  the table has, scores the new pairs with every ``-m`` model exactly as ``rescorer score``
+  scores a pair (:class:`~rescorer.score.scorer.Scorer`), and gives them their features
   (:mod:`~rescorer.extend.features`);
 - a worker writes the chunk: the table's lines with the provenance column and the new lines
   among them in byte order (fill-up), or the new lines alone (second table).
@@ -20,6 +23,7 @@ manifests) is the job's, as for ``score``.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +35,7 @@ from rescorer.extend.config import FILL_UP, ExtendConfig, ExtendStats
 from rescorer.extend.features import Layout, layout_for, pair_scores
 from rescorer.extend.stages import ExtendChunk, format_chunk, init_worker, new_line, parse_chunk
 from rescorer.job.run import StreamedJob
+from rescorer.model.sampling import sample_phrases
 from rescorer.moses.lex import LexicalTable, lexical_weights, read_lex
 from rescorer.score.config import chunk_bytes_for, resolve_workers
 from rescorer.score.pairs import GroupedPairsBuilder, encode_inverse
@@ -78,6 +83,8 @@ def extend_table(
     manifest_options = {
         "form": config.form,
         "beam": config.beam,
+        "samples": config.samples,
+        "seed": config.seed if config.samples else None,
         "floor": config.floor,
         "lex": lex is not None,
         "input": wanted is not None,
@@ -135,7 +142,8 @@ class Extending:
         self.batch_sources = batch_sources
 
     def submit(self, parsed: ExtendChunk) -> list[list[str]]:
-        """The new targets of each source group (the beam's, minus what the table has)."""
+        """The new targets of each source group (the beam's, then the samples' with
+        ``--samples``, minus what the table has)."""
         gen = self.models[0]
         todo = [g for g in parsed.groups if g.wanted]
         self.stats.sources += len(parsed.groups)
@@ -150,13 +158,40 @@ class Extending:
                 [g.src.split(" ") for g in part],
                 self.config.beam,
             )
-            for group, hyps in zip(part, beams, strict=True):
+            drawn = self._samples([g.src for g in part])
+            for group, hyps, extra in zip(part, beams, drawn, strict=True):
                 targets = [" ".join(gen.tgt_vocab.decode(h.ids)) for h in hyps]
                 self.stats.proposed += len(targets)
                 fresh = [t for t in targets if t and t not in group.known]
                 self.stats.known += len(targets) - len(fresh)
-                found[id(group)] = fresh
+                beamed = set(targets)
+                extra = [t for t in extra if t not in beamed and t not in group.known]
+                self.stats.sampled += len(extra)
+                found[id(group)] = fresh + extra
         return [found.get(id(g), []) for g in parsed.groups]
+
+    def _samples(self, sources: list[str]) -> list[list[str]]:
+        """Per source, the distinct targets of ``--samples`` draws that ended (EOS within the
+        length limit), are not empty and have no UNK, best first; none without ``--samples``."""
+        if not self.config.samples:
+            return [[] for _ in sources]
+        gen, k = self.models[0], self.config.samples
+        # As many rows (sources x draws) at once as the beam has (sources x N): bounded memory.
+        step = max(1, self.batch_sources * self.config.beam // k)
+        out: list[list[str]] = []
+        for start in range(0, len(sources), step):
+            part = sources[start : start + step]
+            drawn = sample_phrases(
+                gen.model,
+                gen.src_vocab,
+                gen.tgt_vocab,
+                part,
+                num_samples=k,
+                seed=self.config.seed,
+                stream_ids=[zlib.crc32(s.encode("utf-8")) for s in part],
+            )
+            out += [[g.text for g in d if g.finished and g.words and not g.has_unk] for d in drawn]
+        return out
 
     def collect(
         self, pending: list[list[str]], parsed: ExtendChunk, gz_level: int | None

@@ -181,6 +181,35 @@ def test_shards_merge_into_the_single_run(tmp_path: Path, tiny_model_dir: Path) 
     assert merged.read_bytes() == single.read_bytes()
 
 
+def test_samples_add_the_models_draws_whatever_the_chunks(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """--samples K adds the distinct finished draws the beam did not propose: the beam's pairs
+    all stay, new ones come, none the table has or with UNK; each source phrase's draws have a
+    stream of their own, so other chunks give the same bytes and another --seed other draws."""
+    common = ["-m", tiny_model_dir, "--form", "second-table", "-n", "2", "--device", "cpu"]
+
+    def run(name: str, *flags: object) -> tuple[list[bytes], str]:
+        out = tmp_path / name
+        done = rescorer("extend", TABLE, *common, *flags, "-o", out)
+        assert done.returncode == 0, done.stderr
+        return lines_of(out), done.stderr
+
+    beam, _ = run("beam.gz", "-q")
+    drawn, said = run("drawn.gz", "--samples", "20", "--seed", "3")
+    assert set(beam) < set(drawn) and drawn == sorted(drawn)
+    known = {(e.src, e.tgt) for e in read_table(str(TABLE))}
+    for line in drawn:
+        src, tgt, *_ = fields(line)
+        assert (src, tgt) not in known and "<unk>" not in tgt.split() and tgt
+    more = len(drawn) - len(beam)
+    assert f"{more:,} more new ones sampled, {len(drawn):,} new pairs" in said, said
+    again, _ = run("again.gz", "--samples", "20", "--seed", "3", "--chunk-bytes", "8192", "-q")
+    assert again == drawn
+    other, _ = run("other.gz", "--samples", "20", "--seed", "4", "-q")
+    assert set(beam) < set(other) and other != drawn
+
+
 @pytest.mark.slow
 @needs_moses
 def test_the_real_moses_decodes_both_forms_and_mert_tunes(
