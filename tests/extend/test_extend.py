@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import MOSES, TINY_SYSTEM
 
 from rescorer.analysis.generate import beam_search
+from rescorer.cli import cli
 from rescorer.extend.beam import beam_search_batched
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
@@ -190,9 +192,11 @@ def test_samples_add_the_models_draws_whatever_the_chunks(
     common = ["-m", tiny_model_dir, "--form", "second-table", "-n", "2", "--device", "cpu"]
 
     def run(name: str, *flags: object) -> tuple[list[bytes], str]:
+        """The command in this process (four runs: no interpreter start-up each)."""
         out = tmp_path / name
-        done = rescorer("extend", TABLE, *common, *flags, "-o", out)
-        assert done.returncode == 0, done.stderr
+        args = ["extend", TABLE, *common, *flags, "-o", out]
+        done = CliRunner().invoke(cli, [str(a) for a in args])
+        assert done.exit_code == 0, done.output
         return lines_of(out), done.stderr
 
     beam, _ = run("beam.gz", "-q")
