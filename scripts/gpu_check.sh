@@ -102,6 +102,9 @@ if [ -z "$table" ]; then
     [ -f "$table" ] || table="$root/rescorer/sample/en-fr.sample.gz"
 fi
 table="$(cd "$(dirname "$table")" && pwd)/$(basename "$table")"
+if [ -n "${GPU_CHECK_MODEL:-}" ]; then  # bench_precision.py runs from scripts/
+    GPU_CHECK_MODEL="$(cd "$GPU_CHECK_MODEL" && pwd)" || exit 2
+fi
 size="${GPU_CHECK_SIZE:-paper}"
 case "$size" in
     paper) sizes=(1000 100 500 15000) ;;
