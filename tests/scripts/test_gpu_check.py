@@ -26,6 +26,7 @@ def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=ROOT,
     )
 
 
@@ -64,7 +65,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_TRAIN_SECONDS="120",
         GPU_CHECK_TRAIN_UPDATES="6",
         GPU_CHECK_LOG_EVERY="2",
-        GPU_CHECK_MODEL=str(GOLDEN / "model"),
+        GPU_CHECK_MODEL=str((GOLDEN / "model").relative_to(ROOT)),  # relative, as a user gives it
         GPU_CHECK_PAIRS="100",
         GPU_CHECK_GEMM="64",
     )
