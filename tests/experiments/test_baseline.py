@@ -21,6 +21,7 @@ from rescorer.moses.ini import read_ini
 SCRIPT = ROOT / "scripts" / "baseline.py"
 BITEXT = DATA_DIR / "tiny-bitext"
 
+Built = tuple[Path, subprocess.CompletedProcess[str]]  # the work folder and the build's process
 needs_moses = pytest.mark.skipif(
     not (MOSES / "bin" / "moses").exists() or not (MOSES / "mgiza" / "mgiza").exists(),
     reason=f"the real Moses toolkit with MGIZA++ is not at {MOSES} (../shared/tools/moses)",
@@ -51,13 +52,19 @@ def build(work: Path, *flags: str, corpus: Path = BITEXT) -> subprocess.Complete
     )
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """One system built from the tiny bitext (about 25 s), shared by the tests that read it."""
+    work = tmp_path_factory.mktemp("baseline") / "work"
+    return work, build(work)
+
+
 @pytest.mark.slow
 @needs_moses
 def test_a_bitext_becomes_a_tuned_system_folder_and_a_rerun_skips_every_step(
-    tmp_path: Path,
+    built: Built,
 ) -> None:
-    work = tmp_path / "work"
-    proc = build(work)
+    work, proc = built
     assert proc.returncode == 0, proc.stderr
     system = work / "system"
     ini = read_ini(str(system / "moses.ini"))
@@ -101,18 +108,20 @@ def test_a_bitext_becomes_a_tuned_system_folder_and_a_rerun_skips_every_step(
     assert decoded.returncode == 0 and decoded.stdout.strip(), decoded.stderr[-500:]
 
 
+@pytest.mark.slow
 @needs_moses
-def test_a_killed_step_runs_again_from_scratch(tmp_path: Path) -> None:
+def test_a_killed_step_runs_again_from_scratch(built: Built, tmp_path: Path) -> None:
     """A step folder without done.json is what a kill left: the step runs again."""
+    assert built[1].returncode == 0, built[1].stderr
     work = tmp_path / "work"
-    proc = build(work, "--max-iterations", "1")
-    assert proc.returncode == 0, proc.stderr
+    shutil.copytree(built[0], work)  # the shared system stays as it was built
     (work / "evaluate" / "done.json").unlink()
     (work / "evaluate" / "stale").write_text("left by a kill")
-    again = build(work, "--max-iterations", "1")
+    again = build(work)
     assert again.returncode == 0, again.stderr
     assert "evaluate: running" in again.stderr and again.stderr.count("done before") == 5
     assert not (work / "evaluate" / "stale").exists()
+    assert json.loads(again.stdout)["hyp"].startswith(str(work))  # the copy's, not the original's
 
 
 def test_files_that_are_not_parallel_are_refused_before_any_step(tmp_path: Path) -> None:
