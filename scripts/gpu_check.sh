@@ -11,7 +11,8 @@
 #   precision  how this GPU's TF32 products round; with GPU_CHECK_MODEL (a trained model folder)
 #              scripts/bench_precision.py's error table (bf16 and TF32 against fp32)
 #   train      rescorer train at the paper's size for GPU_CHECK_TRAIN_SECONDS per run, compiled
-#              and eager: pairs/s (the median of the log's intervals after the first)
+#              and eager: pairs/s (the median of the log's intervals after the first); then
+#              train --profile: where an update's time goes
 #
 # and writes one Markdown block for BENCHMARKS.md to FILE (the argument), else to
 # $OUT/gpu-check.md when OUT is set, else to ./gpu-check.md, and to stdout; every command's own
@@ -41,7 +42,9 @@
 #   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
 #   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
 #   GPU_CHECK_TRAIN_SECONDS 150 per training run (two runs: 5 minutes), GPU_CHECK_LOG_EVERY 100,
-#                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run
+#                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
+#                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
+#                           (where an update's time goes; 0 skips it)
 #   GPU_CHECK_MODEL         a trained model folder for the precision section's error table
 #   GPU_CHECK_PAIRS         20000 pairs for that table
 #   GPU_CHECK_TESTS         pytest's arguments ("-m gpu tests")
@@ -345,6 +348,27 @@ first = f"{rates[0]:,.0f}" if rates else ""
 print(f"| {compile_} | {update:,} | {median} | {len(steady)} | {first} |")
 PY
     done
+    # Where an update's time goes: --profile synchronises the device at every phase, so its
+    # total is slower than the runs above; the shares say what to make faster.
+    local updates="${GPU_CHECK_PROFILE_UPDATES:-200}"
+    [ "$updates" -gt 0 ] || return
+    note "rescorer train --profile --max-updates $updates"
+    say ""
+    say "Where the time of an update goes (\`train --profile\`, --compile ${compiles[0]}," \
+        "$updates updates, the first left out; every phase synchronises the device):"
+    say ""
+    if (cd "$root" && "$py" -m rescorer train "$table" -o "$work/train-profile" \
+        --device "$device" --max-updates "$updates" --compile "${compiles[0]}" "${size_flags[@]}" \
+        --log-every "${GPU_CHECK_LOG_EVERY:-100}" --valid-every 1000000 --profile) \
+        >"$work/profile.txt" 2>&1; then
+        cat "$work/profile.txt" >>"$log"
+        say '```'
+        sed -n '/where the time of/,/^  wall/p' "$work/profile.txt" | tee -a "$md"
+        say '```'
+    else
+        cat "$work/profile.txt" >>"$log"
+        say "rescorer train --profile FAILED (see $log)"
+    fi
 }
 
 for section in $sections; do

@@ -65,6 +65,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_TRAIN_SECONDS="120",
         GPU_CHECK_TRAIN_UPDATES="6",
         GPU_CHECK_LOG_EVERY="2",
+        GPU_CHECK_PROFILE_UPDATES="4",
         GPU_CHECK_MODEL=str((GOLDEN / "model").relative_to(ROOT)),  # relative, as a user gives it
         GPU_CHECK_PAIRS="100",
         GPU_CHECK_GEMM="64",
@@ -79,6 +80,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
     assert "outputs identical: True" in block
     assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
+    assert re.search(r"where the time of 3 updates went.*\n(.*\n)*  backward ", block)  # --profile
     assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
 
 
