@@ -98,7 +98,8 @@ EXTEND = ExtendConfig()  # each default is written once, there
     callback=lambda ctx, param, value: parse_workers(value),
     show_default=True,
     metavar="N|auto",
-    help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16).",
+    help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16 "
+    "and at most one per chunk of the input).",
 )
 @click.option("--chunk-bytes", type=click.IntRange(min=1), help="Input bytes per chunk.")
 @click.option(

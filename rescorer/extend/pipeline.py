@@ -37,7 +37,7 @@ from rescorer.extend.stages import ExtendChunk, format_chunk, init_worker, new_l
 from rescorer.job.run import StreamedJob
 from rescorer.model.sampling import sample_phrases
 from rescorer.moses.lex import LexicalTable, lexical_weights, read_lex
-from rescorer.score.config import chunk_bytes_for, resolve_workers
+from rescorer.score.config import chunk_bytes_for, input_chunks, resolve_workers
 from rescorer.score.pairs import GroupedPairsBuilder, encode_inverse
 
 
@@ -74,8 +74,9 @@ def extend_table(
     layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
     batch_tokens = 4096 if device.type == "cpu" else 65536
     scorers = [Scorer(m.model, precision, batch_tokens) for m in loaded]
-    workers = resolve_workers(config.workers, device)
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+    chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
+    workers = resolve_workers(config.workers, device, chunks)
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     stats = ExtendStats(device=str(device), precision=precision)

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from rescorer.constants import DEFAULT_GZIP_LEVEL
+from rescorer.constants import DEFAULT_GZIP_LEVEL, GZIP_MAGIC
 from rescorer.errors import RescorerError
 from rescorer.io.outputs import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
@@ -20,6 +20,7 @@ __all__ = [
     "ScoreConfig",
     "ScoreStats",
     "chunk_bytes_for",
+    "input_chunks",
     "resolve_workers",
     "want_compile",
 ]
@@ -87,17 +88,35 @@ class ScoreStats(JobStats):
 COMPILE_MIN_BYTES = 4 << 20
 
 
-def resolve_workers(workers: int | str, device: Any) -> int:
+def resolve_workers(workers: int | str, device: Any, input_chunks: int | None = None) -> int:
     """``auto``: on a GPU one parse/format process per CPU this process may run on but one (at
-    most 16), so a many-core host can feed the device; on the CPU none, as the model's threads
-    need the cores (and ScoreConfig's count as it is otherwise)."""
+    most 16), so a many-core host can feed the device, and no more than the input's chunks
+    (``input_chunks``, when known: :func:`input_chunks`), since a worker takes a whole chunk
+    and one with none only costs its start (on an H100 host, 600,000 lines in 5 chunks: 4
+    workers 1.50x as fast as none, 15 workers 0.87x; BENCHMARKS.md). On the CPU none, as the
+    model's threads need the cores (and ScoreConfig's count as it is otherwise)."""
     from rescorer.cpus import available_cpus
 
     if workers != "auto":
         return int(workers)
     if getattr(device, "type", "cpu") != "cuda":
         return 0
-    return max(1, min(16, available_cpus()[0] - 1))
+    count = max(1, min(16, available_cpus()[0] - 1))
+    return count if input_chunks is None else max(1, min(count, input_chunks))
+
+
+def input_chunks(table: str, chunk_bytes: int) -> int | None:
+    """How many chunks of ``chunk_bytes`` the input ``table`` holds: its size, decompressed for
+    gzip where :func:`~rescorer.io.inputs.gzip_text_size` can tell; None where nothing can
+    (a pipe, a large gzip file whose trailer cannot be trusted)."""
+    from rescorer.io.inputs import gzip_text_size
+
+    if table == "-" or not os.path.isfile(table):
+        return None
+    with open(table, "rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
+    size = gzip_text_size(table) if gzipped else os.path.getsize(table)
+    return None if size is None else max(1, -(-size // chunk_bytes))
 
 
 def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:

@@ -35,6 +35,7 @@ from rescorer.score.config import (
     ScoreConfig,
     ScoreStats,
     chunk_bytes_for,
+    input_chunks,
     resolve_workers,
     want_compile,
 )
@@ -76,8 +77,9 @@ def score_table(
     compile_ = want_compile(config.compile, table)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
     sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
-    workers = resolve_workers(config.workers, device)
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+    chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
+    workers = resolve_workers(config.workers, device, chunks)
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     phases = Phases(device) if config.profile else None

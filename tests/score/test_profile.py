@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 from conftest import SLICE
 
 from rescorer.cli import cli
-from rescorer.score.config import ScoreConfig, resolve_workers
+from rescorer.score.config import ScoreConfig, input_chunks, resolve_workers
 from rescorer.score.pipeline import score_table
 from rescorer.score.profile import PHASES
 
@@ -42,10 +43,25 @@ def test_cli_prints_the_profile(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert float(wall.split()[1]) > 0
 
 
-def test_auto_workers() -> None:
+def test_auto_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_workers("auto", SimpleNamespace(type="cpu")) == 0
     assert 1 <= resolve_workers("auto", SimpleNamespace(type="cuda")) <= 16
     assert resolve_workers(3, SimpleNamespace(type="cuda")) == 3
+    gpu = SimpleNamespace(type="cuda")
+    monkeypatch.setattr("rescorer.cpus.available_cpus", lambda: (16, "affinity"))
+    assert resolve_workers("auto", gpu) == 15  # every CPU but the one feeding the device
+    assert resolve_workers("auto", gpu, input_chunks=5) == 5  # no worker without a chunk
+    assert resolve_workers("auto", gpu, input_chunks=40) == 15
+    assert resolve_workers(8, gpu, input_chunks=2) == 8  # a count given is a count kept
+
+
+def test_input_chunks_counts_the_decompressed_text(tmp_path: Path) -> None:
+    plain = tmp_path / "t.txt"
+    plain.write_bytes(b"x ||| y ||| 1\n" * 100)  # 1,400 bytes
+    assert input_chunks(str(plain), 500) == 3 and input_chunks(str(plain), 1400) == 1
+    text = gzip.decompress(SLICE.read_bytes())
+    assert input_chunks(str(SLICE), 1000) == -(-len(text) // 1000)  # gzip: its text, not its file
+    assert input_chunks("-", 1000) is None and input_chunks(str(tmp_path / "none"), 1000) is None
 
 
 @pytest.mark.parametrize("value", ["x", "-1", "1.5"])
