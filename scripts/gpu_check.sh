@@ -29,19 +29,22 @@
 # installed); a machine without network needs the missing ones carried as wheels
 # (GPU_CHECK_WHEELS=DIR: pip install --no-index --no-deps DIR/*.whl).
 #
-# Environment (defaults: the paper's sizes; about 25 minutes on an H100, most of it compiling
-# and training: run a few sections per call with GPU_CHECK_SECTIONS where calls are limited):
-#   GPU_CHECK_SECTIONS      "tests score workers pipeline precision train"
+# Environment (defaults: the paper's sizes, sized for one call of about 10 minutes on an H100:
+# the first run, 2026-11-26, took 552 s for tests, score, train (two 100 s runs), precision,
+# pipeline and part of workers, with the en-fr table; split the sections over calls with
+# GPU_CHECK_SECTIONS where a call is shorter):
+#   GPU_CHECK_SECTIONS      "tests score workers train precision pipeline" (in this order, the
+#                           most wanted first: a run cut short by its time keeps those)
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
-#   GPU_CHECK_LINES         500000 lines end to end (score, pipeline; a GPU chunk is 16 MiB,
+#   GPU_CHECK_LINES         300000 lines end to end (score, pipeline; a GPU chunk is 16 MiB,
 #                           about 140,000 lines), GPU_CHECK_BASELINE_LINES 5000
 #   GPU_CHECK_REPEATS       2 (score's alternating model-alone / end-to-end pairs)
 #   GPU_CHECK_PRECISIONS    "bf16 tf32" (score)
 #   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
-#   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
-#   GPU_CHECK_TRAIN_SECONDS 150 per training run (two runs: 5 minutes), GPU_CHECK_LOG_EVERY 100,
+#   GPU_CHECK_WORKERS       "0 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
+#   GPU_CHECK_TRAIN_SECONDS 90 per training run (two runs: 3 minutes), GPU_CHECK_LOG_EVERY 100,
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
 #                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
 #                           (where an update's time goes; 0 skips it)
@@ -98,7 +101,7 @@ fi
 
 cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
 device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
-sections="${GPU_CHECK_SECTIONS:-tests score workers pipeline precision train}"
+sections="${GPU_CHECK_SECTIONS:-tests score workers train precision pipeline}"
 table="${GPU_CHECK_TABLE:-}"
 if [ -z "$table" ]; then
     table="$root/../shared/data/en-fr/phrase-table.gz"
@@ -198,7 +201,7 @@ section_score() {
         note "bench_score.py --precision $precision"
         if "$py" "$root/scripts/bench_score.py" --device "$device" --table "$table" \
             --model "$work/model" --precision "$precision" --compile "${compiles[0]}" \
-            --lines "${GPU_CHECK_LINES:-500000}" --baseline-lines "${GPU_CHECK_BASELINE_LINES:-5000}" \
+            --lines "${GPU_CHECK_LINES:-300000}" --baseline-lines "${GPU_CHECK_BASELINE_LINES:-5000}" \
             --repeats "${GPU_CHECK_REPEATS:-2}" --gemm-size "$gemm" \
             >"$work/score.md" 2>>"$log"; then
             sed 's/^### /##### /' "$work/score.md" | tee -a "$md"
@@ -232,7 +235,7 @@ PY
     say "| workers | seconds | pairs/s | vs 0 workers | wall s |"
     say "|---:|---:|---:|---:|---:|"
     local n base=""
-    for n in ${GPU_CHECK_WORKERS:-0 2 4 8 15}; do
+    for n in ${GPU_CHECK_WORKERS:-0 4 8 15}; do
         note "rescorer score --workers $n"
         local t0 t1 line
         t0=$(date +%s.%N)
@@ -266,7 +269,7 @@ section_pipeline() {
     note "bench_score.py --compare-pipeline"
     if "$py" "$root/scripts/bench_score.py" --compare-pipeline --device "$device" \
         --table "$table" --model "$work/model" --compile "${compiles[0]}" \
-        --precision "${precisions%% *}" --lines "${GPU_CHECK_LINES:-500000}" \
+        --precision "${precisions%% *}" --lines "${GPU_CHECK_LINES:-300000}" \
         --repeats "${GPU_CHECK_REPEATS:-2}" >"$work/pipeline.md" 2>>"$log"; then
         sed 's/^### /##### /' "$work/pipeline.md" | tee -a "$md"
     else
@@ -313,7 +316,7 @@ PY
 
 section_train() {
     say ""
-    say "#### Training, $size size (rescorer train, ${GPU_CHECK_TRAIN_SECONDS:-150} s per run)"
+    say "#### Training, $size size (rescorer train, ${GPU_CHECK_TRAIN_SECONDS:-90} s per run)"
     say ""
     skip_without_cuda && return
     say "pairs/s: the median over the log's intervals of ${GPU_CHECK_LOG_EVERY:-100} updates" \
@@ -326,7 +329,7 @@ section_train() {
         local out="$work/train-$compile"
         note "rescorer train --compile $compile"
         if ! (cd "$root" && "$py" -m rescorer train "$table" -o "$out" --device "$device" \
-            --max-time "${GPU_CHECK_TRAIN_SECONDS:-150}s" --compile "$compile" "${size_flags[@]}" \
+            --max-time "${GPU_CHECK_TRAIN_SECONDS:-90}s" --compile "$compile" "${size_flags[@]}" \
             --log-every "${GPU_CHECK_LOG_EVERY:-100}" --valid-every 1000000 \
             ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"} -q) >>"$log" 2>&1; then
             say "| $compile | FAILED (see $log) | | | |"
