@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
+    ByteSize,
     device_option,
     interrupt_status,
     parse_shard,
@@ -101,7 +102,13 @@ EXTEND = ExtendConfig()  # each default is written once, there
     help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16 "
     "and at most one per chunk of the input).",
 )
-@click.option("--chunk-bytes", type=click.IntRange(min=1), help="Input bytes per chunk.")
+@click.option(
+    "--chunk-bytes",
+    type=ByteSize(),
+    metavar="SIZE",
+    help="Input bytes per chunk, e.g. 1M, 256K (as score) [default: 1 MiB on a CPU, 16 MiB on "
+    "a GPU].",
+)
 @click.option(
     "--checkpoint-every",
     default=EXTEND.checkpoint_every,
@@ -181,8 +188,11 @@ def extend(
         return
     if not config.quiet:
         rate = stats.searched / max(stats.seconds, 1e-9)
+        resumed = stats.resumed_from_line  # the counts but lines written are this run's
         click.echo(
-            f"rescorer extend: {stats.searched:,} source phrases searched in "
+            "rescorer extend: "
+            + (f"resumed at line {resumed:,}, this run: " if resumed > 1 else "")
+            + f"{stats.searched:,} source phrases searched in "
             f"{stats.seconds:.1f} s ({rate:,.1f}/s, {stats.device}, {stats.precision}); "
             f"{stats.proposed:,} targets proposed, {stats.known:,} already in the table, "
             + (f"{stats.sampled:,} more new ones sampled, " if config.samples else "")

@@ -206,8 +206,11 @@ def score(
         return
     if not config.quiet:
         rate = stats.pairs_scored / max(stats.seconds, 1e-9)
+        resumed = stats.resumed_from_line  # the counts of pairs and seconds are this run's
         click.echo(
-            f"rescorer score: scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s "
+            "rescorer score: "
+            + (f"resumed at line {resumed:,}, this run " if resumed > 1 else "")
+            + f"scored {stats.pairs_scored:,} pairs in {stats.seconds:.1f} s "
             f"({rate:,.0f} pairs/s, "
             f"{stats.device}, {stats.precision}); {stats.lines_out:,} of {stats.lines_in:,} "
             f"lines written to {out}",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import gzip
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -103,7 +104,15 @@ def test_sigterm_stops_score_as_ctrl_c_does_and_resume_finishes(
     lines = [ln for ln in err.strip().splitlines() if not ln.startswith("rescorer score: warning")]
     assert len(lines) == 1 and "--resume" in lines[0] and f"{out}.partial" in lines[0], err
     assert Path(f"{out}.partial").exists() and not out.exists()
-    subprocess.run([*cmd, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
+    loud = [arg for arg in cmd if arg != "-q"]
+    resumed = subprocess.run(
+        [*loud, "-o", str(out), "--resume"], check=True, env=ONE_THREAD, capture_output=True
+    )
+    # The summary says the run resumed, and its pair count is this run's: the two add up.
+    said = re.search(rb"resumed at line ([\d,]+), this run scored ([\d,]+) pairs", resumed.stderr)
+    assert said, resumed.stderr
+    first, pairs = (int(n.replace(b",", b"")) for n in said.groups())
+    assert first > 1 and first - 1 + pairs == len(LINES) * 10
     whole = tmp_path / "whole.gz"
     subprocess.run([*cmd, "-o", str(whole)], check=True, env=ONE_THREAD)
     assert out.read_bytes() == whole.read_bytes()

@@ -168,7 +168,8 @@ def test_a_second_table_with_lexical_weights(tmp_path: Path, tiny_model_dir: Pat
 
 
 def test_shards_merge_into_the_single_run(tmp_path: Path, tiny_model_dir: Path) -> None:
-    common = ["-m", tiny_model_dir, "--chunk-bytes", "8192", "--device", "cpu", "-q"]
+    # --chunk-bytes takes a size, as score's does (it took only a count of bytes before)
+    common = ["-m", tiny_model_dir, "--chunk-bytes", "8K", "--device", "cpu", "-q"]
     single = tmp_path / "single.gz"
     assert rescorer("extend", TABLE, *common, "-o", single).returncode == 0
     parts = []
