@@ -211,9 +211,11 @@ def extend(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
 
 
 def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any]:
-    """mert-moses.pl in a fresh working directory, with this replica's seed: MERT (``mert -r``)
-    or batch MIRA (``kbmira --random-seed``, with ``--return-best-dev`` as the Moses manual
-    advises for MIRA, whose last iteration need not be its best)."""
+    """mert-moses.pl with this replica's seed: MERT (``mert -r``) or batch MIRA (``kbmira
+    --random-seed``, with ``--return-best-dev`` as the Moses manual advises for MIRA, whose
+    last iteration need not be its best). A run killed after an iteration goes on from its last
+    finished one (``--continue``: the same seed, so the same weights as a run never killed); one
+    killed in its first iteration starts again in a fresh working directory."""
     cfg, tools, prep = ctx.cfg, ctx.tools, ctx.paths.prepare
     ini = ctx.paths.start_ini(system)
     step.need(ini, prep / "tune.src", prep / "tune.ref")
@@ -228,12 +230,25 @@ def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any
         argv += ["--batch-mira", "--return-best-dev", "--batch-mira-args", f"--random-seed {seed}"]
     else:
         argv += ["--mertmertargs", f"-r {seed} "]  # mert-moses.pl appends "--sctype" unspaced
+    mert = step.folder / "mert"
+    finished = mert / "finished_step.txt"
+    continued = int(finished.read_text().strip() or 0) if finished.is_file() else 0
+    if (mert / "moses.ini").exists():  # it had finished, and its record was lost: afresh
+        continued = 0
+    if continued:
+        argv.append("--continue")
+    elif mert.exists():
+        shutil.rmtree(mert)  # killed in its first iteration: nothing to go on from
     step.run(argv, cwd=step.folder)
     tuned = step.folder / "mert" / "moses.ini"
     step.need(tuned)
     shutil.copyfile(tuned, step.folder / "tuned.ini")
     iterations = len(list((step.folder / "mert").glob("run*.moses.ini")))
-    return {"seed": seed, "iterations": iterations, "weights": _weights(step.folder / "tuned.ini")}
+    weights = _weights(step.folder / "tuned.ini")
+    record = {"seed": seed, "iterations": iterations, "weights": weights}
+    if continued:  # the seconds of done.json are then this last invocation's only
+        record["continued_after_iteration"] = continued
+    return record
 
 
 def _weights(ini_path: Path) -> dict[str, list[float]]:

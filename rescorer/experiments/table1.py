@@ -9,16 +9,16 @@ learning curve, ``curve.png``), (c) and (d) with the best snapshot, (e) with an 
 model's column too, (f) with the best snapshot's table filled up with the model's own pairs
 (``rescorer extend``; opt-in, ``runs_f``), and (a) and the best (b) again with batch MIRA.
 
-Every tuned system is tuned K times (mert-moses.pl, fresh working directory, a recorded seed
-each) from the same start on the same dev sentences, then decodes dev and test; BLEU is
-sacreBLEU's (``--tokenize none``) and multi-bleu.perl's, and each system is tested against its
-baseline over the replicas (:mod:`rescorer.experiments.significance`). Before the long steps the
-driver warns when a model has not clearly learned or was trained on another table
-(:mod:`rescorer.experiments.models`). Each step runs in its own folder of the work directory and
-is skipped once complete (:mod:`rescorer.experiments.steps`), so a killed run goes on where it
-stopped, and a later snapshot or more runs extend the same folder. The rescorer parts run as
-``python -m rescorer`` subprocesses, exactly the commands a user types; Moses' decoder, tuners
-and BLEU script are the real ones.
+Every tuned system is tuned K times (mert-moses.pl, a recorded seed each; a killed run goes on
+from its last finished iteration) from the same start on the same dev sentences, then decodes
+dev and test; BLEU is sacreBLEU's (``--tokenize none``) and multi-bleu.perl's, and each system
+is tested against its baseline over the replicas (:mod:`rescorer.experiments.significance`).
+Before the long steps the driver warns when a model has not clearly learned or was trained on
+another table (:mod:`rescorer.experiments.models`). Each step runs in its own folder of the
+work directory and is skipped once complete (:mod:`rescorer.experiments.steps`), so a killed
+run goes on where it stopped, and a later snapshot or more runs extend the same folder. The
+rescorer parts run as ``python -m rescorer`` subprocesses, exactly the commands a user types;
+Moses' decoder, tuners and BLEU script are the real ones.
 
 System folder (like ``../shared/data/en-fr``): ``moses.ini`` (relative paths resolved against
 its folder), the tables and LM it names, ``dev.SRC dev.TGT test.SRC test.TGT``.
@@ -100,7 +100,9 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
                 continue
             name = f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
             action = actions.tune if system.tuned else actions.prune
-            ctx.records[name] = step(name, partial(action, ctx, system=system, run=run))
+            ctx.records[name] = step(
+                name, partial(action, ctx, system=system, run=run), keep_partial=system.tuned
+            )
             name = f"decode-{system.key}-{run}"
             ctx.records[name] = step(
                 name,

@@ -205,12 +205,14 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     tmp_path: Path, snapshots: list[Path]
 ) -> None:
     work = tmp_path / "work"
-    argv = table1_argv(TINY_SYSTEM, snapshots[1:], work, "--runs", "1", "--runs-c", "0")
+    flags = ("--runs", "1", "--runs-c", "0", "--max-iterations", "2")  # 2: one to go on from
+    argv = table1_argv(TINY_SYSTEM, snapshots[1:], work, *flags)
     proc = subprocess.Popen(
         argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
     )
     deadline = time.monotonic() + 120
-    while not (work / "tune-a-1" / "log").exists():
+    finished = work / "tune-a-1" / "mert" / "finished_step.txt"  # MERT's first iteration is done
+    while not finished.exists():
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -226,7 +228,11 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
         assert f"table1: {name}: done before" in again.stderr
         assert (work / name / "done.json").read_bytes() == before[name]
         assert (work / name / "done.json").stat().st_mtime_ns == mtimes[name]
-    assert "table1: tune-a-1: running" in again.stderr  # the cut-short step ran again
+    assert "table1: tune-a-1: running" in again.stderr  # the cut-short step ran again,
+    tuned = json.loads((work / "tune-a-1" / "done.json").read_text())  # from its iteration 1
+    assert tuned["continued_after_iteration"] == 1 and tuned["iterations"] == 2, tuned
+    log = lines(work / "tune-a-1" / "log")
+    assert any("Trying to continue an interrupted optimization" in line for line in log)
     assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 1
 
     third = run_table1(*argv)
@@ -234,7 +240,7 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     assert "running" not in third.stderr  # everything was done
 
     # a snapshot added later: its steps run, nothing else
-    more = run_table1(*table1_argv(TINY_SYSTEM, snapshots, work, "--runs", "1", "--runs-c", "0"))
+    more = run_table1(*table1_argv(TINY_SYSTEM, snapshots, work, *flags))
     assert more.returncode == 0, more.stderr
     ran = [line.split(":")[1].strip() for line in more.stderr.splitlines() if "running" in line]
     assert ran == ["score-tiny@10", "tune-b-tiny@10-1", "decode-b-tiny@10-1"]
