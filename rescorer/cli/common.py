@@ -333,3 +333,12 @@ def weight_spec(
         lm_path=lm_path,
         use_lm=not no_lm,
     )
+
+
+chunk_bytes_option = click.option(
+    "--chunk-bytes",
+    type=ByteSize(),
+    metavar="SIZE",
+    help="Input bytes per chunk, e.g. 1M, 256K [default: 1 MiB on a CPU, 16 MiB on a GPU, where "
+    "a chunk must hold enough work to hide the kernel launches].",
+)

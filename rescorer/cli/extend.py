@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
-    ByteSize,
+    chunk_bytes_option,
     device_option,
     interrupt_status,
     parse_shard,
@@ -102,13 +102,7 @@ EXTEND = ExtendConfig()  # each default is written once, there
     help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16 "
     "and at most one per chunk of the input).",
 )
-@click.option(
-    "--chunk-bytes",
-    type=ByteSize(),
-    metavar="SIZE",
-    help="Input bytes per chunk, e.g. 1M, 256K (as score) [default: 1 MiB on a CPU, 16 MiB on "
-    "a GPU].",
-)
+@chunk_bytes_option
 @click.option(
     "--checkpoint-every",
     default=EXTEND.checkpoint_every,

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
-    ByteSize,
+    chunk_bytes_option,
     compile_option,
     device_option,
     interrupt_status,
@@ -78,13 +78,7 @@ def parse_workers(value: str) -> int | str:
     "and at most one per chunk of the input).",
 )
 @compile_option("for inputs of 4 MiB or more")
-@click.option(
-    "--chunk-bytes",
-    type=ByteSize(),
-    metavar="SIZE",
-    help="Input bytes per chunk, e.g. 1M, 256K [default: 1 MiB on a CPU, 16 MiB on a GPU, where "
-    "a chunk must hold enough work to hide the kernel launches].",
-)
+@chunk_bytes_option
 @click.option(
     "--checkpoint-every",
     default=SCORE.checkpoint_every,
