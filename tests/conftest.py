@@ -113,3 +113,52 @@ def tiny_inverse_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
     )
     return out
+
+
+# --------------------------------------------------- scripts/table1.py on the tiny system
+TABLE1 = ROOT / "scripts" / "table1.py"
+
+
+def table1_argv(system: Path, models: list[Path], work: Path, *more: str) -> list[str]:
+    """scripts/table1.py on ``system`` as the tests run it: one MERT iteration, 300 trials, and
+    (f)'s extend flags (a floor of 0.5, so that the 1-best takes some new pairs). Every run
+    with these settings may go on in another's work folder (table1 refuses other settings)."""
+    return [
+        sys.executable, str(TABLE1), str(system), *(a for m in models for a in ("--model", str(m))),
+        "--work", str(work), "--moses", str(MOSES), "--max-iterations", "1", "--trials", "300",
+        "--threads", "2", "--score-args", "--compile no", "--extend-args", "-n 2 --floor 0.5",
+        *more,
+    ]  # fmt: skip
+
+
+def relocated_copy(work: Path, to: Path, moves: dict[Path, Path] | None = None) -> Path:
+    """A copy of table1's work folder ``work`` at ``to``, as if it had been made there: every
+    text file (inis, records, logs, MERT's files) names ``to`` where it named ``work``, and
+    each path of ``moves`` (a system folder, say) its new place."""
+    shutil.copytree(work, to)
+    renames = {str(work): str(to), **{str(a): str(b) for a, b in (moves or {}).items()}}
+    for path in to.rglob("*"):
+        if not path.is_file() or path.suffix == ".gz":
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        new = text
+        for old, now in renames.items():
+            new = new.replace(old, now)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+    return to
+
+
+@pytest.fixture(scope="session")
+def tiny_table1_work(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """Systems (a) and (b) of tiny_model_dir on the tiny system, one tuning run each: the
+    finished work folder that tests of what comes after copy (relocated_copy), instead of each
+    tuning and decoding (a) and (b) again. Needs ../shared/tools/moses: skip before using it."""
+    work = tmp_path_factory.mktemp("table1") / "work"
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return work

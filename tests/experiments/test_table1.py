@@ -21,14 +21,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MOSES, ROOT, TINY_SYSTEM, TINY_TRAIN_FLAGS
+from conftest import (
+    MOSES,
+    TABLE1,
+    TINY_SYSTEM,
+    TINY_TRAIN_FLAGS,
+    relocated_copy,
+    table1_argv,
+)
 
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.models import read_model, sha256_file
 from rescorer.experiments.new_pairs import strip_segmentation
 from rescorer.moses.ini import read_ini
 
-SCRIPT = ROOT / "scripts" / "table1.py"
 TABLE = TINY_SYSTEM / "phrase-table.gz"
 TM = "TranslationModel0"
 
@@ -56,14 +62,6 @@ def snapshots(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) ->
     late = root / "tiny@20"
     shutil.copytree(tiny_model_dir, late)
     return [early, late]
-
-
-def table1_argv(system: Path, models: list[Path], work: Path, *more: str) -> list[str]:
-    return [
-        sys.executable, str(SCRIPT), str(system), *(a for m in models for a in ("--model", str(m))),
-        "--work", str(work), "--moses", str(MOSES), "--max-iterations", "1", "--trials", "300",
-        "--threads", "2", "--score-args", "--compile no", *more,
-    ]  # fmt: skip
 
 
 def run_table1(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -248,14 +246,19 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     assert [s["system"] for s in results["systems"]] == ["a", "b-tiny@10", "b-tiny@20"]
 
 
-def test_system_e_adds_both_directions(tmp_path: Path, tiny_model_dir: Path) -> None:
-    inverse = train_tiny(tmp_path / "inverse", *TINY_TRAIN_FLAGS, "--direction", "inverse")
-    work = tmp_path / "work"
+def test_system_e_adds_both_directions(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path, tiny_inverse_model_dir: Path
+) -> None:
+    inverse = tmp_path / "inverse"  # labelled "inverse" (its folder's name)
+    shutil.copytree(tiny_inverse_model_dir, inverse)
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")  # (a) and (b) done
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
     proc = run_table1(*argv, "--inverse-model", str(inverse))
     assert proc.returncode == 0, proc.stderr
-    results = json.loads((work / "results.json").read_text())
+    ran = [line.split(":")[1].strip() for line in proc.stderr.splitlines() if "running" in line]
     key = f"e-{tiny_model_dir.name}+inverse"
+    assert ran == [f"score-{tiny_model_dir.name}+inverse", f"tune-{key}-1", f"decode-{key}-1"]
+    results = json.loads((work / "results.json").read_text())
     assert [s["system"] for s in results["systems"]] == ["a", f"b-{tiny_model_dir.name}", key]
     score = work / f"score-{tiny_model_dir.name}+inverse"
     assert f"-m {tiny_model_dir} -m {inverse} " in (score / "log").read_text()
@@ -268,13 +271,15 @@ def test_system_e_adds_both_directions(tmp_path: Path, tiny_model_dir: Path) -> 
 
 
 def test_system_f_fills_up_the_table_and_counts_the_new_pairs_it_used(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
 ) -> None:
-    work, label = tmp_path / "work", tiny_model_dir.name
+    work, label = relocated_copy(tiny_table1_work, tmp_path / "work"), tiny_model_dir.name
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
-    # a floor of 0.5 for the new pairs' phrase probabilities, so that the 1-best takes some
-    proc = run_table1(*argv, "--runs-f", "1", "--extend-args", "-n 2 --floor 0.5")
+    # table1_argv's extend flags: a floor of 0.5 for the new pairs' phrase probabilities
+    proc = run_table1(*argv, "--runs-f", "1")
     assert proc.returncode == 0, proc.stderr
+    ran = [line.split(":")[1].strip() for line in proc.stderr.splitlines() if "running" in line]
+    assert ran == [f"extend-{label}", f"tune-f-{label}-1", f"decode-f-{label}-1"]
     results = json.loads((work / "results.json").read_text())
     systems = {s["system"]: s for s in results["systems"]}
     key, b = f"f-{label}", f"b-{label}"
@@ -409,11 +414,10 @@ def test_a_missing_table_names_the_step(tmp_path: Path, tiny_model_dir: Path) ->
 
 
 def test_a_missing_output_of_a_finished_step_names_the_next_step(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
 ) -> None:
-    work = tmp_path / "work"
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
-    assert run_table1(*argv).returncode == 0
     (work / "score-model" / "start.ini").unlink()
     shutil.rmtree(work / "tune-b-model-1")
     proc = run_table1(*argv)
@@ -422,30 +426,31 @@ def test_a_missing_output_of_a_finished_step_names_the_next_step(
 
 
 def test_a_work_dir_made_with_other_settings_or_weights_is_refused(
-    tmp_path: Path, snapshots: list[Path]
+    tmp_path: Path, tiny_table1_work: Path, snapshots: list[Path]
 ) -> None:
-    work, model = tmp_path / "work", tmp_path / "fwd@1h"
-    shutil.copytree(snapshots[0], model)
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")  # scored with snapshots[1]
+    model = tmp_path / "later" / "model"  # labelled "model", as that one
+    shutil.copytree(snapshots[1], model)
     argv = table1_argv(TINY_SYSTEM, [model], work, "--runs", "1", "--runs-c", "0")
-    assert run_table1(*argv).returncode == 0
     proc = run_table1(*argv, "--top-k", "3")
     assert proc.returncode == 1
     assert "was made with other settings (top_k)" in proc.stderr
     # the model went on training: its label now names other weights
-    shutil.copyfile(snapshots[1] / "model.safetensors", model / "model.safetensors")
+    shutil.copyfile(snapshots[0] / "model.safetensors", model / "model.safetensors")
     proc = run_table1(*argv)
     assert proc.returncode == 1
-    old, new = (sha256_file(p / "model.safetensors")[:12] for p in snapshots)
+    new, old = (sha256_file(p / "model.safetensors")[:12] for p in snapshots)
     assert (
-        f"scored with model fwd@1h of weights sha256 {old}; this fwd@1h has {new} (still "
+        f"scored with model model of weights sha256 {old}; this model has {new} (still "
         "training, or another model?)"
     ) in proc.stderr
+    assert "running" not in proc.stderr  # refused before any step
 
 
 def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     work = tmp_path / "work"
     argv = [
-        sys.executable, str(SCRIPT), str(TINY_SYSTEM), "--train", "5m", "--work", str(work),
+        sys.executable, str(TABLE1), str(TINY_SYSTEM), "--train", "5m", "--work", str(work),
         "--moses", str(MOSES), "--runs", "1", "--runs-c", "0", "--max-iterations", "1",
         "--trials", "100", "--score-args", "--compile no", "--dev-lines", "6",
         "--train-args", "--hidden-size 8 --embed-size 6 --maxout-units 5 --src-vocab-size 200 "

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MOSES, ROOT, TINY_SYSTEM, default_sigint
+from conftest import MOSES, TINY_SYSTEM, default_sigint, relocated_copy
+from conftest import table1_argv as argv_of
 
-SCRIPT = ROOT / "scripts" / "table1.py"
 needs_moses = pytest.mark.skipif(
     not (MOSES / "bin" / "moses").exists(),
     reason=f"the real Moses toolkit is not at {MOSES} (../shared/tools/moses)",
@@ -29,11 +29,8 @@ pytestmark = pytest.mark.slow
 
 
 def table1_argv(system: Path, model: Path, work: Path) -> list[str]:
-    return [
-        sys.executable, str(SCRIPT), str(system), "--model", str(model), "--work", str(work),
-        "--moses", str(MOSES), "--max-iterations", "1", "--trials", "100", "--threads", "2",
-        "--score-args", "--compile no", "--runs", "1", "--runs-c", "0",
-    ]  # fmt: skip
+    """The settings of conftest's tiny_table1_work: a copy of it goes on with this command."""
+    return argv_of(system, [model], work, "--runs", "1", "--runs-c", "0")
 
 
 def run_table1(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,14 +44,13 @@ def succeeded(done: subprocess.CompletedProcess[str]) -> None:
 # ----------------------------------------------------------------- 8. a damaged work folder
 @needs_moses
 def test_a_damaged_work_folder_names_the_file_and_redoes_its_step(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
 ) -> None:
     """done.json cut short, ``{}`` or ``[]``, and hypotheses cut to 3 of 10 lines each gave a
     traceback (a TypeError, a KeyError, or corpus_stats' ValueError). Now a warning names the
     file and the step, which runs again, and the run ends as an undamaged one does."""
-    work = tmp_path / "work"
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")  # a finished run
     argv = table1_argv(TINY_SYSTEM, tiny_model_dir, work)
-    succeeded(run_table1(argv))
     damages = {
         "tune-a-1/done.json": lambda text: text[: len(text) // 2],
         "prepare/done.json": lambda text: "{}",
@@ -117,18 +113,20 @@ def children_of(pid: int) -> list[tuple[int, str]]:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_driver_ends_its_command_says_so_and_goes_on_when_run_again(
-    tmp_path: Path, tiny_model_dir: Path, signum: int
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path, signum: int
 ) -> None:
     """Ctrl-C gave click's ``Aborted!`` and exit 1; SIGTERM exit -15, no line, and its child
     ``rescorer filter`` left running. The system's phrase table is a FIFO no one writes, so the
     filter step's command waits in it for as long as the test needs; the signal goes to the
-    driver alone (as ``kill PID`` sends it)."""
+    driver alone (as ``kill PID`` sends it). The work folder is a finished run's, made for
+    this copy of the system, less its filter step: the steps after it are done."""
     system = tmp_path / "system"
     shutil.copytree(TINY_SYSTEM, system)
     table = system / "phrase-table.gz"
     table.unlink()
     os.mkfifo(table)
-    work = tmp_path / "work"
+    work = relocated_copy(tiny_table1_work, tmp_path / "work", {TINY_SYSTEM: system})
+    shutil.rmtree(work / "filter")
     argv = table1_argv(system, tiny_model_dir, work)
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -165,21 +163,26 @@ def test_an_interrupted_driver_ends_its_command_says_so_and_goes_on_when_run_aga
     succeeded(done)
     assert "table1: prepare: done before" in done.stderr
     assert "table1: filter: running" in done.stderr
-    assert (work / "results.json").is_file()
+    assert (work / "filter" / "done.json").is_file() and (work / "results.json").is_file()
 
 
 # ---------------------------------------- 11. a current folder that holds a rescorer/ folder
 @needs_moses
 def test_a_rescorer_folder_in_the_current_folder_does_not_shadow_the_package(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
 ) -> None:
     """Run from a folder holding ``rescorer/`` (a checkout's parent), the filter step's
     ``python -m rescorer`` imported that folder and died. Here the folder is a package of its
-    own (``rescorer/__init__.py``), which shadows any installation."""
+    own (``rescorer/__init__.py``), which shadows any installation. The steps that run
+    ``python -m rescorer`` (filter, score) run there; the finished run's others are kept."""
     here = tmp_path / "parent"
     (here / "rescorer").mkdir(parents=True)
     (here / "rescorer" / "__init__.py").write_text("")
-    work = tmp_path / "work"
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")
+    for step in ("filter", f"score-{tiny_model_dir.name}", "decode-a-1"):
+        shutil.rmtree(work / step)
     done = run_table1(table1_argv(TINY_SYSTEM, tiny_model_dir, work), cwd=here)
     succeeded(done)
+    ran = [line.split(":")[1].strip() for line in done.stderr.splitlines() if "running" in line]
+    assert ran == ["filter", f"score-{tiny_model_dir.name}", "decode-a-1"], done.stderr
     assert (work / "results.json").is_file()
