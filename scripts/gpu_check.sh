@@ -176,7 +176,9 @@ section_tests() {
     say ""
     read -r -a targets <<<"${GPU_CHECK_TESTS:--m gpu tests}"
     note "pytest ${targets[*]}"
-    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider "${targets[@]}") >"$work/pytest.txt" 2>&1
+    # In one process (-o addopts=: no xdist workers, which the GPU machine may lack).
+    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= "${targets[@]}") \
+        >"$work/pytest.txt" 2>&1
     local rc=$?
     cat "$work/pytest.txt" >>"$log"
     local last
