@@ -8,7 +8,8 @@
 Thin over rescorer.experiments.table1: every step runs in its own folder of --work and is
 skipped when complete, so re-running the same command after a kill goes on where it stopped;
 more snapshots, runs or systems can be added to the same folder later. Ctrl-C or SIGTERM ends
-the command running (and what it started) and exits 130 or 143 with one line.
+the command running (and what it started) and exits 130 or 143 with one line. --jobs N runs N
+tuning runs at once, each with its decoding.
 
 Example (the en-fr system, three snapshots of one training run, an inverse model):
 
@@ -119,7 +120,19 @@ HERE = Path(__file__).resolve().parent
     callback=check_finite,
     help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
-@click.option("--threads", default=os.cpu_count() or 1, show_default="all cores")
+@click.option(
+    "--threads",
+    default=os.cpu_count() or 1,
+    show_default="all cores",
+    help="Decoder threads of each tuning and decoding.",
+)
+@click.option(
+    "--jobs",
+    default=1,
+    show_default=True,
+    help="Tuning runs at once, each with its decoding (and (d)'s pruning after (b)'s run); "
+    "give each --threads so that jobs x threads fits the cores.",
+)
 @click.option("--seed", default=1, show_default=True, help="Run r tunes with seed SEED*1000+r.")
 @click.option("--src", default="en", show_default=True, help="Source suffix of dev/test files.")
 @click.option("--tgt", default="fr", show_default=True, help="Target suffix of dev/test files.")

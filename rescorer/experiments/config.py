@@ -63,6 +63,7 @@ class Table1Config:
     top_k: int = 5  # system (d): targets kept per source
     new_weight: float = 0.05  # every new column's starting weight (moses-ini --new-weight)
     threads: int = 2  # decoder threads
+    jobs: int = 1  # tuning runs (each with its decoding) at once
     seed: int = 1  # run r of every system uses tuner seed seed * 1000 + r
     src: str = "en"
     tgt: str = "fr"
@@ -114,8 +115,10 @@ def check_config(cfg: Table1Config) -> None:
         raise RescorerError(f"--runs-f {cfg.runs_f}: expected 0 or more")
     if cfg.dev_lines is not None and cfg.dev_lines < 1:
         raise RescorerError(f"--dev-lines {cfg.dev_lines}: expected a positive count")
-    if cfg.top_k < 1 or cfg.max_iterations < 1 or cfg.threads < 1 or cfg.trials < 1:
-        raise RescorerError("--top-k, --max-iterations, --threads and --trials must be positive")
+    if min(cfg.top_k, cfg.max_iterations, cfg.threads, cfg.trials, cfg.jobs) < 1:
+        raise RescorerError(
+            "--top-k, --max-iterations, --threads, --jobs and --trials must be positive"
+        )
     models = [*cfg.models, *([cfg.inverse_model] if cfg.inverse_model else [])]
     labels: dict[str, Path] = {}
     for path in models:

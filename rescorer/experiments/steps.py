@@ -9,6 +9,11 @@ its own check finds damaged, is warned about by name and the step runs again the
 Every command a step runs appends to the step's ``log``; a command that fails stops the run
 with an error naming the step and that log. A command the run is interrupted in (Ctrl-C,
 SIGTERM) is ended with every process it started before the interruption goes on.
+
+Chains of steps that do not depend on each other (a tuning run and its decoding, say) may run
+several at once (:meth:`WorkDir.run_chains`, threads that each wait on their commands). When
+one fails, or the run is interrupted, every running command is ended the same way, no new one
+starts, and the first error (or the interruption) ends the run.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,13 +43,52 @@ class StepError(RescorerError):
     """A step failed: names the step, what went wrong and the log to read."""
 
 
+class StoppedError(RescorerError):
+    """A command was not started, or was ended, because the run is stopping (another chain
+    failed, or the run was interrupted): not the error the run reports."""
+
+
+class Commands:
+    """The commands running now, in every thread of a run; stopping ends them all and lets
+    no new one start."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self.stopping = False
+
+    def start(self, name: str, argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self.stopping:
+                raise StoppedError(f"step {name}: not started, the run is stopping")
+            proc = subprocess.Popen(argv, **popen)
+            self._running.add(proc)
+            return proc
+
+    def finished(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def stop_all(self) -> None:
+        """End every running command (each as :func:`end_command` does, all at once)."""
+        with self._lock:
+            self.stopping = True
+            running = list(self._running)
+        enders = [threading.Thread(target=end_command, args=(p,)) for p in running]
+        for ender in enders:
+            ender.start()
+        for ender in enders:
+            ender.join()
+
+
 class Step:
     """A running step: its folder, its log and the commands it runs."""
 
-    def __init__(self, name: str, folder: Path) -> None:
+    def __init__(self, name: str, folder: Path, commands: Commands | None = None) -> None:
         self.name = name
         self.folder = folder
         self.log = folder / LOG_FILE
+        self.commands = commands or Commands()
 
     def say_in_log(self, message: str) -> None:
         """A line of the driver's own in the step's log, between its commands'."""
@@ -73,12 +119,16 @@ class Step:
             out: IO[Any] = open(stdout, "wb") if stdout else log  # noqa: SIM115
             inp: IO[Any] = open(stdin, "rb") if stdin else subprocess.DEVNULL  # type: ignore[assignment]  # noqa: SIM115
             try:
-                proc = subprocess.Popen(args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env)
+                proc = self.commands.start(
+                    self.name, args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env
+                )
                 try:
                     proc.wait()
                 except BaseException:  # Ctrl-C or SIGTERM: no command outlives the run
                     end_command(proc)
                     raise
+                finally:
+                    self.commands.finished(proc)
             except OSError as exc:
                 raise StepError(
                     f"step {self.name}: cannot run {args[0]}: {exc.strerror} (see {self.log})"
@@ -88,6 +138,8 @@ class Step:
                     out.close()
                 if stdin:
                     inp.close()
+        if proc.returncode != 0 and self.commands.stopping:
+            raise StoppedError(f"step {self.name}: ended, the run is stopping")
         if proc.returncode != 0:
             raise StepError(
                 f"step {self.name}: {Path(args[0]).name} exited with status {proc.returncode}"
@@ -166,6 +218,40 @@ class WorkDir:
         self.prog = prog
         self.root.mkdir(parents=True, exist_ok=True)
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.commands = Commands()
+
+    def run_chains(self, chains: Sequence[Callable[[], None]], jobs: int = 1) -> None:
+        """Run ``chains`` (each a function running steps in order), ``jobs`` at once, in the
+        order given. The first that fails, or an interruption, stops the rest: every running
+        command is ended (a tuning goes on from its last iteration next time) and that error
+        or interruption is raised here."""
+        if jobs <= 1:
+            for chain in chains:
+                chain()
+            return
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chain") as pool:
+            futures: list[Future[None]] = [pool.submit(chain) for chain in chains]
+            try:
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            except BaseException:  # Ctrl-C or SIGTERM, in this (the main) thread
+                self._stop(futures)
+                raise
+            failed = [f for f in futures if f in done and f.exception() is not None]
+            if failed:
+                self._stop(futures)
+                errors = [
+                    error
+                    for f in futures
+                    if not f.cancelled() and (error := f.exception()) is not None
+                ]
+                first = next((e for e in errors if not isinstance(e, StoppedError)), errors[0])
+                raise first
+
+    def _stop(self, futures: list[Future[None]]) -> None:
+        for future in futures:
+            future.cancel()  # those not started yet
+        self.commands.stop_all()
+        wait(futures)
 
     def done(
         self, name: str, damaged: Callable[[dict[str, Any]], str | None] | None = None
@@ -202,11 +288,13 @@ class WorkDir:
         if record is not None:
             self.say(f"{self.prog}: {name}: done before ({record['seconds']:.0f} s), skipped")
             return record
+        if self.commands.stopping:
+            raise StoppedError(f"step {name}: not started, the run is stopping")
         folder = self.root / name
         if folder.exists() and not keep_partial:
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        step = Step(name, folder)
+        step = Step(name, folder, self.commands)
         self.say(f"{self.prog}: {name}: running (log: {step.log})")
         start = time.monotonic()
         result = action(step)

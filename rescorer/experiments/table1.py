@@ -53,7 +53,7 @@ from rescorer.experiments.layout import Context, Layout
 from rescorer.experiments.models import model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import WorkDir
-from rescorer.experiments.systems import Model, plan
+from rescorer.experiments.systems import Model, System, plan
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import write_json
 from rescorer.io.outputs import write_text
@@ -93,22 +93,17 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
         name = system.extend_step
         if name is not None and name not in ctx.records:
             ctx.records[name] = step(name, partial(actions.extend, ctx, system=system))
+    # Replica by replica (a cut-short run has whole rows), cfg.jobs chains at once; (d)'s run r
+    # prunes with (b)'s tuned weights of run r, so it follows that tuning in its chain.
+    chains: dict[tuple[int, str], list[System]] = {}
     for run in range(1, max(s.runs for s in ctx.systems) + 1):
-        # replica by replica: a cut-short run has whole rows
         for system in ctx.systems:
-            if run > system.runs:
-                continue
-            name = f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
-            action = actions.tune if system.tuned else actions.prune
-            ctx.records[name] = step(
-                name, partial(action, ctx, system=system, run=run), keep_partial=system.tuned
-            )
-            name = f"decode-{system.key}-{run}"
-            ctx.records[name] = step(
-                name,
-                partial(actions.decode, ctx, system=system, run=run),
-                damaged=partial(actions.decoded_damage, ctx, key=system.key, run=run),
-            )
+            if run <= system.runs:
+                chains.setdefault((run, system.pruned_from or system.key), []).append(system)
+    ctx.work.run_chains(
+        [partial(_tune_and_decode, ctx, systems, run) for (run, _), systems in chains.items()],
+        cfg.jobs,
+    )
     results = evaluate(ctx)
     png = cfg.work / "curve.png"
     png.unlink(missing_ok=True)
@@ -121,6 +116,22 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     write_text(cfg.work / "results.md", results_markdown(results))
     ctx.work.say(f"table1: wrote {cfg.work / 'results.json'} and {cfg.work / 'results.md'}")
     return results
+
+
+def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
+    """Tuning run ``run`` of each system in turn (or its pruning, for (d)), then its decoding."""
+    for system in systems:
+        name = f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
+        action = actions.tune if system.tuned else actions.prune
+        ctx.records[name] = ctx.work.step(
+            name, partial(action, ctx, system=system, run=run), keep_partial=system.tuned
+        )
+        name = f"decode-{system.key}-{run}"
+        ctx.records[name] = ctx.work.step(
+            name,
+            partial(actions.decode, ctx, system=system, run=run),
+            damaged=partial(actions.decoded_damage, ctx, key=system.key, run=run),
+        )
 
 
 def _add_model(

@@ -471,3 +471,64 @@ def test_train_budget_trains_the_model_first(tmp_path: Path) -> None:
     assert "Dev split: the 6 sentences tuned on" in proc.stdout
     score_log = (work / "score-train" / "log").read_text()
     assert f"-m {work / 'train' / 'model'}" in score_log
+
+
+def test_jobs_tune_at_once_and_give_what_one_at_a_time_gives(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
+) -> None:
+    """--jobs 2 runs two tuning chains at once; (d)'s run r prunes with (b)'s weights of run r,
+    so it waits for that tuning. Every tuned weight and BLEU equals a one-at-a-time run's."""
+    flags = ("--runs", "2", "--runs-c", "2")
+    rows = {}
+    for jobs in (1, 2):
+        work = relocated_copy(tiny_table1_work, tmp_path / f"jobs{jobs}")  # run 1 of (a), (b)
+        argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, *flags, "--jobs", str(jobs))
+        proc = run_table1(*argv)
+        assert proc.returncode == 0, proc.stderr
+        results = json.loads((work / "results.json").read_text())
+        assert results["config"]["jobs"] == jobs
+        rows[jobs] = {
+            (r["system"], r["run"]): (r["weights"], r["dev_bleu"], r["test_bleu"])
+            for r in results["runs"]
+        }
+        # the order of the driver's lines of the tuning chains: (step, "running" or "done")
+        events = [
+            (m[1], m[2])
+            for m in re.finditer(r"^table1: ([^:]+): (running|done) [(i]", proc.stderr, re.M)
+            if m[1].split("-")[0] in ("tune", "decode", "prune")
+        ]
+        first_done = next(i for i, (name, what) in enumerate(events) if what == "done")
+        started = [name for name, what in events[:first_done] if what == "running"]
+        assert len(started) == jobs, events  # two chains at once with --jobs 2
+        assert events.index(("tune-b-model-2", "done")) < events.index(
+            ("prune-d-model-2", "running")
+        )
+    assert rows[1] == rows[2] and len(rows[1]) == 8  # (a)-(d), runs 1 and 2
+
+
+def test_a_chain_that_fails_under_jobs_stops_the_others_and_names_its_step(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
+) -> None:
+    """--jobs 2: (b)'s first tuning fails at once (its start.ini is gone) beside (a)'s second
+    chain: that chain is ended if it had started (the SIGTERM test of test_table1_hostile.py
+    shows two running tunings ended), no later step starts, and the error is (b)'s."""
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")
+    (work / "score-model" / "start.ini").unlink()
+    shutil.rmtree(work / "tune-b-model-1")
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "2", "--runs-c", "0")
+    proc = run_table1(*argv, "--jobs", "2")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"table1: error: step tune-b-model-1: missing {work / 'score-model' / 'start.ini'} "
+        f"(see {work / 'tune-b-model-1' / 'log'})"
+    )
+    assert "decode-a-2: running" not in proc.stderr and "Traceback" not in proc.stderr
+    left = [p for p in Path("/proc").glob("[0-9]*") if str(work) in _cmdline(p)]
+    assert not left  # nothing of the work folder still runs
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

@@ -166,6 +166,67 @@ def test_an_interrupted_driver_ends_its_command_says_so_and_goes_on_when_run_aga
     assert (work / "filter" / "done.json").is_file() and (work / "results.json").is_file()
 
 
+def descendants_of(pid: int) -> list[tuple[int, str]]:
+    found, todo = [], [pid]
+    while todo:
+        children = children_of(todo.pop())
+        found += children
+        todo += [child for child, _ in children]
+    return found
+
+
+@needs_moses
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_ends_every_tuning_of_jobs_2_and_a_rerun_goes_on(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
+) -> None:
+    """With --jobs 2, two MERT runs (each with its decoder) run in two threads of the driver;
+    SIGTERM reaches the main thread alone. Every process of both must end, no step be
+    recorded as done that did not finish, and the same command go on."""
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")  # run 1 of (a) and (b) done
+    argv = [*table1_argv(TINY_SYSTEM, tiny_model_dir, work), "--runs", "3", "--jobs", "2"]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stderr is not None
+        tuning: list[str] = []
+        while len(tuning) < 2:
+            line = proc.stderr.readline()
+            assert line, "the driver ended before two tunings ran"
+            if line.startswith("table1: tune-") and ": running" in line:
+                tuning.append(line.split(":")[1].strip())
+        processes: list[tuple[int, str]] = []
+        for _ in range(600):  # until both MERT runs are running: at most a minute
+            processes = descendants_of(proc.pid)
+            if sum("mert-moses.pl" in cmd for _, cmd in processes) == 2:
+                break
+            time.sleep(0.1)
+        assert sum("mert-moses.pl" in cmd for _, cmd in processes) == 2, processes
+        proc.send_signal(signal.SIGTERM)
+        stderr = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("table1: interrupted by SIGTERM"), stderr
+    for pid, _ in processes:  # every process of both tunings has ended
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert tuning == ["tune-a-2", "tune-b-model-2"]
+    # no step starts once the run stops (a tiny MERT may finish in the 2 s an interrupted
+    # command is given to end by itself, and is then done)
+    decodes = ["decode-a-2", "decode-b-model-2"]
+    assert not any(f"table1: {name}: running" in stderr for name in decodes), stderr
+    finished = {name: (work / name / "done.json").exists() for name in [*tuning, *decodes]}
+    done = run_table1([*table1_argv(TINY_SYSTEM, tiny_model_dir, work), "--runs", "2"])
+    succeeded(done)
+    for name, was_done in finished.items():  # the rest runs, the finished tunings do not
+        assert f"table1: {name}: {'done before' if was_done else 'running'}" in done.stderr
+    assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 2
+
+
 # ---------------------------------------- 11. a current folder that holds a rescorer/ folder
 @needs_moses
 def test_a_rescorer_folder_in_the_current_folder_does_not_shadow_the_package(
