@@ -208,6 +208,17 @@ def _last_line(log: Path) -> str:
     return f" ({lines[-1].strip()[:200]})" if lines else ""
 
 
+_SAY_LOCK = threading.Lock()
+
+
+def _say(message: str) -> None:
+    """A line on stderr, whole: print() writes the line and its end apart, so two chains'
+    lines could interleave."""
+    with _SAY_LOCK:
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+
+
 class WorkDir:
     """The work directory of an experiment: runs steps once, reports progress on stderr."""
 
@@ -217,7 +228,7 @@ class WorkDir:
         self.root = root
         self.prog = prog
         self.root.mkdir(parents=True, exist_ok=True)
-        self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.say = echo or _say
         self.commands = Commands()
 
     def run_chains(self, chains: Sequence[Callable[[], None]], jobs: int = 1) -> None:

@@ -1,0 +1,53 @@
+"""The work folder's steps run several chains at once (WorkDir.run_chains, table1.py --jobs):
+real commands (``sh``, ``sleep``), no Moses needed."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from rescorer.experiments.steps import StepError, WorkDir
+
+
+def say_lines(work: WorkDir, tag: str) -> None:
+    for i in range(300):
+        work.say(f"table1: {tag} line {i} " + "x" * 200)
+
+
+def test_two_chains_print_whole_lines(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Each line of the driver is written whole: two chains' lines never run into each
+    other (print() writes a line and its end apart)."""
+    work = WorkDir(tmp_path / "work")
+    work.run_chains([partial(say_lines, work, "a"), partial(say_lines, work, "b")], jobs=2)
+    lines = capfd.readouterr().err.splitlines()
+    assert len(lines) == 600
+    assert all(line.startswith("table1: ") and line.endswith("x" * 200) for line in lines)
+
+
+def run_step(work: WorkDir, name: str, *argv: str) -> None:
+    work.step(name, lambda step: (step.run(list(argv)), {})[1])
+
+
+def test_a_failing_chain_ends_the_running_one_and_its_error_is_raised(tmp_path: Path) -> None:
+    work = WorkDir(tmp_path / "work", echo=lambda msg: None)
+    chains = [
+        partial(run_step, work, "slow", "sleep", "60"),  # ended, never recorded as done
+        partial(run_step, work, "fails", "sh", "-c", "sleep 0.5; echo broken >&2; exit 3"),
+        partial(run_step, work, "later", "true"),  # waits for a free worker: never starts
+    ]
+    start = time.monotonic()
+    with pytest.raises(StepError, match=r"step fails: sh exited with status 3 \(broken\)"):
+        work.run_chains(chains, jobs=2)
+    assert time.monotonic() - start < 30  # not the 60 s of the slow one
+    assert not (work.root / "slow" / "done.json").exists()
+    assert not (work.root / "later").exists()
+
+
+def test_one_job_runs_the_chains_in_order_in_this_thread(tmp_path: Path) -> None:
+    order: list[str] = []
+    work = WorkDir(tmp_path / "work", echo=order.append)
+    work.run_chains([partial(run_step, work, name, "true") for name in "abc"], jobs=1)
+    assert [line.split(":")[1].strip() for line in order if "running" in line] == list("abc")
