@@ -115,10 +115,16 @@ def check_config(cfg: Table1Config) -> None:
         raise RescorerError(f"--runs-f {cfg.runs_f}: expected 0 or more")
     if cfg.dev_lines is not None and cfg.dev_lines < 1:
         raise RescorerError(f"--dev-lines {cfg.dev_lines}: expected a positive count")
-    if min(cfg.top_k, cfg.max_iterations, cfg.threads, cfg.trials, cfg.jobs) < 1:
-        raise RescorerError(
-            "--top-k, --max-iterations, --threads, --jobs and --trials must be positive"
-        )
+    counts = {
+        "--top-k": cfg.top_k,
+        "--max-iterations": cfg.max_iterations,
+        "--threads": cfg.threads,
+        "--jobs": cfg.jobs,
+        "--trials": cfg.trials,
+    }
+    for option, value in counts.items():
+        if value < 1:
+            raise RescorerError(f"{option} {value}: expected a positive count")
     models = [*cfg.models, *([cfg.inverse_model] if cfg.inverse_model else [])]
     labels: dict[str, Path] = {}
     for path in models:

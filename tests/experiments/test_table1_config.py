@@ -34,6 +34,9 @@ def config(tmp_path: Path, **change: object) -> Table1Config:
         ({"runs_c": 4}, "--runs-c 4: expected 0 to --runs (3)"),
         ({"runs_mira": -1}, "--runs-mira -1: expected 0 or more"),
         ({"runs_f": -1}, "--runs-f -1: expected 0 or more"),
+        ({"jobs": 0}, "--jobs 0: expected a positive count"),
+        ({"threads": -2}, "--threads -2: expected a positive count"),
+        ({"trials": 0}, "--trials 0: expected a positive count"),
         ({"src": "de"}, "no dev.de"),
         ({"best": "fwd@2h"}, "--best fwd@2h: expected one of the models' labels"),
         ({"models": (Path("a/fwd@1h"), Path("b/fwd@1h"))}, "two models labelled fwd@1h"),
@@ -52,7 +55,7 @@ def test_the_work_folder_refuses_other_settings_and_other_weights(tmp_path: Path
     check_work_dir(cfg, {"fwd@3h": "b" * 64})  # a snapshot added later
     record = json.loads((cfg.work / "config.json").read_text())
     assert record["models"] == {"fwd@1h": "a" * 64, "fwd@3h": "b" * 64}
-    check_work_dir(replace(cfg, runs=6, runs_mira=3, trials=5), {"fwd@1h": "a" * 64})
+    check_work_dir(replace(cfg, runs=6, runs_mira=3, trials=5, jobs=2), {"fwd@1h": "a" * 64})
     with pytest.raises(RescorerError, match=r"other settings \(dev_lines, top_k\)"):
         check_work_dir(replace(cfg, top_k=3, dev_lines=400), {})
     with pytest.raises(RescorerError, match="model fwd@3h of weights sha256 bbbbbbbbbbbb; this"):
