@@ -69,8 +69,14 @@ class Commands:
         with self._lock:
             self._running.discard(proc)
 
+    def stop(self) -> None:
+        """Let no new command or step start."""
+        with self._lock:
+            self.stopping = True
+
     def stop_all(self) -> None:
-        """End every running command (each as :func:`end_command` does, all at once)."""
+        """Stop, and end every running command (each as :func:`end_command` does, all at
+        once)."""
         with self._lock:
             self.stopping = True
             running = list(self._running)
@@ -241,7 +247,7 @@ class WorkDir:
                 chain()
             return
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="chain") as pool:
-            futures: list[Future[None]] = [pool.submit(chain) for chain in chains]
+            futures: list[Future[None]] = [pool.submit(self._guarded, c) for c in chains]
             try:
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             except BaseException:  # Ctrl-C or SIGTERM, in this (the main) thread
@@ -257,6 +263,15 @@ class WorkDir:
                 ]
                 first = next((e for e in errors if not isinstance(e, StoppedError)), errors[0])
                 raise first
+
+    def _guarded(self, chain: Callable[[], None]) -> None:
+        """A chain that fails stops the run at once: its thread, free again, starts no other
+        chain's step before this thread's caller has ended the running ones."""
+        try:
+            chain()
+        except BaseException:
+            self.commands.stop()
+            raise
 
     def _stop(self, futures: list[Future[None]]) -> None:
         for future in futures:
