@@ -72,6 +72,7 @@ def run_baseline(cfg: BaselineConfig, *, echo: Callable[[str], None] | None = No
     tools = MosesTools(cfg.moses)
     _check(cfg, tools)
     work = WorkDir(cfg.work, echo=echo, prog="baseline")
+    work.lock()  # one driver per work folder
     prepared = work.step("prepare", partial(prepare, cfg, tools))
     lm = work.step("lm", partial(train_lm, cfg, tools, prepared))
     model = work.step("train", partial(train_model, cfg, tools, prepared, lm))

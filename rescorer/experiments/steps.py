@@ -19,6 +19,7 @@ starts, and the first error (or the interruption) ends the run.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import shutil
@@ -37,6 +38,7 @@ from rescorer.io.jsonfiles import read_json_object, write_json
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"
+LOCK_FILE = "driver.lock"  # held (flock) by the driver running in the work folder
 
 
 class StepError(RescorerError):
@@ -236,6 +238,30 @@ class WorkDir:
         self.root.mkdir(parents=True, exist_ok=True)
         self.say = echo or _say
         self.commands = Commands()
+        self._lock_fd: int | None = None
+
+    def lock(self) -> None:
+        """Hold the work folder for this process: an exclusive flock on ``driver.lock`` (our
+        pid written in it), which ends with the process, even a killed one. A second driver
+        started on the same folder (the same command in another terminal) would run the same
+        steps at once, each removing the other's folders: it is refused, naming the pid."""
+        path = self.root / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RescorerError(f"{path}: cannot write in the work folder: {exc.strerror}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RescorerError(
+                f"{self.root} is in use by another {self.prog} run (pid {other}, {path}): wait "
+                "for it to end, or end it and run this command again"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        self._lock_fd = fd
 
     def run_chains(self, chains: Sequence[Callable[[], None]], jobs: int = 1) -> None:
         """Run ``chains`` (each a function running steps in order), ``jobs`` at once, in the

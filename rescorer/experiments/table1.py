@@ -69,6 +69,7 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     tools.check()
     cfg = absolute(cfg)
     ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
+    ctx.work.lock()  # one driver per work folder
     for path in cfg.models:
         _add_model(ctx, path, "forward", "--model")
     if cfg.inverse_model is not None:

@@ -3,12 +3,16 @@ real commands (``sh``, ``sleep``), no Moses needed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from rescorer.errors import RescorerError
 from rescorer.experiments.steps import StepError, WorkDir
 
 
@@ -51,3 +55,28 @@ def test_one_job_runs_the_chains_in_order_in_this_thread(tmp_path: Path) -> None
     work = WorkDir(tmp_path / "work", echo=order.append)
     work.run_chains([partial(run_step, work, name, "true") for name in "abc"], jobs=1)
     assert [line.split(":")[1].strip() for line in order if "running" in line] == list("abc")
+
+
+def test_a_second_driver_on_the_same_work_folder_is_refused(tmp_path: Path) -> None:
+    """Two drivers in one work folder would run the same steps at once; the lock is held
+    by a process (here one that sleeps) and ends with it, even killed."""
+    root = tmp_path / "work"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from pathlib import Path; "
+         "from rescorer.experiments.steps import WorkDir; "
+         f"WorkDir(Path({str(root)!r})).lock(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(RescorerError) as refused:
+            WorkDir(root).lock()
+        assert str(refused.value) == (
+            f"{root} is in use by another table1 run (pid {holder.pid}, {root / 'driver.lock'}): "
+            "wait for it to end, or end it and run this command again"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    WorkDir(root).lock()  # the killed holder's lock ended with it
+    assert (root / "driver.lock").read_text() == f"{os.getpid()}\n"

@@ -227,6 +227,37 @@ def test_sigterm_ends_every_tuning_of_jobs_2_and_a_rerun_goes_on(
     assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 2
 
 
+@needs_moses
+def test_a_second_driver_on_a_running_work_folder_is_refused(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path
+) -> None:
+    """The same command started again beside a running one (another terminal, a second
+    nohup) ran the same steps at once, each removing the other's folders. It is refused
+    with one line naming the running driver, before it writes anything; the first goes on."""
+    work = relocated_copy(tiny_table1_work, tmp_path / "work")
+    argv = [*table1_argv(TINY_SYSTEM, tiny_model_dir, work), "--runs", "2"]
+    first = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert first.stderr is not None
+        while "tune-a-2: running" not in (line := first.stderr.readline()):
+            assert line, "the first driver ended before its tuning"
+        config = (work / "config.json").read_bytes()
+        second = run_table1(argv)
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines() == [
+            f"table1: error: {work} is in use by another table1 run (pid {first.pid}, "
+            f"{work / 'driver.lock'}): wait for it to end, or end it and run this command again"
+        ]
+        assert (work / "config.json").read_bytes() == config
+        rest = first.stderr.read()
+        assert first.wait(timeout=300) == 0, rest
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 2
+
+
 # ---------------------------------------- 11. a current folder that holds a rescorer/ folder
 @needs_moses
 def test_a_rescorer_folder_in_the_current_folder_does_not_shadow_the_package(
