@@ -13,7 +13,8 @@ SIGTERM) is ended with every process it started before the interruption goes on.
 Chains of steps that do not depend on each other (a tuning run and its decoding, say) may run
 several at once (:meth:`WorkDir.run_chains`, threads that each wait on their commands). When
 one fails, or the run is interrupted, every running command is ended the same way, no new one
-starts, and the first error (or the interruption) ends the run.
+starts, and the first error (or the interruption) ends the run. One driver at a time works in
+a folder (:meth:`WorkDir.lock`, an flock on ``driver.lock``).
 """
 
 from __future__ import annotations
