@@ -20,7 +20,6 @@ a folder (:meth:`WorkDir.lock`, an flock on ``driver.lock``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from typing import IO, Any
 
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json_object, write_json
+from rescorer.io.locks import LockHeldError, take_pid_lock, write_pid
 
 DONE_FILE = "done.json"
 LOG_FILE = "log"
@@ -248,20 +248,15 @@ class WorkDir:
         steps at once, each removing the other's folders: it is refused, naming the pid."""
         path = self.root / LOCK_FILE
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = take_pid_lock(str(path))
+            write_pid(fd)
+        except LockHeldError as held:
+            raise RescorerError(
+                f"{self.root} is in use by another {self.prog} run (pid {held.holder}, {path}): "
+                "wait for it to end, or end it and run this command again"
+            ) from None
         except OSError as exc:
             raise RescorerError(f"{path}: cannot write in the work folder: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise RescorerError(
-                f"{self.root} is in use by another {self.prog} run (pid {other}, {path}): wait "
-                "for it to end, or end it and run this command again"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self._lock_fd = fd
 
     def run_chains(self, chains: Sequence[Callable[[], None]], jobs: int = 1) -> None:

@@ -13,7 +13,6 @@ up to it is on disk. A killed run loses at most the chunks since its last record
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import stat
@@ -24,8 +23,9 @@ from typing import IO, Any
 
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json, write_json
+from rescorer.io.locks import LockHeldError, take_pid_lock, write_pid
 from rescorer.io.outputs import fsync, open_writable, write_error
-from rescorer.job.clobber import file_id, leftovers
+from rescorer.job.clobber import leftovers
 from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
 from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
 from rescorer.job.stats import JobStats
@@ -347,32 +347,19 @@ class Output:
 
 
 def _take_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
-    """An exclusive flock on ``lock_path`` (created if needed, our pid written in it), or a
-    RescorerError naming the pid of the run that holds it.
-
-    The lock is taken on the file the name holds *after* flock returns: a file that was
-    removed (or replaced) between our open and our flock is a dead lock that the next run
-    would not see, so we go round again on the file the name holds now."""
-    while True:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
-            raise RescorerError(
-                f"{owner}: another rescorer {command} (pid {other}) is {doing}; wait for it to "
-                "end or write elsewhere"
-            ) from None
-        if file_id(lock_path) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
-            break
-        os.close(fd)  # removed by the run that held it: try the name again
+    """An exclusive lock on ``lock_path`` (:func:`take_pid_lock`, our pid written in it), or a
+    RescorerError naming the pid of the run that holds it."""
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        fd = take_pid_lock(lock_path)
+    except LockHeldError as held:
+        raise RescorerError(
+            f"{owner}: another rescorer {command} (pid {held.holder}) is {doing}; wait for it "
+            "to end or write elsewhere"
+        ) from None
+    except OSError as exc:
+        raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
+    try:
+        write_pid(fd)
     except OSError as exc:  # a full disk
         os.close(fd)
         _remove(lock_path)

@@ -1,0 +1,50 @@
+"""An exclusive lock held by a process for as long as it lives: an flock on a named file with
+the holder's pid in it. ``score``/``extend`` hold one beside OUT, the Table 1 and baseline
+drivers one in their work folder; each says in its own words who holds it. No torch here."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+
+
+class LockHeldError(Exception):
+    """Another process holds the lock: ``holder`` is the pid written in the file (or
+    ``unknown``)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def take_pid_lock(path: str) -> int:
+    """An exclusive flock on ``path`` (created if needed) as an open descriptor, which the
+    caller keeps open while it holds the lock (the lock ends with it, even if killed) and
+    writes its pid into (:func:`write_pid`). Raises :class:`LockHeldError`, or the OSError of
+    opening ``path``.
+
+    The lock is taken on the file the name holds *after* flock returns: a file that was
+    removed (or replaced) between our open and our flock is a dead lock that the next run
+    would not see, so we go round again on the file the name holds now."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise LockHeldError(holder) from None
+        try:
+            named = os.stat(path)
+        except FileNotFoundError:
+            named = None
+        held = os.fstat(fd)
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # removed by the run that held it: try the name again
+
+
+def write_pid(fd: int) -> None:
+    """Our pid, alone, in the lock file ``fd`` (an OSError on a full disk)."""
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
