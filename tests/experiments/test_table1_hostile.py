@@ -214,7 +214,7 @@ def test_sigterm_ends_every_tuning_of_jobs_2_and_a_rerun_goes_on(
     for pid, _ in processes:  # every process of both tunings has ended
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert tuning == ["tune-a-2", "tune-b-model-2"]
+    assert sorted(tuning) == ["tune-a-2", "tune-b-model-2"]  # the two chains start in either order
     # no step starts once the run stops (a tiny MERT may finish in the 2 s an interrupted
     # command is given to end by itself, and is then done)
     decodes = ["decode-a-2", "decode-b-model-2"]
