@@ -50,7 +50,8 @@ def main(
     gain: float,
     target: float,
 ) -> None:
-    """Print the measured variance parts and a table of interval half-widths and power."""
+    """Print the measured variance parts, a table of interval half-widths and power, and the K
+    each system's own measured spreads would need."""
     measured = components(json.loads(results.read_text(encoding="utf-8")), ref_words)
     measured = [c for c in measured if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
@@ -72,6 +73,19 @@ def main(
                 cells.append(f"±{Z95 * se:.2f} ({power(gain, se):.0%})")
             need = runs_needed(gain, target, v_s, ref_words, words, sd, sd)
             click.echo(f"| {sd:.2f} | {n:,} | {words:,} | {' | '.join(cells)} | {need or '>100'} |")
+    click.echo(
+        f"\nK for {target:.0%} at each system's own measured spreads (sd_a: its baseline's)\n"
+    )
+    click.echo("| system | sd_a | sd_b | segments | words | K |")
+    click.echo("|---|---:|---:|---:|---:|---:|")
+    for c in measured:
+        for n in segments:
+            words = round(n * words_per_segment)
+            need = runs_needed(gain, target, v_s, ref_words, words, c.sd_baseline, c.sd_system)
+            click.echo(
+                f"| {c.system} | {c.sd_baseline:.2f} | {c.sd_system:.2f} | {n:,} | {words:,} "
+                f"| {need or '>100'} |"
+            )
 
 
 if __name__ == "__main__":

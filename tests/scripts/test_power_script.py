@@ -1,0 +1,44 @@
+"""scripts/power.py on the second edition's committed results: its per-system table gives the K
+that each system's own measured spreads need."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+from click.testing import CliRunner
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from power import main as power_main
+
+from rescorer.experiments.power import components, runs_needed
+
+SECOND = ROOT / "docs" / "results" / "table1-2nd" / "results.json"
+
+
+def test_each_system_gets_the_k_its_own_spreads_need() -> None:
+    args = [str(SECOND), "--ref-words", "6542", "--segments", "5058"]
+    result = CliRunner().invoke(power_main, [*args, "--words-per-segment", "14.07"])
+    assert result.exit_code == 0, result.output
+    own = result.output.split("own measured spreads")[1]
+    rows = {
+        cells[0]: cells
+        for line in own.splitlines()
+        if line.startswith("| ") and not line.startswith("| system")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    measured = [
+        c
+        for c in components(json.loads(SECOND.read_text(encoding="utf-8")), 6542)
+        if "mira" not in c.system
+    ]
+    v_s = statistics.median(c.sampling_var for c in measured)
+    assert set(rows) == {c.system for c in measured}
+    for c in measured:
+        need = runs_needed(0.5, 0.8, v_s, 6542, round(5058 * 14.07), c.sd_baseline, c.sd_system)
+        assert rows[c.system][-1] == str(need)
+    # the spreads differ, and so do the K they need (1h: 0.22 needs 4; 6h: 0.66 needs 30)
+    assert rows["b-fwd@1h"][-1] == "4"
+    assert int(rows["b-fwd@6h"][-1]) > 20
