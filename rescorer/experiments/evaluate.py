@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -211,6 +212,9 @@ def _system_entry(
     # wrote it; mert-moses.pl normalises the weights to sum 1 in absolute value).
     entry["weight_means"] = _means(rows, "named_weights", rows[0]["named_weights"])
     entry["table_lines"] = round(statistics.fmean(r["table_lines"] for r in rows))
+    # Replicas that reached the same weights (seeds aside) add no tuner spread: the interval
+    # then measures the test sentences' sampling error alone (Clark et al. 2011's caveat).
+    entry["distinct_weights"] = len({json.dumps(r["weights"], sort_keys=True) for r in rows})
     if system.extended:
         entry["new_pairs"] = _new_pair_use(ctx, system)
     return entry

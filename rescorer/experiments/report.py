@@ -137,6 +137,25 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
+    """A sentence on every system whose tuning runs reached fewer distinct weight vectors than
+    it has runs (older results.json files do not count them: nothing is said)."""
+    found = [
+        f"({s['letter']}) {s['name']}: {s['runs']} runs, {s['distinct_weights']} distinct"
+        for s in results["systems"]
+        if s.get("distinct_weights", s["runs"]) < s["runs"]
+    ]
+    if not found:
+        return []
+    return [
+        "",
+        "Tuning runs that reached the same weights (whatever their seeds): "
+        + "; ".join(found)
+        + ". Such replicas add no tuner spread, so for these systems the interval and p measure "
+        "the test sentences' sampling error alone.",
+    ]
+
+
 def _versus_cells(sig: dict[str, Any] | None) -> list[str]:
     """Δ, its interval, Δ pooled and MultEval's p of a test against a baseline."""
     if sig is None:
@@ -195,6 +214,7 @@ def results_markdown(results: dict[str, Any]) -> str:
             _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip
         lines.append(_row(cells))
+    lines += _collapsed_replicas(results)
     lines += _extended_tables(results)
     lines += _weights_table(results)
     if "dev_rest_mean" in results["systems"][0]:

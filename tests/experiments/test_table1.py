@@ -169,6 +169,13 @@ def test_the_whole_second_edition_on_a_tiny_real_system(
                 # multi-bleu.perl rounds to 2 decimals and does not smooth
                 assert row[f"{part}_multi_bleu"] == pytest.approx(ours, abs=0.006)
     assert seeds == {1001, 1002}
+    for key, s in systems.items():  # runs that reached the same tuned.ini weights
+        tuned_from = "b-tiny@20" if key == "d-tiny@20" else key
+        inis = {
+            str(read_ini(str(work / f"tune-{tuned_from}-{r}" / "tuned.ini")).weights())
+            for r in range(1, s["runs"] + 1)
+        }
+        assert s["distinct_weights"] == len(inis)
     for key, s in systems.items():  # which features moved: each weight's mean over the runs
         rows = [r["named_weights"] for r in results["runs"] if r["system"] == key]
         assert s["weight_means"] == pytest.approx(

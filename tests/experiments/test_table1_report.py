@@ -76,6 +76,21 @@ def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
     assert "![test BLEU gain against training hours](curve.png)" in text
 
 
+def test_runs_that_reached_the_same_weights_are_named() -> None:
+    """A system whose replicas collapsed to fewer weight vectors than runs is said to be so;
+    results.json files that do not count them (the second edition's) say nothing."""
+    assert "reached the same weights" not in results_markdown(RESULTS)
+    results = dict(RESULTS)
+    results["systems"] = [
+        system("a", "a", "mert", [], distinct_weights=1),
+        system("b-fwd@3h", "b", "mert", ["fwd@3h"], distinct_weights=2),
+        system("f-fwd@3h", "f", "mert", ["fwd@3h"], distinct_weights=1),
+    ]
+    note = next(line for line in results_markdown(results).splitlines() if "same weights" in line)
+    assert "(a) a: 2 runs, 1 distinct; (f) f-fwd@3h: 2 runs, 1 distinct." in note
+    assert "b-fwd@3h" not in note
+
+
 def test_the_weights_table_has_a_row_per_weight_and_a_column_per_system() -> None:
     results = dict(RESULTS)
     results["systems"] = [
