@@ -11,7 +11,8 @@ CORPUS holds train.SRC train.TGT dev.SRC dev.TGT test.SRC test.TGT (raw text, on
 line; --tokenized when they are tokenised and lowercased already). WORK/system is then a Moses
 system folder that scripts/table1.py takes as its SYSTEM.
 
-Example (the help-prose system of Table 1's third edition):
+Example (the help-prose system of Table 1's third edition; scripts/help_system.py runs both
+commands as one):
 
     python scripts/help_corpus.py -o runs/help/corpus
     nice python scripts/baseline.py runs/help/corpus --work runs/help/baseline

@@ -319,7 +319,7 @@ class WorkDir:
             problem = str(exc)
         if problem is None:
             return record
-        self.say(f"table1: warning: {problem}: step {name} runs again")
+        self.say(f"{self.prog}: warning: {problem}: step {name} runs again")
         return None
 
     def step(

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The help-prose Moses system of Table 1's third edition from Debian's packages, by one command.
+
+Thin over rescorer.experiments.help_system: the corpus (scripts/help_corpus.py's steps:
+`apt-get download` of the two LibreOffice help packages, never installed, `dpkg -x`, paragraphs
+aligned by page and id, cleaned and split) into WORK/corpus, then the tuned baseline
+(scripts/baseline.py's steps: Moses' tokenizer and lowercasing, clean-corpus-n 1-80, a 5-gram
+KenLM, train-model.perl with MGIZA++, grow-diag-final-and and msd-bidirectional-fe, MERT on dev,
+test decoded and scored) in WORK/baseline. Every step is skipped once done: the same command
+after a kill goes on where it stopped. WORK/baseline/system is the system folder that
+scripts/table1.py takes.
+
+Example (the third edition's system; hours on two cores):
+
+    nice python scripts/help_system.py --work runs/help
+
+Another help language: `--tgt-package libreoffice-help-de --tgt de`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from rescorer.errors import RescorerError
+from rescorer.experiments.baseline import BaselineConfig
+from rescorer.experiments.help_corpus import CorpusConfig
+from rescorer.experiments.help_system import build_help_system
+
+HERE = Path(__file__).resolve().parent
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
+@click.option("--src-package", default="libreoffice-help-en-us", show_default=True)
+@click.option("--tgt-package", default="libreoffice-help-fr", show_default=True)
+@click.option("--src", default="en", show_default=True, help="Suffix of the source files.")
+@click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files.")
+@click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev.")
+@click.option("--test", default=5000, show_default=True, help="Distinct sources in test.")
+@click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed.")
+@click.option(
+    "--moses",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=HERE.parent.parent / "shared" / "tools" / "moses",
+    show_default="../shared/tools/moses",
+    help="The Moses toolkit (bin/, scripts/, mgiza/).",
+)
+@click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
+@click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
+@click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")
+def main(
+    work: Path,
+    src_package: str,
+    tgt_package: str,
+    src: str,
+    tgt: str,
+    dev: int,
+    test: int,
+    seed: int,
+    moses: Path,
+    max_iterations: int,
+    threads: int,
+    mert_seed: int | None,
+) -> None:
+    """Build the corpus into WORK/corpus and a tuned Moses baseline from it in WORK/baseline."""
+    corpus = CorpusConfig(work / "corpus", src_package, tgt_package, src, tgt, dev, test, seed)
+    baseline = BaselineConfig(
+        corpus=corpus.out,
+        work=work / "baseline",
+        moses=moses,
+        max_iterations=max_iterations,
+        threads=threads,
+        mert_seed=mert_seed,
+    )
+    try:
+        record = build_help_system(
+            work, corpus, baseline, echo=lambda msg: click.echo(msg, err=True)
+        )
+    except RescorerError as exc:
+        click.echo(f"help-system: error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(record, indent=2))
+    click.echo(f"system folder: {work / 'baseline' / 'system'}", err=True)
+
+
+if __name__ == "__main__":
+    main()
