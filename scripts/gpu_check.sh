@@ -2,6 +2,9 @@
 # The first GPU's figures in one command (issue 25, item 7): on whatever CUDA machine is here,
 #
 #   tests      the `gpu` tests (pytest -m gpu)
+#   extend     scripts/bench_extend.py --device cuda: `rescorer extend`'s batched beam search
+#              against `score` on the same sources, at N = 5 and 10, random weights at the
+#              paper's size and hidden 256 (then each model of GPU_CHECK_EXTEND_MODELS)
 #   score      scripts/bench_score.py --device cuda at the paper's size (hidden 1000, shortlists
 #              of 15,000, random weights): model alone and end to end, against the GPU's bf16
 #              matrix-product peak measured at 8192^3; once per precision in GPU_CHECK_PRECISIONS
@@ -33,8 +36,9 @@
 # the first run, 2026-11-26, took 552 s for tests, score, train (two 100 s runs), precision,
 # pipeline and part of workers, with the en-fr table; split the sections over calls with
 # GPU_CHECK_SECTIONS where a call is shorter):
-#   GPU_CHECK_SECTIONS      "tests score workers train precision pipeline" (in this order, the
-#                           most wanted first: a run cut short by its time keeps those)
+#   GPU_CHECK_SECTIONS      "tests extend score workers train precision pipeline" (in this
+#                           order, the most wanted first: a run cut short by its time keeps
+#                           those; extend has no GPU figure yet, score and train have)
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -48,6 +52,9 @@
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
 #                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
 #                           (where an update's time goes; 0 skips it)
+#   GPU_CHECK_EXTEND_LINES  20000 lines of the table searched (extend), GPU_CHECK_EXTEND_BEAMS
+#                           "5 10", GPU_CHECK_EXTEND_HIDDEN "1000 256" (random weights; tiny: 16),
+#                           GPU_CHECK_EXTEND_MODELS (unset) trained model folders, one row each
 #   GPU_CHECK_MODEL         a trained model folder for the precision section's error table
 #   GPU_CHECK_PAIRS         20000 pairs for that table
 #   GPU_CHECK_TESTS         pytest's arguments ("-m gpu tests")
@@ -101,7 +108,7 @@ fi
 
 cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
 device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
-sections="${GPU_CHECK_SECTIONS:-tests score workers train precision pipeline}"
+sections="${GPU_CHECK_SECTIONS:-tests extend score workers train precision pipeline}"
 table="${GPU_CHECK_TABLE:-}"
 if [ -z "$table" ]; then
     table="$root/../shared/data/en-fr/phrase-table.gz"
@@ -262,6 +269,40 @@ PY
     done
 }
 
+extend_run() {  # one bench_extend.py call: its arguments after the common ones
+    local beams
+    read -r -a beams <<<"${GPU_CHECK_EXTEND_BEAMS:-5 10}"
+    note "bench_extend.py $*"
+    if (cd "$root/scripts" && "$py" bench_extend.py --device "$device" --table "$table" \
+        --lines "${GPU_CHECK_EXTEND_LINES:-20000}" --beam "${beams[@]}" \
+        --embed-size "${sizes[1]}" --maxout-units "${sizes[2]}" --vocab-size "${sizes[3]}" "$@") \
+        >"$work/extend.txt" 2>>"$log"; then
+        cat "$work/extend.txt" >>"$log"
+        sed -n '/^### /,$p' "$work/extend.txt" | sed 's/^### /##### /' | tee -a "$md"
+    else
+        cat "$work/extend.txt" >>"$log"
+        say "bench_extend.py $* FAILED (see $log)"
+    fi
+}
+
+section_extend() {
+    say ""
+    say "#### Generation: extend against score on the same sources (bench_extend.py)"
+    say ""
+    skip_without_cuda && return
+    local hidden models model
+    read -r -a hidden <<<"${GPU_CHECK_EXTEND_HIDDEN:-$([ "$size" = paper ] && echo "1000 256" || echo "${sizes[0]}")}"
+    extend_run --hidden "${hidden[@]}"
+    read -r -a models <<<"${GPU_CHECK_EXTEND_MODELS:-}"
+    for model in "${models[@]}"; do
+        if [ -d "$model" ]; then
+            extend_run --model "$(cd "$model" && pwd)"
+        else
+            say "GPU_CHECK_EXTEND_MODELS: no model folder $model"
+        fi
+    done
+}
+
 section_pipeline() {
     say ""
     say "#### Overlap and progress records, end to end (bench_score.py --compare-pipeline)"
@@ -378,8 +419,8 @@ PY
 
 for section in $sections; do
     case "$section" in
-        tests | score | workers | pipeline | precision | train) "section_$section" ;;
-        *) echo "gpu_check.sh: unknown section $section (tests score workers pipeline" \
+        tests | extend | score | workers | pipeline | precision | train) "section_$section" ;;
+        *) echo "gpu_check.sh: unknown section $section (tests extend score workers pipeline" \
             "precision train)" >&2 ;;
     esac
 done

@@ -13,7 +13,7 @@ import torch
 from conftest import GOLDEN, ROOT, SLICE
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-SECTIONS = ("score", "workers", "pipeline", "precision", "train")
+SECTIONS = ("extend", "score", "workers", "pipeline", "precision", "train")
 
 
 def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -40,7 +40,7 @@ def test_without_cuda_every_gpu_section_says_it_is_skipped(tmp_path: Path) -> No
     assert block.startswith("### GPU check (") and "no CUDA device" in block.splitlines()[0]
     assert re.search(r"`pytest tests/score/test_gpu.py` \(exit 0\): \d+ skipped", block)
     skipped = "skipped: no CUDA device here (torch.cuda.is_available() is False)"
-    assert block.count(skipped) == 5, block  # score, workers, pipeline, precision, train
+    assert block.count(skipped) == len(SECTIONS), block
     assert (tmp_path / "check.log").exists()
 
 
@@ -69,6 +69,9 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_MODEL=str((GOLDEN / "model").relative_to(ROOT)),  # relative, as a user gives it
         GPU_CHECK_PAIRS="100",
         GPU_CHECK_GEMM="64",
+        GPU_CHECK_EXTEND_LINES="300",
+        GPU_CHECK_EXTEND_BEAMS="2 3",
+        GPU_CHECK_EXTEND_MODELS=str((GOLDEN / "model").relative_to(ROOT)),
     )
     assert proc.returncode == 0, proc.stderr
     block = out.read_text()
@@ -79,6 +82,12 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert re.search(r"^\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M)
     assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
     assert "outputs identical: True" in block
+    # extend: random weights of the tiny size, then the golden model, each at N = 2 and 3
+    for model in ("hidden 16", "model"):
+        for beam in (2, 3):
+            counts = r" \| [\d,]+ \| [\d,.]+" * 2  # sources, sources/s, new pairs, new pairs/s
+            row = rf"^\| {model} \| {beam}{counts} \| [\d,]+ \| [\d.]+x \|$"
+            assert re.search(row, block, re.M), block
     assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
     assert re.search(r"where the time of 3 updates went.*\n(.*\n)*  backward ", block)  # --profile
     assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
