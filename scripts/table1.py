@@ -40,7 +40,7 @@ from rescorer.cli.common import (
 )
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig, run_baseline
-from rescorer.experiments.table1 import Table1Config, run_table1
+from rescorer.experiments.table1 import PlannedStep, Table1Config, plan_table1, run_table1
 
 HERE = Path(__file__).resolve().parent
 
@@ -140,6 +140,13 @@ HERE = Path(__file__).resolve().parent
 @click.option(
     "--trials", default=10000, show_default=True, help="Randomisation and bootstrap trials."
 )
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Print every step of this command and how far it is (done, partial, to do), then "
+    "exit: nothing runs, safe beside a running driver.",
+)
 def main(
     system: Path | None,
     bitext: Path | None,
@@ -148,13 +155,21 @@ def main(
     score_args: str,
     extend_args: str,
     moses: Path,
+    plan_only: bool,
     **opts: object,
 ) -> None:
     """Tune and evaluate the systems of Table 1 on SYSTEM (a Moses system folder)."""
     if (system is None) == (bitext is None):
         raise click.UsageError("give SYSTEM (a Moses system folder) or --bitext CORPUS, not both")
     if bitext is not None:
-        system = build_system(bitext, opts["work"], moses, opts)  # type: ignore[arg-type]
+        work = Path(str(opts["work"]))
+        system = work / "baseline" / "system"
+        if not plan_only:
+            system = build_system(bitext, work, moses, opts)
+        elif not system.is_dir():
+            click.echo(
+                f"table1: {work / 'baseline'}: the baseline is not built yet; then:", err=True
+            )
     assert system is not None
     config = Table1Config(
         system=system,
@@ -165,6 +180,14 @@ def main(
         extend_args=tuple(shlex.split(extend_args)),
         **opts,  # type: ignore[arg-type]
     )
+    if plan_only:
+        try:
+            steps, note = plan_table1(config)
+        except RescorerError as exc:
+            click.echo(f"table1: error: {exc}", err=True)
+            sys.exit(1)
+        click.echo(plan_text(steps, note))
+        return
     try:
         run_table1(config)
     except RescorerError as exc:
@@ -179,6 +202,30 @@ def main(
         )
         sys.exit(interrupt_status(exc))
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
+
+
+def plan_text(steps: list[PlannedStep], note: str) -> str:
+    """One line a step, then the counts (tunings apart: they are the hours)."""
+    width = max(len(s.name) for s in steps)
+    lines = []
+    for s in steps:
+        if s.state == "done":
+            state = f"done ({s.seconds:.0f} s)"
+        else:
+            state = s.state + (f": {s.detail}" if s.detail else "")
+        lines.append(f"{s.name:<{width}}  {state}")
+    tunings = [s for s in steps if s.name.startswith("tune-")]
+    lines.append("")
+    for what, group in (("steps", steps), ("tunings", tunings)):
+        counts = {state: sum(s.state == state for s in group) for state in ("done", "partial")}
+        left = len(group) - counts["done"] - counts["partial"]
+        lines.append(
+            f"{what}: {len(group)}, {counts['done']} done, {counts['partial']} partial, "
+            f"{left} to do"
+        )
+    if note:
+        lines.append(f"not planned yet: {note}")
+    return "\n".join(lines)
 
 
 def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object]) -> Path:

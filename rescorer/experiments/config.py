@@ -152,9 +152,10 @@ def check_config(cfg: Table1Config) -> None:
                 raise RescorerError(f"{cfg.system}: no {path.name} (expected dev/test source/ref)")
 
 
-def check_work_dir(cfg: Table1Config, weights: dict[str, str]) -> None:
+def check_work_dir(cfg: Table1Config, weights: dict[str, str], *, record_new: bool = True) -> None:
     """Refuse a work folder made with other settings, or that knew one of these labels with
-    other weights (``weights``: label -> sha256); record new labels."""
+    other weights (``weights``: label -> sha256); record new labels (unless not
+    ``record_new``: then nothing is written)."""
     path = cfg.work / "config.json"
     record = {**cfg.recorded(), "layout": LAYOUT, "models": {}}
     if path.is_file():
@@ -180,6 +181,8 @@ def check_work_dir(cfg: Table1Config, weights: dict[str, str]) -> None:
                 "--work folder, or a model folder of another name"
             )
         record["models"][label] = sha
+    if not record_new:
+        return
     cfg.work.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or read_json_object(path) != record:
         write_json(path, record)

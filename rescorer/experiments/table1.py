@@ -32,9 +32,10 @@ systems (``systems``), the commands of Moses and rescorer (``tools``), the work 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
@@ -50,15 +51,15 @@ from rescorer.experiments.config import (
 from rescorer.experiments.curve import write_curve
 from rescorer.experiments.evaluate import evaluate
 from rescorer.experiments.layout import Context, Layout
-from rescorer.experiments.models import model_warnings, read_model, sha256_file
+from rescorer.experiments.models import ModelInfo, model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
-from rescorer.experiments.steps import WorkDir
+from rescorer.experiments.steps import DONE_FILE, WorkDir
 from rescorer.experiments.systems import Model, System, plan
 from rescorer.experiments.tools import MosesTools
-from rescorer.io.jsonfiles import write_json
+from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
 
-__all__ = ["Table1Config", "check_config", "run_table1"]
+__all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_table1"]
 
 
 def run_table1(cfg: Table1Config) -> dict[str, Any]:
@@ -94,15 +95,8 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
         name = system.extend_step
         if name is not None and name not in ctx.records:
             ctx.records[name] = step(name, partial(actions.extend, ctx, system=system))
-    # Replica by replica (a cut-short run has whole rows), cfg.jobs chains at once; (d)'s run r
-    # prunes with (b)'s tuned weights of run r, so it follows that tuning in its chain.
-    chains: dict[tuple[int, str], list[System]] = {}
-    for run in range(1, max(s.runs for s in ctx.systems) + 1):
-        for system in ctx.systems:
-            if run <= system.runs:
-                chains.setdefault((run, system.pruned_from or system.key), []).append(system)
     ctx.work.run_chains(
-        [partial(_tune_and_decode, ctx, systems, run) for (run, _), systems in chains.items()],
+        [partial(_tune_and_decode, ctx, systems, run) for run, systems in _chains(ctx.systems)],
         cfg.jobs,
     )
     results = evaluate(ctx)
@@ -119,10 +113,26 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     return results
 
 
+def _chains(systems: list[System]) -> list[tuple[int, list[System]]]:
+    """The tuning chains, in the order they start: replica by replica (a cut-short run has
+    whole rows); (d)'s run r prunes with (b)'s tuned weights of run r, so it follows that
+    tuning in its chain."""
+    chains: dict[tuple[int, str], list[System]] = {}
+    for run in range(1, max(s.runs for s in systems) + 1):
+        for system in systems:
+            if run <= system.runs:
+                chains.setdefault((run, system.pruned_from or system.key), []).append(system)
+    return [(run, members) for (run, _), members in chains.items()]
+
+
+def _tuning_step(system: System, run: int) -> str:
+    return f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
+
+
 def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
     """Tuning run ``run`` of each system in turn (or its pruning, for (d)), then its decoding."""
     for system in systems:
-        name = f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
+        name = _tuning_step(system, run)
         action = actions.tune if system.tuned else actions.prune
         ctx.records[name] = ctx.work.step(
             name, partial(action, ctx, system=system, run=run), keep_partial=system.tuned
@@ -135,8 +145,89 @@ def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class PlannedStep:
+    """A step of a configuration and how far it is."""
+
+    name: str
+    state: str  # done, partial, to do
+    seconds: float | None = None  # a finished step's
+    detail: str = ""  # a partial tuning's finished iterations
+
+
+def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
+    """Every step that ``run_table1(cfg)`` would run, in its order, and how far each is;
+    nothing runs and nothing is written, and no lock is taken: safe beside a running driver.
+    Returns the steps and a note on what cannot be planned yet (the systems of a --train model
+    before it is trained)."""
+    check_config(cfg)
+    cfg = absolute(cfg)
+    ctx = _Models()
+    for path in cfg.models:
+        _add_model(ctx, path, "forward", "--model")
+    if cfg.inverse_model is not None:
+        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
+    weights = {label: info.weights_sha256 for label, info in ctx.infos.items()}
+    check_work_dir(cfg, weights, record_new=False)
+    names = ["prepare"]
+    note = ""
+    if cfg.train_budget is not None:
+        names.append("train")
+        trained = _done_record(cfg.work, "train")
+        if trained is None:
+            note = "the systems of the --train model are planned once it is trained"
+        else:
+            _add_model(ctx, Path(trained["model"]), "forward", "--train", TRAINED_LABEL)
+    names.append("filter")
+    if ctx.models:
+        systems = plan(cfg, list(ctx.models.values()), cfg.best or _best_model(ctx))
+        for system in systems:
+            for name in (system.score_step, system.extend_step):
+                if name is not None and name not in names:
+                    names.append(name)
+        for run, members in _chains(systems):
+            for system in members:
+                names += [_tuning_step(system, run), f"decode-{system.key}-{run}"]
+    return [_step_state(cfg.work, name) for name in names], note
+
+
+def _done_record(work: Path, name: str) -> dict[str, Any] | None:
+    try:
+        record = read_json_object(work / name / DONE_FILE, what=f"the record of step {name}")
+    except RescorerError:
+        return None
+    return record if isinstance(record.get("seconds"), (int, float)) else None
+
+
+def _step_state(work: Path, name: str) -> PlannedStep:
+    record = _done_record(work, name)
+    if record is not None:
+        return PlannedStep(name, "done", float(record["seconds"]))
+    folder = work / name
+    if not folder.exists():
+        return PlannedStep(name, "to do")
+    finished = folder / "mert" / "finished_step.txt"
+    if name.startswith("tune-") and finished.is_file():
+        done = finished.read_text().strip() or "0"
+        return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
+    return PlannedStep(name, "partial", detail="runs again from its start")
+
+
+class _HasModels(Protocol):
+    models: dict[str, Model]  # by label
+    infos: dict[str, ModelInfo]  # what each says of itself
+
+
+@dataclass
+class _Models:
+    """The models of a plan (a run's are in its Context)."""
+
+    models: dict[str, Model] = field(default_factory=dict)
+    infos: dict[str, ModelInfo] = field(default_factory=dict)
+
+
 def _add_model(
-    ctx: Context, path: Path, direction: str, option: str, label: str | None = None
+    ctx: _HasModels, path: Path, direction: str, option: str, label: str | None = None
 ) -> None:
     """Read a model directory (refused when it is none, or of the other direction)."""
     try:
@@ -165,7 +256,7 @@ def _warn_about_models(ctx: Context) -> None:
             ctx.work.say(f"table1: warning: {warning}")
 
 
-def _best_model(ctx: Context) -> str:
+def _best_model(ctx: _HasModels) -> str:
     """The forward model of the lowest validation perplexity (the last one given on a tie)."""
     forward = [label for label, m in ctx.models.items() if m.direction == "forward"]
 

@@ -547,3 +547,50 @@ def _cmdline(proc: Path) -> str:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path, snapshots: list[Path]
+) -> None:
+    work, label = relocated_copy(tiny_table1_work, tmp_path / "work"), tiny_model_dir.name
+    # run 2 of (a) was killed after 3 MERT iterations; run 2 of (b) was killed before any
+    (work / "tune-a-2" / "mert").mkdir(parents=True)
+    (work / "tune-a-2" / "mert" / "finished_step.txt").write_text("3\n")
+    (work / f"tune-b-{label}-2").mkdir()
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*")}
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "2", "--runs-c", "0")
+    proc = run_table1(*argv, "--plan")
+    assert proc.returncode == 0, proc.stderr
+    states = dict(line.split(maxsplit=1) for line in proc.stdout.split("\n\n")[0].splitlines())
+    assert list(states) == [
+        "prepare", "filter", f"score-{label}", "tune-a-1", "decode-a-1", f"tune-b-{label}-1",
+        f"decode-b-{label}-1", "tune-a-2", "decode-a-2", f"tune-b-{label}-2",
+        f"decode-b-{label}-2",
+    ]  # fmt: skip
+    record = json.loads((work / "tune-a-1" / "done.json").read_text())
+    assert states["tune-a-1"] == f"done ({record['seconds']:.0f} s)"
+    assert states["tune-a-2"] == "partial: 3 tuning iterations finished"
+    assert states[f"tune-b-{label}-2"] == "partial: runs again from its start"
+    assert states["decode-a-2"] == "to do"
+    assert "steps: 11, 7 done, 2 partial, 2 to do" in proc.stdout
+    assert "tunings: 4, 2 done, 2 partial, 0 to do" in proc.stdout
+    # another model and (f): planned, and nothing recorded, nothing run
+    more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
+    proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(rf"^score-{re.escape(snapshots[0].name)} +to do$", proc.stdout, re.M)
+    assert "tune-f-" in proc.stdout and "extend-" in proc.stdout
+    assert {p: p.stat().st_mtime_ns for p in work.rglob("*")} == before
+    # a folder of other settings is refused as a run would refuse it
+    proc = run_table1(*argv, "--plan", "--top-k", "3")
+    assert proc.returncode == 1
+    assert "was made with other settings (top_k)" in proc.stderr
+    # a work folder not made yet: every step to do, and the folder is not made
+    fresh = tmp_path / "fresh"
+    proc = run_table1(*table1_argv(TINY_SYSTEM, [tiny_model_dir], fresh, "--plan"))
+    assert proc.returncode == 0, proc.stderr
+    # prepare, filter, the (b) and (c) tables; each of 3 runs: (a), (b) with (d)'s pruning
+    # after it, (c), each decoded: 4 + 3 x 8
+    assert "steps: 28, 0 done, 0 partial, 28 to do" in proc.stdout
+    assert "tunings: 9, 0 done, 0 partial, 9 to do" in proc.stdout
+    assert not fresh.exists()
