@@ -38,7 +38,7 @@ from typing import Any
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import sacrebleu_score
 from rescorer.experiments.layout import read_lines
-from rescorer.experiments.steps import Step, StepError, WorkDir
+from rescorer.experiments.steps import Step, StepError, WorkDir, check_work_folder
 from rescorer.experiments.tools import MosesTools, multi_bleu
 from rescorer.io.outputs import write_text
 from rescorer.moses.ini import read_ini
@@ -69,6 +69,7 @@ class BaselineConfig:
 
 def run_baseline(cfg: BaselineConfig, *, echo: Callable[[str], None] | None = None) -> dict:
     """Run every step not done yet; returns the evaluate step's record."""
+    check_work_folder(cfg.work)
     tools = MosesTools(cfg.moses)
     _check(cfg, tools)
     work = WorkDir(cfg.work, echo=echo, prog="baseline")

@@ -228,6 +228,12 @@ def _say(message: str) -> None:
         sys.stderr.flush()
 
 
+def check_work_folder(root: Path) -> None:
+    """Refuse a work folder path that names something other than a folder (a file, say)."""
+    if root.exists() and not root.is_dir():
+        raise RescorerError(f"{root}: not a folder (expected a work folder, made if missing)")
+
+
 class WorkDir:
     """The work directory of an experiment: runs steps once, reports progress on stderr."""
 
@@ -236,7 +242,11 @@ class WorkDir:
     ) -> None:
         self.root = root
         self.prog = prog
-        self.root.mkdir(parents=True, exist_ok=True)
+        check_work_folder(root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RescorerError(f"{root}: cannot make the work folder: {exc.strerror}") from exc
         self.say = echo or _say
         self.commands = Commands()
         self._lock_fd: int | None = None

@@ -53,7 +53,7 @@ from rescorer.experiments.evaluate import evaluate
 from rescorer.experiments.layout import Context, Layout
 from rescorer.experiments.models import ModelInfo, model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
-from rescorer.experiments.steps import DONE_FILE, WorkDir
+from rescorer.experiments.steps import DONE_FILE, WorkDir, check_work_folder
 from rescorer.experiments.systems import Model, System, plan
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import read_json_object, write_json
@@ -162,6 +162,7 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
     before it is trained)."""
     check_config(cfg)
     cfg = absolute(cfg)
+    check_work_folder(cfg.work)
     ctx = _Models()
     for path in cfg.models:
         _add_model(ctx, path, "forward", "--model")

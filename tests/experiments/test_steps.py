@@ -11,6 +11,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from conftest import DATA_DIR, ROOT, TINY_SYSTEM
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.steps import StepError, WorkDir
@@ -80,3 +81,26 @@ def test_a_second_driver_on_the_same_work_folder_is_refused(tmp_path: Path) -> N
         holder.wait()
     WorkDir(root).lock()  # the killed holder's lock ended with it
     assert (root / "driver.lock").read_text() == f"{os.getpid()}\n"
+
+
+@pytest.mark.parametrize("script", ["help_system.py", "baseline.py", "table1.py"])
+def test_a_work_folder_that_is_a_file_is_refused_by_name(tmp_path: Path, script: str) -> None:
+    """Each driver (and table1's --plan) says the work path is no folder, without a traceback,
+    and leaves the file as it was."""
+    afile = tmp_path / "work"
+    afile.write_text("not a folder\n")
+    argv = {
+        "help_system.py": ["--work", str(afile)],
+        "baseline.py": [str(DATA_DIR / "tiny-bitext"), "--work", str(afile)],
+        "table1.py": [str(TINY_SYSTEM), "--train", "1m", "--work", str(afile), "--plan"],
+    }[script]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"{afile}: not a folder (expected a work folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert afile.read_text() == "not a folder\n"
