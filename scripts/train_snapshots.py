@@ -4,10 +4,12 @@
 The learning curve of Table 1's second edition (EXPERIMENTS.md) needs the same model at about
 1 h, 3 h and 6 h of training. ``rescorer train --max-time`` budgets one invocation, data loading
 included, and a run may be interrupted (Ctrl-C, SIGTERM, the end of a session) and resumed any
-number of times. This script reads the training time already spent from the model folder's
-resume state, runs ``rescorer train`` (with ``--resume`` once a state exists) up to the next
-milestone, and copies the folder to ``MODEL_DIR@<milestone>`` when it is reached. Run the same
-command again to continue; it does nothing once the last milestone is reached.
+number of times: a SIGINT or SIGTERM sent to this script reaches the training, which saves its
+state and stops, and this script then stops too. This script reads the training time already
+spent from the model folder's resume state, runs ``rescorer train`` (with ``--resume`` once a
+state exists) up to the next milestone, and copies the folder to ``MODEL_DIR@<milestone>`` when
+it is reached. Run the same command again to continue; it does nothing once the last milestone
+is reached.
 
     python scripts/train_snapshots.py runs/curve/fwd --table ../shared/data/en-fr/phrase-table.gz \\
         --snapshot 1h --snapshot 3h --snapshot 6h -- --hidden-size 256 --seed 1
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +56,30 @@ def duration(text: str) -> str:
     except RescorerError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def run_training(cmd: list[str]) -> tuple[int, int]:
+    """Run ``cmd`` (rescorer train) in a session of its own; a SIGINT or SIGTERM sent to this
+    script is passed on to it once per signal received (one: it finishes its update, saves its
+    state and stops; a second: it stops at once), and this waits for it. Returns its exit status
+    and the signal this script received (0 if none). A Ctrl-C in a terminal reaches the
+    training once, through this script: the two never both receive it."""
+    received = 0
+    proc = subprocess.Popen(cmd, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        nonlocal received
+        received = received or signum
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    return rc, received
 
 
 def main() -> int:
@@ -90,7 +117,11 @@ def main() -> int:
             cmd.append("--resume")
         cmd += ["--max-time", f"{int(budget)}s", "--patience", "0", *train_args]
         print("train_snapshots: " + " ".join(cmd), flush=True)
-        rc = subprocess.call(cmd)
+        rc, received = run_training(cmd)
+        if received:
+            name = signal.Signals(received).name
+            print(f"train_snapshots: {name}: the training stopped (exit {rc}); run this again")
+            return 128 + received
         if rc != 0:
             print(f"train_snapshots: rescorer train exited {rc}; run this again to continue")
             return rc
