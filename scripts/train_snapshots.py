@@ -20,11 +20,13 @@ Everything after ``--`` goes to ``rescorer train`` as it is.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -59,13 +61,18 @@ def duration(text: str) -> str:
 
 
 def run_training(cmd: list[str]) -> tuple[int, int]:
-    """Run ``cmd`` (rescorer train) in a session of its own; a SIGINT or SIGTERM sent to this
-    script is passed on to it once per signal received (one: it finishes its update, saves its
-    state and stops; a second: it stops at once), and this waits for it. Returns its exit status
-    and the signal this script received (0 if none). A Ctrl-C in a terminal reaches the
-    training once, through this script: the two never both receive it."""
+    """Run ``cmd`` (rescorer train) in a process group of its own; a SIGINT or SIGTERM sent to
+    this script is passed on to it once per signal received (one: it finishes its update, saves
+    its state and stops; a second: it stops at once), and this waits for it. Returns its exit
+    status and the signal this script received (0 if none). A Ctrl-C in a terminal (sent to
+    the foreground group) reaches the training once, through this script: the two never both
+    receive it. The session stays this script's, so the scheduler's group (autogroup, where
+    ``echo 19 > /proc/PID/autogroup`` makes a background job yield) is the same."""
     received = 0
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    own_group: dict[str, Any] = (
+        {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    )
+    proc = subprocess.Popen(cmd, **own_group)
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal received

@@ -37,6 +37,12 @@ def running(pattern: str) -> list[int]:
     return found
 
 
+def group_and_session(pid: int) -> tuple[int, int]:
+    """A process's group and session ids (/proc/PID/stat's 5th and 6th fields)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[2]), int(fields[3])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_script_stops_the_training_with_its_state_saved(
@@ -62,6 +68,10 @@ def test_a_signal_to_the_script_stops_the_training_with_its_state_saved(
     while not (log.exists() and "pairs_per_s" in log.read_text()):  # updates are being made
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
+    # the training: its own process group (a terminal's Ctrl-C reaches it once, through the
+    # script), the script's session (the scheduler's autogroup, which nice-19 jobs set)
+    (child,) = [pid for pid in running(str(model)) if pid != proc.pid]
+    assert group_and_session(child) == (child, group_and_session(proc.pid)[1])
     proc.send_signal(signum)  # to the script alone, as `kill PID` sends it
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err
