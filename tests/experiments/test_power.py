@@ -3,8 +3,10 @@ second edition's committed results."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import statistics
 
 import pytest
 from conftest import ROOT
@@ -14,6 +16,7 @@ from rescorer.experiments.power import (
     components,
     phi,
     power,
+    replica_variance,
     runs_needed,
     standard_error,
 )
@@ -54,8 +57,21 @@ def test_components_of_the_second_edition_explain_its_intervals() -> None:
     by_name = {s["system"]: s for s in results["systems"]}
     for name, c in found.items():
         lo, hi = by_name[name]["test_vs_baseline"]["interval"]
-        se = standard_error(c.sampling_var, 6542, 6542, c.sd_baseline, c.sd_system, c.runs)
-        assert Z95 * se == pytest.approx((hi - lo) / 2, rel=1e-6)
+        runs = replica_variance(c.sd_baseline, c.sd_system, c.runs)
+        assert Z95 * math.sqrt(c.sampling_var + runs) == pytest.approx((hi - lo) / 2, rel=1e-6)
         assert 0.0 < c.sampling_var < 0.5
     # en-fr's baseline runs gave one output: its spread is 0
     assert found["b-fwd@3h"].sd_baseline == 0.0
+
+
+def test_the_bootstrap_draws_replicas_with_replacement() -> None:
+    """The replica part of the bootstrap interval is the variance of the mean of K draws (with
+    replacement) from the K replicas' values: (K-1)/K of the sample variance, over K. Checked
+    against the exact variance of that mean, enumerated over every draw."""
+    values = [57.87, 58.00, 57.71]
+    k = len(values)
+    means = [statistics.fmean(d) for d in itertools.product(values, repeat=k)]
+    exact = statistics.pvariance(means)
+    assert replica_variance(0.0, statistics.stdev(values), k) == pytest.approx(exact)
+    # sd^2/K, the variance of the mean of K new runs, is more: K/(K-1) of it
+    assert statistics.stdev(values) ** 2 / k == pytest.approx(exact * k / (k - 1))
