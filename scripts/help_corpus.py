@@ -16,7 +16,9 @@ Another language: `--tgt-package libreoffice-help-de --tgt de`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,15 +26,26 @@ from rescorer.errors import RescorerError
 from rescorer.experiments.help_corpus import CorpusConfig, build
 
 
+def corpus_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The corpus's settings (CorpusConfig's fields but its folder), for this script and for
+    scripts/help_system.py."""
+    options = [
+        click.option("--src-package", default="libreoffice-help-en-us", show_default=True),
+        click.option("--tgt-package", default="libreoffice-help-fr", show_default=True),
+        click.option("--src", default="en", show_default=True, help="Suffix of the source files."),
+        click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files."),
+        click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev."),
+        click.option("--test", default=5000, show_default=True, help="Distinct sources in test."),
+        click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-o", "--out", required=True, type=click.Path(path_type=Path), help="Folder.")
-@click.option("--src-package", default="libreoffice-help-en-us", show_default=True)
-@click.option("--tgt-package", default="libreoffice-help-fr", show_default=True)
-@click.option("--src", default="en", show_default=True, help="Suffix of the source files.")
-@click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files.")
-@click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev.")
-@click.option("--test", default=5000, show_default=True, help="Distinct sources in test.")
-@click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed.")
+@corpus_options
 def main(**opts: object) -> None:
     """Build the corpus into --out (downloads kept in OUT/debs and reused)."""
     config = CorpusConfig(**opts)  # type: ignore[arg-type]

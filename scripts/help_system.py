@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import click
+from help_corpus import corpus_options
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig
@@ -36,13 +37,7 @@ HERE = Path(__file__).resolve().parent
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
-@click.option("--src-package", default="libreoffice-help-en-us", show_default=True)
-@click.option("--tgt-package", default="libreoffice-help-fr", show_default=True)
-@click.option("--src", default="en", show_default=True, help="Suffix of the source files.")
-@click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files.")
-@click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev.")
-@click.option("--test", default=5000, show_default=True, help="Distinct sources in test.")
-@click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed.")
+@corpus_options
 @click.option(
     "--moses",
     type=click.Path(file_okay=False, path_type=Path),
