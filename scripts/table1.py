@@ -166,10 +166,12 @@ def main(
         system = work / "baseline" / "system"
         if not plan_only:
             system = build_system(bitext, work, moses, opts)
-        elif not system.is_dir():
+        elif not (system / "moses.ini").is_file():
             click.echo(
-                f"table1: {work / 'baseline'}: the baseline is not built yet; then:", err=True
+                f"baseline  to do: built first from {bitext} in {work / 'baseline'} "
+                "(scripts/baseline.py's steps); the systems' steps are planned once it exists"
             )
+            return
     assert system is not None
     config = Table1Config(
         system=system,

@@ -201,3 +201,18 @@ def test_table1_wants_a_system_or_a_bitext_not_both(tmp_path: Path) -> None:
         )  # fmt: skip
         assert proc.returncode == 2
         assert "give SYSTEM (a Moses system folder) or --bitext CORPUS" in proc.stderr
+
+
+def test_table1_plan_from_a_bitext_says_the_baseline_comes_first(tmp_path: Path) -> None:
+    """--plan with --bitext before the baseline is built: one line, nothing built or made."""
+    work = tmp_path / "w"
+    argv = [sys.executable, str(ROOT / "scripts" / "table1.py"), "--bitext", str(BITEXT)]
+    proc = subprocess.run(
+        [*argv, "--work", str(work), "--train", "1m", "--plan"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"baseline  to do: built first from {BITEXT} in {work}")
+    assert not work.exists()
