@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "extend": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "moses", "job"}
     | {"score", "extend"},
-    "experiments": BASE | {"verdict", "io", "moses", "experiments"},
+    "experiments": BASE | {"verdict", "io", "moses", "job", "experiments"},
     "analysis": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "score", "analysis"},
     "cli": BASE

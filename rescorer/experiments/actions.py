@@ -21,6 +21,7 @@ from rescorer.experiments.systems import System
 from rescorer.experiments.tools import rescorer_argv
 from rescorer.io.inputs import open_text
 from rescorer.io.outputs import write_text
+from rescorer.job.output import record_path
 from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini
 from rescorer.moses.ini_rewrite import absolute_paths, with_feature_paths
 
@@ -138,6 +139,17 @@ def _scores_per_line(table: Path) -> int:
     return 0
 
 
+def _resumed(out: Path) -> list[str]:
+    """``--resume`` when a killed run of this step's command left its progress record (the
+    score and extend steps keep their folders), so a long table goes on from its last chunk;
+    else the command starts over, and a complete OUT that a run killed after it wrote (before
+    the step's record) is made again."""
+    if Path(record_path(str(out))).is_file():
+        return ["--resume"]
+    out.unlink(missing_ok=True)
+    return []
+
+
 def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     """`rescorer score` of the filtered table with the system's models (one ``-m`` each, in
     order, ``--word-penalty`` last), then `rescorer moses-ini`: the shipped weights and
@@ -149,8 +161,11 @@ def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     wp = ["--word-penalty"] if system.word_penalty else []
     models_argv = [arg for m in models for arg in ("-m", m)]
     step.run(
-        rescorer_argv("score", filtered, *models_argv, "-o", table, "-q", *wp, *ctx.cfg.score_args)
-    )
+        rescorer_argv(
+            "score", filtered, *models_argv, "-o", table, "-q", *wp, *ctx.cfg.score_args,
+            *_resumed(table),
+        )
+    )  # fmt: skip
     added = _scores_per_line(table) - _scores_per_line(filtered)
     columns = len(models) + len(wp)
     if added != columns:
@@ -182,7 +197,7 @@ def extend(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     step.run(
         rescorer_argv(
             "extend", scored, *models_argv, "--input", prep / "devtest.src", "--form", "fill-up",
-            "-o", table, "-q", *ctx.cfg.extend_args,
+            "-o", table, "-q", *ctx.cfg.extend_args, *_resumed(table),
         )
     )  # fmt: skip
     added = _scores_per_line(table) - _scores_per_line(scored)

@@ -89,12 +89,17 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     ctx.work.say(f"table1: the best model, for (c)-(f) and MIRA: {ctx.best} ({why})")
     ctx.systems = plan(cfg, list(ctx.models.values()), ctx.best)
     for system in ctx.systems:
+        # Both keep their folders: a killed run's command goes on from its own record.
         name = system.score_step
         if name is not None and name not in ctx.records:
-            ctx.records[name] = step(name, partial(actions.score, ctx, system=system))
+            ctx.records[name] = step(
+                name, partial(actions.score, ctx, system=system), keep_partial=True
+            )
         name = system.extend_step
         if name is not None and name not in ctx.records:
-            ctx.records[name] = step(name, partial(actions.extend, ctx, system=system))
+            ctx.records[name] = step(
+                name, partial(actions.extend, ctx, system=system), keep_partial=True
+            )
     ctx.work.run_chains(
         [partial(_tune_and_decode, ctx, systems, run) for run, systems in _chains(ctx.systems)],
         cfg.jobs,

@@ -53,6 +53,16 @@ class _Point:
     stats: dict[str, Any]
 
 
+def partial_path(out: str) -> str:
+    """Where a streamed job writes OUT until it is complete."""
+    return out + ".partial"
+
+
+def record_path(out: str) -> str:
+    """The progress record that ``--resume`` continues from: it exists once a chunk is done."""
+    return partial_path(out) + ".json"
+
+
 class Output:
     """OUT.partial plus its progress record OUT.partial.json (or stdout, not resumable)."""
 
@@ -66,7 +76,7 @@ class Output:
     ) -> None:
         """``checkpoint_every``: seconds between progress records (0: at every chunk)."""
         self.out = out
-        self.partial, self.record = out + ".partial", out + ".partial.json"
+        self.partial, self.record = partial_path(out), record_path(out)
         self.run_key = json.loads(json.dumps(run_key))
         self.skip_bad_lines = skip_bad_lines
         self.sink: IO[bytes] | None = None
