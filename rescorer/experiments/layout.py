@@ -13,6 +13,8 @@ from rescorer.experiments.systems import Model, System
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.inputs import iter_raw_lines, open_binary, open_text
 
+TABLE_FILE = "phrase-table.gz"  # the table a score or extend step writes in its folder
+
 
 @dataclass
 class Layout:
@@ -31,12 +33,12 @@ class Layout:
     def scored_table(self, system: System) -> Path:
         """The filtered table with ``system``'s new columns (the score step's output)."""
         assert system.score_step is not None
-        return self.root / system.score_step / "phrase-table.gz"
+        return self.root / system.score_step / TABLE_FILE
 
     def extended_table(self, system: System) -> Path:
         """(f): the scored table filled up with the model's own pairs (the extend step's)."""
         assert system.extend_step is not None
-        return self.root / system.extend_step / "phrase-table.gz"
+        return self.root / system.extend_step / TABLE_FILE
 
     def generated_pairs(self, system: System) -> Path:
         """(f): the pairs the extend step added, ``source ||| target`` a line."""

@@ -50,7 +50,7 @@ from rescorer.experiments.config import (
 )
 from rescorer.experiments.curve import write_curve
 from rescorer.experiments.evaluate import evaluate
-from rescorer.experiments.layout import Context, Layout
+from rescorer.experiments.layout import TABLE_FILE, Context, Layout
 from rescorer.experiments.models import ModelInfo, model_warnings, read_model, sha256_file
 from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import DONE_FILE, WorkDir, check_work_folder
@@ -58,6 +58,7 @@ from rescorer.experiments.systems import Model, System, plan
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
+from rescorer.job.output import record_path
 
 __all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_table1"]
 
@@ -216,6 +217,13 @@ def _step_state(work: Path, name: str) -> PlannedStep:
     if name.startswith("tune-") and finished.is_file():
         done = finished.read_text().strip() or "0"
         return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
+    progress = Path(record_path(str(folder / TABLE_FILE)))  # a score or extend step's command
+    if name.startswith(("score-", "extend-")) and progress.is_file():
+        try:
+            line = int(read_json_object(progress, what="a progress record")["next_line"])
+        except (RescorerError, KeyError, TypeError, ValueError):
+            return PlannedStep(name, "partial", detail=f"its record {progress} is unreadable")
+        return PlannedStep(name, "partial", detail=f"goes on from table line {line:,}")
     return PlannedStep(name, "partial", detail="runs again from its start")
 
 

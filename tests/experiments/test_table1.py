@@ -557,6 +557,9 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     (work / "tune-a-2" / "mert").mkdir(parents=True)
     (work / "tune-a-2" / "mert" / "finished_step.txt").write_text("3\n")
     (work / f"tune-b-{label}-2").mkdir()
+    # and its scoring step was killed after a chunk: its command's record says where it was
+    (work / f"score-{label}" / "done.json").unlink()
+    (work / f"score-{label}" / "phrase-table.gz.partial.json").write_text('{"next_line": 1234}')
     before = {p: p.stat().st_mtime_ns for p in work.rglob("*")}
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "2", "--runs-c", "0")
     proc = run_table1(*argv, "--plan")
@@ -572,7 +575,8 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert states["tune-a-2"] == "partial: 3 tuning iterations finished"
     assert states[f"tune-b-{label}-2"] == "partial: runs again from its start"
     assert states["decode-a-2"] == "to do"
-    assert "steps: 11, 7 done, 2 partial, 2 to do" in proc.stdout
+    assert states[f"score-{label}"] == "partial: goes on from table line 1,234"
+    assert "steps: 11, 6 done, 3 partial, 2 to do" in proc.stdout
     assert "tunings: 4, 2 done, 2 partial, 0 to do" in proc.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
