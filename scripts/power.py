@@ -74,17 +74,22 @@ def main(
             need = runs_needed(gain, target, v_s, ref_words, words, sd, sd)
             click.echo(f"| {sd:.2f} | {n:,} | {words:,} | {' | '.join(cells)} | {need or '>100'} |")
     click.echo(
-        f"\nK for {target:.0%} at each system's own measured spreads (sd_a: its baseline's)\n"
+        f"\nK for {target:.0%} at each system's own measured spreads and v_s (sd_a: its "
+        "baseline's; *: runs that all reached one weight vector, so that sd is no measure of "
+        "the tuner's spread)\n"
     )
-    click.echo("| system | sd_a | sd_b | segments | words | K |")
-    click.echo("|---|---:|---:|---:|---:|---:|")
+    click.echo("| system | sd_a | sd_b | v_s | segments | words | K |")
+    click.echo("|---|---:|---:|---:|---:|---:|---:|")
     for c in measured:
+        mark = "*" if c.collapsed else ""
         for n in segments:
             words = round(n * words_per_segment)
-            need = runs_needed(gain, target, v_s, ref_words, words, c.sd_baseline, c.sd_system)
+            need = runs_needed(
+                gain, target, c.sampling_var, ref_words, words, c.sd_baseline, c.sd_system
+            )
             click.echo(
-                f"| {c.system} | {c.sd_baseline:.2f} | {c.sd_system:.2f} | {n:,} | {words:,} "
-                f"| {need or '>100'} |"
+                f"| {c.system}{mark} | {c.sd_baseline:.2f} | {c.sd_system:.2f} | "
+                f"{c.sampling_var:.3f} | {n:,} | {words:,} | {need or '>100'} |"
             )
 
 

@@ -5,6 +5,8 @@ The mean gain over K tuning runs of each system, on a test set of W source words
 
     Var(gain) = v_s * W_ref / W + (sd_a^2 + sd_b^2) / K
 
+(K runs of each system, as planned: :func:`standard_error`, :func:`runs_needed`)
+
 - v_s: the sampling variance of the gain over test sentences, measured on a test set of
   W_ref source words; a sum over sentences, so it shrinks as 1/W when the new test set has the
   same per-word variance (a stated assumption: checked against what the new system gets);
@@ -14,11 +16,12 @@ With the interval mean +- 1.96 SE, a true gain g is found (interval above 0) wit
 Phi(g / SE - 1.96) (normal approximation; Koehn 2004, Clark et al. 2011 for the two parts).
 
 :func:`components` takes v_s and the sd's out of a Table-1 ``results.json``: the bootstrap
-interval there resamples sentences and each system's K replicas (with replacement), so its
-SE^2 = v_s + (K-1)/K (sd_a^2 + sd_b^2)/K. The factor (K-1)/K is the bootstrap's: the mean of K
-replicas drawn from K values varies by their population variance, (K-1)/K of the sample
-variance sd^2, over K. Left out (before 2026-11-26), it took too much from SE^2 and
-underestimated v_s, most at small K (at K = 3, by 2/9 of sd^2 per system).
+interval there resamples sentences and each system's own K_a or K_b replicas (with
+replacement), so its SE^2 = v_s + (K_a-1)/K_a sd_a^2/K_a + (K_b-1)/K_b sd_b^2/K_b. The factor
+(K-1)/K is the bootstrap's: the mean of K replicas drawn from K values varies by their
+population variance, (K-1)/K of the sample variance sd^2, over K. Left out (before
+2026-11-26), it took sd^2/K^2 too much from SE^2 per system and underestimated v_s, most at
+small K (at K = 3, by 1/9 of sd^2 per system).
 """
 
 from __future__ import annotations
@@ -40,11 +43,15 @@ class Components:
     """One system's measured variance parts (BLEU^2) and the test size they were measured on."""
 
     system: str
-    runs: int
+    runs: int  # the system's tuning runs
+    runs_baseline: int  # the baseline's
     sd_system: float  # sd of test BLEU between the system's tuning runs
     sd_baseline: float  # the baseline's
     sampling_var: float  # v_s: the gain's variance over test sentences
     ref_words: int  # W_ref: source words of that test set
+    # the baseline's or the system's runs (two or more) all reached one weight vector: its sd
+    # of 0 says that MERT started from the same weights, not that the tuner does not vary
+    collapsed: bool = False
 
 
 def components(results: dict[str, Any], ref_words: int) -> list[Components]:
@@ -56,27 +63,34 @@ def components(results: dict[str, Any], ref_words: int) -> list[Components]:
         if not versus:
             continue
         base = by_name[s["baseline"]]
-        k = int(versus["pairs"])
         lo, hi = versus["interval"]
         se = (hi - lo) / 2 / Z95
-        runs_var = replica_variance(s["test_sd"], base["test_sd"], k)
+        k_a, k_b = int(base["runs"]), int(s["runs"])
+        runs_var = replica_variance(base["test_sd"], k_a, s["test_sd"], k_b)
         found.append(
             Components(
                 system=s["system"],
-                runs=k,
+                runs=k_b,
+                runs_baseline=k_a,
                 sd_system=s["test_sd"],
                 sd_baseline=base["test_sd"],
                 sampling_var=max(se**2 - runs_var, 0.0),
                 ref_words=ref_words,
+                collapsed=_collapsed(base) or _collapsed(s),
             )
         )
     return found
 
 
-def replica_variance(sd_a: float, sd_b: float, runs: int) -> float:
-    """The part of the bootstrap interval's SE^2 that drawing each system's ``runs``
-    replicas with replacement adds: (K-1)/K of (sd_a^2 + sd_b^2)/K."""
-    return (runs - 1) / runs * (sd_a**2 + sd_b**2) / runs
+def _collapsed(system: dict[str, Any]) -> bool:
+    """Two or more runs, one weight vector (results.json files before 2026-11-26 do not say)."""
+    return int(system["runs"]) > 1 and system.get("distinct_weights", 0) == 1
+
+
+def replica_variance(sd_a: float, runs_a: int, sd_b: float, runs_b: int) -> float:
+    """The part of the bootstrap interval's SE^2 that drawing each system's own replicas with
+    replacement adds: (K-1)/K of sd^2/K for each, K its number of runs."""
+    return sum((k - 1) / k * sd**2 / k for sd, k in ((sd_a, runs_a), (sd_b, runs_b)))
 
 
 def standard_error(

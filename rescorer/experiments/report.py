@@ -140,20 +140,36 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
 def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
     """A sentence on every system whose tuning runs reached fewer distinct weight vectors than
     it has runs (older results.json files do not count them: nothing is said)."""
-    found = [
-        f"({s['letter']}) {s['name']}: {s['runs']} runs, {s['distinct_weights']} distinct"
-        for s in results["systems"]
-        if s.get("distinct_weights", s["runs"]) < s["runs"]
-    ]
+    found = [s for s in results["systems"] if s.get("distinct_weights", s["runs"]) < s["runs"]]
     if not found:
         return []
-    return [
+    listed = "; ".join(
+        f"({s['letter']}) {s['name']}: {s['runs']} runs, {s['distinct_weights']} distinct"
+        for s in found
+    )
+    one = [f"({s['letter']})" for s in found if s["distinct_weights"] == 1]
+    some = [f"({s['letter']})" for s in found if s["distinct_weights"] > 1]
+    said = [
         "",
-        "Tuning runs that reached the same weights (whatever their seeds): "
-        + "; ".join(found)
-        + ". Such replicas add no tuner spread, so for these systems the interval and p measure "
-        "the test sentences' sampling error alone.",
+        f"Tuning runs that reached the same weights (whatever their seeds): {listed}. Identical "
+        "replicas add no tuner spread.",
     ]
+    if one:
+        said[-1] += (
+            f" {_and(one)} reached one weight vector: in {'its' if len(one) == 1 else 'their'}"
+            " comparisons the interval and p take no tuner spread from "
+            f"{'it' if len(one) == 1 else 'them'}, only the other system's and the test "
+            "sentences' sampling error."
+        )
+    if some:
+        said[-1] += (
+            f" For {_and(some)} the spread between runs rests on fewer weight vectors than runs."
+        )
+    return said
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _versus_cells(sig: dict[str, Any] | None) -> list[str]:

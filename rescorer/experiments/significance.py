@@ -145,6 +145,18 @@ def gain_interval(
     level: float = 0.95,
 ) -> tuple[float, float]:
     """The bootstrap percentile interval of :func:`mean_gain` (sentences and replicas drawn)."""
+    gains = bootstrap_gains(baseline, system, trials=trials, seed=seed)
+    tail = (1.0 - level) / 2
+    low, high = np.quantile(gains, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_gains(
+    baseline: np.ndarray, system: np.ndarray, *, trials: int = 10000, seed: int = 1
+) -> np.ndarray:
+    """[trials] :func:`mean_gain` on bootstrap samples: each trial draws the S sentences with
+    replacement, and each system's K replicas with replacement (its own K: K_base and K_ours
+    may differ), and takes the mean BLEU of the drawn replicas on the drawn sentences."""
     k_base, s, w = baseline.shape
     k_ours = system.shape[0]
     if system.shape[1:] != (s, w) or not k_base or not k_ours:
@@ -172,9 +184,7 @@ def gain_interval(
             axis=1
         ) - np.take_along_axis(base_bleu, pick_base, axis=1).mean(axis=1)
         done += n
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(gains, [tail, 1.0 - tail])
-    return float(low), float(high)
+    return gains
 
 
 def format_p(p_value: float, trials: int, reached: int, digits: int = 3) -> str:

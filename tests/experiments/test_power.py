@@ -8,9 +8,11 @@ import json
 import math
 import statistics
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
+from rescorer.experiments.bleu import ORDER, STATS_WIDTH, bleu_from_totals
 from rescorer.experiments.power import (
     Z95,
     components,
@@ -20,6 +22,7 @@ from rescorer.experiments.power import (
     runs_needed,
     standard_error,
 )
+from rescorer.experiments.significance import bootstrap_gains
 
 SECOND = ROOT / "docs" / "results" / "table1-2nd" / "results.json"
 
@@ -57,7 +60,7 @@ def test_components_of_the_second_edition_explain_its_intervals() -> None:
     by_name = {s["system"]: s for s in results["systems"]}
     for name, c in found.items():
         lo, hi = by_name[name]["test_vs_baseline"]["interval"]
-        runs = replica_variance(c.sd_baseline, c.sd_system, c.runs)
+        runs = replica_variance(c.sd_baseline, c.runs_baseline, c.sd_system, c.runs)
         assert Z95 * math.sqrt(c.sampling_var + runs) == pytest.approx((hi - lo) / 2, rel=1e-6)
         assert 0.0 < c.sampling_var < 0.5
     # en-fr's baseline runs gave one output: its spread is 0
@@ -72,6 +75,34 @@ def test_the_bootstrap_draws_replicas_with_replacement() -> None:
     k = len(values)
     means = [statistics.fmean(d) for d in itertools.product(values, repeat=k)]
     exact = statistics.pvariance(means)
-    assert replica_variance(0.0, statistics.stdev(values), k) == pytest.approx(exact)
+    assert replica_variance(0.0, 1, statistics.stdev(values), k) == pytest.approx(exact)
     # sd^2/K, the variance of the mean of K new runs, is more: K/(K-1) of it
     assert statistics.stdev(values) ** 2 / k == pytest.approx(exact * k / (k - 1))
+
+
+def test_the_replica_part_matches_the_bootstrap_with_each_systems_own_k() -> None:
+    """The bootstrap of results.json (significance.bootstrap_gains) on replicas whose every
+    sentence is the same: drawing sentences changes nothing, so the gain's variance is the
+    replica part alone, and with K_a = 6 and K_b = 3 it is each system's own (K-1)/K^2 sd^2,
+    not one K's for both (min K would give a third more)."""
+    rng = np.random.default_rng(0)
+    s = 40  # sentences
+
+    def replicas(k: int) -> np.ndarray:
+        one = np.zeros((k, 1, STATS_WIDTH))  # [K, 1, W]: one sentence's statistics per replica
+        one[:, :, :2] = 10  # hypothesis and reference length
+        one[:, :, 2 : 2 + ORDER] = rng.integers(4, 9, size=(k, 1, ORDER))  # matches
+        one[:, :, 2 + ORDER :] = 10  # n-grams of each order
+        return np.repeat(one, s, axis=1)  # [K, S, W]
+
+    base, ours = replicas(6), replicas(3)
+    bleus = {
+        name: [float(bleu_from_totals(r.sum(axis=0))) for r in stats]
+        for name, stats in (("a", base), ("b", ours))
+    }
+    sd_a, sd_b = statistics.stdev(bleus["a"]), statistics.stdev(bleus["b"])
+    gains = bootstrap_gains(base, ours, trials=20000, seed=3)
+    expected = replica_variance(sd_a, 6, sd_b, 3)
+    assert float(np.var(gains)) == pytest.approx(expected, rel=0.05)
+    one_k = replica_variance(sd_a, 3, sd_b, 3)  # the old min(K) for both
+    assert abs(one_k - expected) > 0.1 * expected

@@ -89,6 +89,16 @@ def test_runs_that_reached_the_same_weights_are_named() -> None:
     note = next(line for line in results_markdown(results).splitlines() if "same weights" in line)
     assert "(a) a: 2 runs, 1 distinct; (f) f-fwd@3h: 2 runs, 1 distinct." in note
     assert "b-fwd@3h" not in note
+    # one vector: no tuner spread from that system; a few: the spread rests on them
+    assert "(a) and (f) reached one weight vector" in note
+    assert "rests on" not in note
+    results["systems"].append(
+        system("c-fwd@3h", "c", "mert", ["fwd@3h"], runs=3, distinct_weights=2)
+    )
+    note = next(line for line in results_markdown(results).splitlines() if "same weights" in line)
+    assert "(c) c-fwd@3h: 3 runs, 2 distinct" in note
+    assert "For (c) the spread between runs rests on fewer weight vectors than runs." in note
+    assert "sampling error alone" not in note
 
 
 def test_the_weights_table_has_a_row_per_weight_and_a_column_per_system() -> None:

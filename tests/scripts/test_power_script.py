@@ -4,7 +4,6 @@ that each system's own measured spreads need."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 from click.testing import CliRunner
@@ -34,11 +33,22 @@ def test_each_system_gets_the_k_its_own_spreads_need() -> None:
         for c in components(json.loads(SECOND.read_text(encoding="utf-8")), 6542)
         if "mira" not in c.system
     ]
-    v_s = statistics.median(c.sampling_var for c in measured)
     assert set(rows) == {c.system for c in measured}
     for c in measured:
-        need = runs_needed(0.5, 0.8, v_s, 6542, round(5058 * 14.07), c.sd_baseline, c.sd_system)
+        words = round(5058 * 14.07)
+        need = runs_needed(0.5, 0.8, c.sampling_var, 6542, words, c.sd_baseline, c.sd_system)
         assert rows[c.system][-1] == str(need)
+        assert rows[c.system][3] == f"{c.sampling_var:.3f}"
     # the spreads differ, and so do the K they need (1h: 0.22 needs 4; 6h: 0.66 needs 30)
     assert rows["b-fwd@1h"][-1] == "4"
     assert int(rows["b-fwd@6h"][-1]) > 20
+
+
+def test_a_system_whose_runs_collapsed_is_marked() -> None:
+    """The help pilot's (a) runs all reached one weight vector: (b)'s row says so."""
+    pilot = ROOT / "docs" / "results" / "table1-3rd" / "pilot" / "results.json"
+    args = [str(pilot), "--ref-words", "71168", "--segments", "5058"]
+    result = CliRunner().invoke(power_main, [*args, "--words-per-segment", "14.07"])
+    assert result.exit_code == 0, result.output
+    own = result.output.split("own measured spreads")[1]
+    assert "| b-fwd@1h* |" in own
