@@ -16,12 +16,12 @@ from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
 from rescorer.experiments.layout import Context, count_lines, read_lines
 from rescorer.experiments.models import sha256_file
 from rescorer.experiments.new_pairs import read_generated_pairs, strip_segmentation, write_pairs
-from rescorer.experiments.steps import Step, StepError
+from rescorer.experiments.steps import Step, StepError, WorkDir
 from rescorer.experiments.systems import System
 from rescorer.experiments.tools import rescorer_argv
 from rescorer.io.inputs import open_text
 from rescorer.io.outputs import write_text
-from rescorer.job.output import record_path
+from rescorer.job.output import RESUME_REFUSED, record_path
 from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini
 from rescorer.moses.ini_rewrite import absolute_paths, with_feature_paths
 
@@ -150,6 +150,31 @@ def _resumed(out: Path) -> list[str]:
     return []
 
 
+def _run_resuming(work: WorkDir, step: Step, argv: list[str], out: Path) -> None:
+    """Run a score or extend command that writes ``out``, with ``--resume`` when a killed run
+    left its record (:func:`_resumed`). The command refuses a record it cannot continue
+    before it reads a line (written with other options, say a ``--chunk-bytes`` that another
+    device chose, or damaged): then the step starts over with ``--restart``, and says so."""
+    resume = _resumed(out)
+    start = step.log.stat().st_size if step.log.exists() else 0
+    try:
+        step.run([*argv, *resume])
+    except StepError:
+        if not resume or RESUME_REFUSED not in _log_since(step.log, start):
+            raise
+        why = f"the progress record of {out.name} cannot be resumed (see the log)"
+        step.say_in_log(f"{why}: starting over with --restart")
+        work.say(f"{work.prog}: warning: step {step.name}: {why}; started over")
+        step.run([*argv, "--restart"])
+
+
+def _log_since(log: Path, offset: int) -> str:
+    """What a step's log gained after ``offset`` bytes."""
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", errors="replace")
+
+
 def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     """`rescorer score` of the filtered table with the system's models (one ``-m`` each, in
     order, ``--word-penalty`` last), then `rescorer moses-ini`: the shipped weights and
@@ -160,12 +185,8 @@ def score(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     step.need(filtered, *models)
     wp = ["--word-penalty"] if system.word_penalty else []
     models_argv = [arg for m in models for arg in ("-m", m)]
-    step.run(
-        rescorer_argv(
-            "score", filtered, *models_argv, "-o", table, "-q", *wp, *ctx.cfg.score_args,
-            *_resumed(table),
-        )
-    )  # fmt: skip
+    argv = rescorer_argv("score", filtered, *models_argv, "-o", table, "-q", *wp)
+    _run_resuming(ctx.work, step, [*argv, *ctx.cfg.score_args], table)
     added = _scores_per_line(table) - _scores_per_line(filtered)
     columns = len(models) + len(wp)
     if added != columns:
@@ -194,12 +215,11 @@ def extend(ctx: Context, step: Step, *, system: System) -> dict[str, Any]:
     models = [ctx.models[label].path for label in system.models]
     step.need(scored, prep / "devtest.src", *models)
     models_argv = [arg for m in models for arg in ("-m", m)]
-    step.run(
-        rescorer_argv(
-            "extend", scored, *models_argv, "--input", prep / "devtest.src", "--form", "fill-up",
-            "-o", table, "-q", *ctx.cfg.extend_args, *_resumed(table),
-        )
+    argv = rescorer_argv(
+        "extend", scored, *models_argv, "--input", prep / "devtest.src", "--form", "fill-up",
+        "-o", table, "-q",
     )  # fmt: skip
+    _run_resuming(ctx.work, step, [*argv, *ctx.cfg.extend_args], table)
     added = _scores_per_line(table) - _scores_per_line(scored)
     if added != 1:
         raise StepError(

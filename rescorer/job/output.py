@@ -53,6 +53,12 @@ class _Point:
     stats: dict[str, Any]
 
 
+# How every refusal of a --resume run ends (the record is for other input, model or options,
+# or damaged): a driver that resumes for its user (scripts/table1.py's score and extend steps)
+# recognises it and starts over with --restart.
+RESUME_REFUSED = "add --restart instead of --resume to start over"
+
+
 def partial_path(out: str) -> str:
     """Where a streamed job writes OUT until it is complete."""
     return out + ".partial"
@@ -143,7 +149,7 @@ class Output:
             self._nothing_to_resume(force)
             return fresh
         state = read_json(self.record, what="the progress record of an interrupted run")
-        again = "add --restart instead of --resume to start over"
+        again = RESUME_REFUSED
         problem = record_problem(state)
         if problem:
             raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")

@@ -1,13 +1,19 @@
 """The score and extend steps of table1 keep their folders: a killed run's command goes on with
-``--resume`` from the progress record it left (rescorer.job.output's), and a step that runs
-again without one starts its command over."""
+``--resume`` from the progress record it left (rescorer.job.output's), a step that runs again
+without one starts its command over, and one whose record the command refuses starts over
+with ``--restart`` (real `rescorer score` runs on the bundled sample table)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rescorer.experiments.actions import _resumed
-from rescorer.job.output import partial_path, record_path
+import pytest
+
+from rescorer.experiments.actions import _resumed, _run_resuming
+from rescorer.experiments.steps import Step, StepError, WorkDir
+from rescorer.experiments.tools import rescorer_argv
+from rescorer.io.inputs import open_text
+from rescorer.job.output import RESUME_REFUSED, partial_path, record_path
 
 
 def test_a_record_left_by_a_killed_run_is_resumed(tmp_path: Path) -> None:
@@ -30,3 +36,42 @@ def test_without_a_record_the_command_starts_over(tmp_path: Path) -> None:
 def test_the_record_is_named_as_the_job_names_it(tmp_path: Path) -> None:
     assert record_path(str(tmp_path / "t.gz")) == str(tmp_path / "t.gz.partial.json")
     assert partial_path(str(tmp_path / "t.gz")) == str(tmp_path / "t.gz.partial")
+
+
+def test_a_record_the_command_refuses_is_started_over(
+    tmp_path: Path, sample_table: Path, tiny_model_dir: Path
+) -> None:
+    """A killed run's record that `rescorer score --resume` refuses (here: damaged; on a
+    machine where --device auto picks other chunks: other options) would fail the step on
+    every rerun, and a table1 user cannot add --restart: the step does, and says so."""
+    out = tmp_path / "scored.gz"
+    Path(partial_path(str(out))).write_bytes(b"half a chunk")
+    Path(record_path(str(out))).write_text("{}")  # no valid record
+    said: list[str] = []
+    work = WorkDir(tmp_path / "work", echo=said.append)
+    step = Step("score-tiny", tmp_path)
+    argv = rescorer_argv("score", sample_table, "-m", tiny_model_dir, "-o", out, "-q")
+    _run_resuming(work, step, argv, out)
+    log = step.log.read_text(encoding="utf-8")
+    assert "--resume" in log and RESUME_REFUSED in log
+    assert "starting over with --restart" in log
+    assert said == [
+        "table1: warning: step score-tiny: the progress record of scored.gz cannot be resumed "
+        "(see the log); started over"
+    ]
+    with open_text(str(out)) as got, open_text(str(sample_table)) as given:
+        assert sum(1 for _ in got) == sum(1 for _ in given) == 200
+    assert not Path(partial_path(str(out))).exists()
+    assert not Path(record_path(str(out))).exists()
+
+
+def test_a_command_that_fails_for_another_reason_is_not_started_over(
+    tmp_path: Path, sample_table: Path, tiny_model_dir: Path
+) -> None:
+    out = tmp_path / "scored.gz"
+    Path(record_path(str(out))).write_text("{}")
+    step = Step("score-tiny", tmp_path)
+    argv = rescorer_argv("score", tmp_path / "missing.gz", "-m", tiny_model_dir, "-o", out)
+    with pytest.raises(StepError, match="exited with status"):
+        _run_resuming(WorkDir(tmp_path / "work", echo=print), step, argv, out)
+    assert "--restart" not in step.log.read_text(encoding="utf-8")
