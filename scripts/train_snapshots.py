@@ -4,12 +4,12 @@
 The learning curve of Table 1's second edition (EXPERIMENTS.md) needs the same model at about
 1 h, 3 h and 6 h of training. ``rescorer train --max-time`` budgets one invocation, data loading
 included, and a run may be interrupted (Ctrl-C, SIGTERM, the end of a session) and resumed any
-number of times: a SIGINT or SIGTERM sent to this script reaches the training, which saves its
-state and stops, and this script then stops too. This script reads the training time already
-spent from the model folder's resume state, runs ``rescorer train`` (with ``--resume`` once a
-state exists) up to the next milestone, and copies the folder to ``MODEL_DIR@<milestone>`` when
-it is reached. Run the same command again to continue; it does nothing once the last milestone
-is reached.
+number of times: a SIGINT, SIGTERM or SIGHUP sent to this script reaches the training, which
+saves its state and stops, and this script then stops too. This script reads the training
+time already spent from the model folder's resume state, runs ``rescorer train`` (with
+``--resume`` once a state exists) up to the next milestone, and copies the folder to
+``MODEL_DIR@<milestone>`` when it is reached. Run the same command again to continue; it does
+nothing once the last milestone is reached.
 
     python scripts/train_snapshots.py runs/curve/fwd --table ../shared/data/en-fr/phrase-table.gz \\
         --snapshot 1h --snapshot 3h --snapshot 6h -- --hidden-size 256 --seed 1
@@ -60,29 +60,58 @@ def duration(text: str) -> str:
     return text
 
 
+# What a signal to this script becomes for the training: a hangup (the terminal closed, the
+# ssh connection dropped) stops it as SIGTERM does, its state saved; an ignored SIGHUP (nohup)
+# stays ignored.
+FORWARDED = {
+    signal.SIGINT: signal.SIGINT,
+    signal.SIGTERM: signal.SIGTERM,
+    signal.SIGHUP: signal.SIGTERM,
+}
+
+
 def run_training(cmd: list[str]) -> tuple[int, int]:
-    """Run ``cmd`` (rescorer train) in a process group of its own; a SIGINT or SIGTERM sent to
-    this script is passed on to it once per signal received (one: it finishes its update, saves
-    its state and stops; a second: it stops at once), and this waits for it. Returns its exit
-    status and the signal this script received (0 if none). A Ctrl-C in a terminal (sent to
-    the foreground group) reaches the training once, through this script: the two never both
-    receive it. The session stays this script's, so the scheduler's group (autogroup, where
-    ``echo 19 > /proc/PID/autogroup`` makes a background job yield) is the same."""
+    """Run ``cmd`` (rescorer train) in a process group of its own; a SIGINT, SIGTERM or SIGHUP
+    sent to this script is passed on to it (FORWARDED) once per signal received (one: it
+    finishes its update, saves its state and stops; a second: it stops at once), and this
+    waits for it. Returns its exit status and the signal this script received (0 if none).
+
+    A Ctrl-C in a terminal (sent to the foreground group) reaches the training once, through
+    this script: the two never both receive it. (A signal sent to both at once, as systemd's
+    KillMode=control-group does, reaches it twice: it stops at once, from its last saved state,
+    at most ``--valid-every`` updates back.) The handlers are in place before the training
+    starts, and a signal received before it exists is passed on once it does; an error here
+    ends it too: none is left running. The session stays this script's, so the scheduler's
+    group (autogroup, where ``echo 19 > /proc/PID/autogroup`` makes a background job yield)
+    is the same."""
     received = 0
-    own_group: dict[str, Any] = (
-        {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    )
-    proc = subprocess.Popen(cmd, **own_group)
+    child: list[subprocess.Popen[bytes]] = []
+    early: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
         nonlocal received
         received = received or signum
-        if proc.poll() is None:
-            proc.send_signal(signum)
+        if not child:
+            early.append(signum)
+        elif child[0].poll() is None:
+            child[0].send_signal(FORWARDED[signal.Signals(signum)])
 
-    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    caught = [s for s in FORWARDED if s != signal.SIGHUP or signal.getsignal(s) != signal.SIG_IGN]
+    before = {sig: signal.signal(sig, forward) for sig in caught}
+    own_group: dict[str, Any] = (
+        {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    )
     try:
-        rc = proc.wait()
+        child.append(subprocess.Popen(cmd, **own_group))
+        proc = child[0]
+        for signum in early:
+            proc.send_signal(FORWARDED[signal.Signals(signum)])
+        try:
+            rc = proc.wait()
+        except BaseException:
+            proc.terminate()  # it saves its state and stops
+            proc.wait()
+            raise
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)

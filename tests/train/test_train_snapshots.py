@@ -44,7 +44,7 @@ def group_and_session(pid: int) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_script_stops_the_training_with_its_state_saved(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
@@ -62,6 +62,7 @@ def test_a_signal_to_the_script_stops_the_training_with_its_state_saved(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),  # not nohup's
     )
     log = model / "train.log.jsonl"
     deadline = time.monotonic() + 240
@@ -72,7 +73,7 @@ def test_a_signal_to_the_script_stops_the_training_with_its_state_saved(
     # script), the script's session (the scheduler's autogroup, which nice-19 jobs set)
     (child,) = [pid for pid in running(str(model)) if pid != proc.pid]
     assert group_and_session(child) == (child, group_and_session(proc.pid)[1])
-    proc.send_signal(signum)  # to the script alone, as `kill PID` sends it
+    proc.send_signal(signum)  # to the script alone, as `kill PID` (or a hangup) sends it
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signum, err
     assert f"train_snapshots: {signum.name}: the training stopped" in out
