@@ -23,6 +23,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from help_corpus import corpus_options
@@ -50,20 +51,15 @@ HERE = Path(__file__).resolve().parent
 @click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")
 def main(
     work: Path,
-    src_package: str,
-    tgt_package: str,
-    src: str,
-    tgt: str,
-    dev: int,
-    test: int,
-    seed: int,
     moses: Path,
     max_iterations: int,
     threads: int,
     mert_seed: int | None,
+    **corpus_opts: Any,
 ) -> None:
     """Build the corpus into WORK/corpus and a tuned Moses baseline from it in WORK/baseline."""
-    corpus = CorpusConfig(work / "corpus", src_package, tgt_package, src, tgt, dev, test, seed)
+    # corpus_options are named as CorpusConfig's fields (help_corpus.py passes them so too)
+    corpus = CorpusConfig(out=work / "corpus", **corpus_opts)
     baseline = BaselineConfig(
         corpus=corpus.out,
         work=work / "baseline",

@@ -92,3 +92,12 @@ def test_one_command_builds_the_corpus_and_the_tuned_system_and_goes_on_where_it
     assert f"help-system: error: {work / 'corpus'} was built with" in other.stderr
     assert "use another work folder" in other.stderr
     assert (work / "corpus" / "train.en").stat().st_mtime_ns == built
+
+    # a corpus that help_corpus.py built without this command (no step record): its
+    # corpus.json says how, and other settings are refused all the same
+    (work / "corpus" / "done.json").unlink()
+    older = run(work, "--test", "4")
+    assert older.returncode == 1
+    assert f"help-system: error: {work / 'corpus'} was built with" in older.stderr
+    assert "'test': 3" in older.stderr and "'test': 4" in older.stderr
+    assert (work / "corpus" / "train.en").stat().st_mtime_ns == built
