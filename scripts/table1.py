@@ -39,7 +39,8 @@ from rescorer.cli.common import (
     interrupt_status,
 )
 from rescorer.errors import RescorerError
-from rescorer.experiments.baseline import BaselineConfig, run_baseline
+from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
+from rescorer.experiments.steps import check_work_folder
 from rescorer.experiments.table1 import PlannedStep, Table1Config, plan_table1, run_table1
 
 HERE = Path(__file__).resolve().parent
@@ -166,7 +167,12 @@ def main(
         system = work / "baseline" / "system"
         if not plan_only:
             system = build_system(bitext, work, moses, opts)
-        elif not (system / "moses.ini").is_file():
+        elif not baseline_built(work / "baseline"):
+            try:
+                check_work_folder(work)
+            except RescorerError as exc:
+                click.echo(f"table1: error: {exc}", err=True)
+                sys.exit(1)
             click.echo(
                 f"baseline  to do: built first from {bitext} in {work / 'baseline'} "
                 "(scripts/baseline.py's steps); the systems' steps are planned once it exists"

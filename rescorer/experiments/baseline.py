@@ -38,7 +38,7 @@ from typing import Any
 from rescorer.errors import RescorerError
 from rescorer.experiments.bleu import sacrebleu_score
 from rescorer.experiments.layout import read_lines
-from rescorer.experiments.steps import Step, StepError, WorkDir, check_work_folder
+from rescorer.experiments.steps import DONE_FILE, Step, StepError, WorkDir, check_work_folder
 from rescorer.experiments.tools import MosesTools, multi_bleu
 from rescorer.io.outputs import write_text
 from rescorer.moses.ini import read_ini
@@ -79,7 +79,15 @@ def run_baseline(cfg: BaselineConfig, *, echo: Callable[[str], None] | None = No
     model = work.step("train", partial(train_model, cfg, tools, prepared, lm))
     tuned = work.step("tune", partial(tune, cfg, tools, prepared, model), keep_partial=True)
     system = work.step("system", partial(assemble, cfg, prepared, model, tuned, lm))
-    return work.step("evaluate", partial(evaluate, cfg, tools, system))
+    return work.step(LAST_STEP, partial(evaluate, cfg, tools, system))
+
+
+LAST_STEP = "evaluate"  # its record: the baseline is built (WORK/system before it is not)
+
+
+def baseline_built(work: Path) -> bool:
+    """Whether :func:`run_baseline` has finished in ``work`` (nothing is read but the record)."""
+    return (work / LAST_STEP / DONE_FILE).is_file()
 
 
 def _check(cfg: BaselineConfig, tools: MosesTools) -> None:

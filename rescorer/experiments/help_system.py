@@ -68,8 +68,7 @@ def build_help_system(
 ) -> dict[str, Any]:
     """The corpus into ``work/corpus``, then the baseline from it in ``work/baseline``
     (``corpus.out``, and ``baseline.corpus``, ``work``, ``src`` and ``tgt`` are set here, the
-    last two to the corpus's languages); returns the
-    baseline's evaluate record."""
+    last two to the corpus's languages); returns the baseline's evaluate record."""
     wd = WorkDir(work, echo=echo, prog="help-system")
     wd.lock()  # one driver per work folder (the baseline takes its own folder's lock too)
     corpus = dataclasses.replace(corpus, out=work / CORPUS_STEP)

@@ -35,8 +35,9 @@ import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from rescorer.constants import TRAIN_STATE_FILE
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
 from rescorer.experiments.bleu import require_sacrebleu
@@ -135,6 +136,10 @@ def _tuning_step(system: System, run: int) -> str:
     return f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
 
 
+def _decode_step(system: System, run: int) -> str:
+    return f"decode-{system.key}-{run}"
+
+
 def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
     """Tuning run ``run`` of each system in turn (or its pruning, for (d)), then its decoding."""
     for system in systems:
@@ -143,7 +148,7 @@ def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
         ctx.records[name] = ctx.work.step(
             name, partial(action, ctx, system=system, run=run), keep_partial=system.tuned
         )
-        name = f"decode-{system.key}-{run}"
+        name = _decode_step(system, run)
         ctx.records[name] = ctx.work.step(
             name,
             partial(actions.decode, ctx, system=system, run=run),
@@ -156,7 +161,7 @@ class PlannedStep:
     """A step of a configuration and how far it is."""
 
     name: str
-    state: str  # done, partial, to do
+    state: Literal["done", "partial", "to do"]
     seconds: float | None = None  # a finished step's
     detail: str = ""  # a partial tuning's finished iterations
 
@@ -194,7 +199,7 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
                     names.append(name)
         for run, members in _chains(systems):
             for system in members:
-                names += [_tuning_step(system, run), f"decode-{system.key}-{run}"]
+                names += [_tuning_step(system, run), _decode_step(system, run)]
     return [_step_state(cfg.work, name) for name in names], note
 
 
@@ -207,6 +212,9 @@ def _done_record(work: Path, name: str) -> dict[str, Any] | None:
 
 
 def _step_state(work: Path, name: str) -> PlannedStep:
+    """How far a step is, as the run that comes would find it (the actions' own rules: a
+    tuning goes on from MERT's last finished iteration unless it had finished, a training
+    from its saved state, a score or extend command from its progress record)."""
     record = _done_record(work, name)
     if record is not None:
         return PlannedStep(name, "done", float(record["seconds"]))
@@ -214,9 +222,15 @@ def _step_state(work: Path, name: str) -> PlannedStep:
     if not folder.exists():
         return PlannedStep(name, "to do")
     finished = folder / "mert" / "finished_step.txt"
+    if name.startswith("tune-") and (folder / "mert" / "moses.ini").is_file():
+        return PlannedStep(name, "partial", detail="its tuning had finished, its record was "
+                           "lost: runs again from its start")  # fmt: skip
     if name.startswith("tune-") and finished.is_file():
         done = finished.read_text().strip() or "0"
-        return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
+        if done != "0":
+            return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
+    if name == "train" and (folder / "model" / TRAIN_STATE_FILE).is_file():
+        return PlannedStep(name, "partial", detail="goes on from its saved state")
     progress = Path(record_path(str(folder / TABLE_FILE)))  # a score or extend step's command
     if name.startswith(("score-", "extend-")) and progress.is_file():
         try:

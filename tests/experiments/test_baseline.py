@@ -216,3 +216,20 @@ def test_table1_plan_from_a_bitext_says_the_baseline_comes_first(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"baseline  to do: built first from {BITEXT} in {work}")
     assert not work.exists()
+    # a system folder is written before the baseline's last step: not built yet either
+    (work / "baseline" / "system").mkdir(parents=True)
+    (work / "baseline" / "system" / "moses.ini").write_text("[weight]\n")
+    proc = subprocess.run(
+        [*argv, "--work", str(work), "--train", "1m", "--plan"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("baseline  to do")
+    # a work path that is a file is refused, as a run refuses it
+    (tmp_path / "file").write_text("x")
+    proc = subprocess.run(
+        [*argv, "--work", str(tmp_path / "file"), "--train", "1m", "--plan"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    assert f"table1: error: {tmp_path / 'file'}: not a folder" in proc.stderr

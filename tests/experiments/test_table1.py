@@ -30,6 +30,7 @@ from conftest import (
     table1_argv,
 )
 
+from rescorer.constants import TRAIN_STATE_FILE
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.models import read_model, sha256_file
 from rescorer.experiments.new_pairs import strip_segmentation
@@ -557,6 +558,9 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     (work / "tune-a-2" / "mert").mkdir(parents=True)
     (work / "tune-a-2" / "mert" / "finished_step.txt").write_text("3\n")
     (work / f"tune-b-{label}-2").mkdir()
+    # run 1 of (b) had finished its tuning when its record was lost: it tunes again, afresh
+    (work / f"tune-b-{label}-1" / "done.json").unlink()
+    assert (work / f"tune-b-{label}-1" / "mert" / "moses.ini").is_file()
     # and its scoring step was killed after a chunk: its command's record says where it was
     (work / f"score-{label}" / "done.json").unlink()
     (work / f"score-{label}" / "phrase-table.gz.partial.json").write_text('{"next_line": 1234}')
@@ -574,10 +578,13 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert states["tune-a-1"] == f"done ({record['seconds']:.0f} s)"
     assert states["tune-a-2"] == "partial: 3 tuning iterations finished"
     assert states[f"tune-b-{label}-2"] == "partial: runs again from its start"
+    assert states[f"tune-b-{label}-1"] == (
+        "partial: its tuning had finished, its record was lost: runs again from its start"
+    )
     assert states["decode-a-2"] == "to do"
     assert states[f"score-{label}"] == "partial: goes on from table line 1,234"
-    assert "steps: 11, 6 done, 3 partial, 2 to do" in proc.stdout
-    assert "tunings: 4, 2 done, 2 partial, 0 to do" in proc.stdout
+    assert "steps: 11, 5 done, 4 partial, 2 to do" in proc.stdout
+    assert "tunings: 4, 1 done, 3 partial, 0 to do" in proc.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
     proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")
@@ -598,3 +605,9 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert "steps: 28, 0 done, 0 partial, 28 to do" in proc.stdout
     assert "tunings: 9, 0 done, 0 partial, 9 to do" in proc.stdout
     assert not fresh.exists()
+    # a --train step killed after a save goes on from it
+    (fresh / "train" / "model").mkdir(parents=True)
+    (fresh / "train" / "model" / TRAIN_STATE_FILE).write_bytes(b"")
+    proc = run_table1(*table1_argv(TINY_SYSTEM, [], fresh, "--train", "1m", "--plan"))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^train +partial: goes on from its saved state$", proc.stdout, re.M)
