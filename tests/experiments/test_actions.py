@@ -5,6 +5,10 @@ with ``--restart`` (real `rescorer score` runs on the bundled sample table)."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +79,46 @@ def test_a_command_that_fails_for_another_reason_is_not_started_over(
     with pytest.raises(StepError, match="exited with status"):
         _run_resuming(WorkDir(tmp_path / "work", echo=print), step, argv, out)
     assert "--restart" not in step.log.read_text(encoding="utf-8")
+
+
+# `rescorer score` that stops as Ctrl-C would once it has written its first progress record:
+# a run killed in the middle of a table, made by the real command.
+INTERRUPTED = """
+import sys
+from rescorer.job import output
+real = output.Output.checkpoint
+def checkpoint(self, *args):
+    real(self, *args)
+    raise KeyboardInterrupt
+output.Output.checkpoint = checkpoint
+from rescorer.cli import main
+sys.argv[0] = "rescorer"
+main()
+"""
+
+
+def test_a_killed_run_goes_on_to_the_bytes_of_an_uninterrupted_one(
+    tmp_path: Path, sample_table: Path, tiny_model_dir: Path
+) -> None:
+    """The step's command resumes the killed run (no --restart): the table it finishes is the
+    one a run never killed writes."""
+    flags = ["-m", str(tiny_model_dir), "-q", "--chunk-bytes", "8192", "--checkpoint-every", "0"]
+    whole = tmp_path / "whole.gz"
+    subprocess.run(rescorer_argv("score", sample_table, *flags, "-o", whole), check=True)
+    out = tmp_path / "step" / "scored.gz"
+    out.parent.mkdir()
+    killed = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED, "score", str(sample_table), *flags, "-o", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == 130, killed.stderr
+    record = json.loads(Path(record_path(str(out))).read_text(encoding="utf-8"))
+    assert 1 < record["next_line"] <= 200 and not out.exists()  # stopped inside the table
+    said: list[str] = []
+    step = Step("score-tiny", out.parent)
+    argv = rescorer_argv("score", sample_table, *flags, "-o", out)
+    _run_resuming(WorkDir(tmp_path / "work", echo=said.append), step, argv, out)
+    log = step.log.read_text(encoding="utf-8")
+    assert "--resume" in log and "--restart" not in log and said == []
+    assert gzip.decompress(out.read_bytes()) == gzip.decompress(whole.read_bytes())
