@@ -64,7 +64,7 @@ def train(ctx: Context, step: Step) -> dict[str, Any]:
     argv = rescorer_argv(
         "train", table, "-o", model, "--max-time", str(cfg.train_budget), *cfg.train_args
     )
-    if (model / TRAIN_STATE_FILE).is_file():
+    if training_resumes(step.folder):
         argv.append("--resume")
     step.run(argv)
     return {"model": str(model)}
@@ -266,10 +266,7 @@ def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any
     else:
         argv += ["--mertmertargs", f"-r {seed} "]  # mert-moses.pl appends "--sctype" unspaced
     mert = step.folder / "mert"
-    finished = mert / "finished_step.txt"
-    continued = int(finished.read_text().strip() or 0) if finished.is_file() else 0
-    if (mert / "moses.ini").exists():  # it had finished, and its record was lost: afresh
-        continued = 0
+    continued = finished_iterations(mert)
     if continued:
         argv.append("--continue")
     elif mert.exists():
@@ -284,6 +281,21 @@ def tune(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, Any
     if continued:  # the seconds of done.json are then this last invocation's only
         record["continued_after_iteration"] = continued
     return record
+
+
+def finished_iterations(mert: Path) -> int:
+    """The MERT iterations a killed tuning run in ``mert`` goes on from (``--continue``), or 0
+    when it starts afresh: none finished, or the run had finished (``moses.ini``) and its
+    step's record was lost."""
+    finished = mert / "finished_step.txt"
+    if (mert / "moses.ini").exists() or not finished.is_file():
+        return 0
+    return int(finished.read_text().strip() or 0)
+
+
+def training_resumes(folder: Path) -> bool:
+    """Whether the --train step in ``folder`` goes on from a saved state (``--resume``)."""
+    return (folder / "model" / TRAIN_STATE_FILE).is_file()
 
 
 def _weights(ini_path: Path) -> dict[str, list[float]]:

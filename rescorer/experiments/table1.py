@@ -37,7 +37,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from rescorer.constants import TRAIN_STATE_FILE
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
 from rescorer.experiments.bleu import require_sacrebleu
@@ -221,15 +220,14 @@ def _step_state(work: Path, name: str) -> PlannedStep:
     folder = work / name
     if not folder.exists():
         return PlannedStep(name, "to do")
-    finished = folder / "mert" / "finished_step.txt"
-    if name.startswith("tune-") and (folder / "mert" / "moses.ini").is_file():
-        return PlannedStep(name, "partial", detail="its tuning had finished, its record was "
-                           "lost: runs again from its start")  # fmt: skip
-    if name.startswith("tune-") and finished.is_file():
-        done = finished.read_text().strip() or "0"
-        if done != "0":
+    if name.startswith("tune-"):
+        done = actions.finished_iterations(folder / "mert")
+        if done:
             return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
-    if name == "train" and (folder / "model" / TRAIN_STATE_FILE).is_file():
+        if (folder / "mert" / "moses.ini").is_file():
+            return PlannedStep(name, "partial", detail="its tuning had finished, its record "
+                               "was lost: runs again from its start")  # fmt: skip
+    if name == "train" and actions.training_resumes(folder):
         return PlannedStep(name, "partial", detail="goes on from its saved state")
     progress = Path(record_path(str(folder / TABLE_FILE)))  # a score or extend step's command
     if name.startswith(("score-", "extend-")) and progress.is_file():
