@@ -12,18 +12,18 @@ from rescorer.experiments.significance import format_p
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
 
 
-def _p(sig: dict[str, Any] | None, which: str = "") -> str:
+def p_cell(sig: dict[str, Any] | None, which: str = "") -> str:
     """A p cell: MultEval's (``which`` empty) or the shared-coin test's (``_shared_coin``)."""
     if sig is None:
         return "–"
     return format_p(sig[f"p{which}"], sig["trials"], sig[f"reached{which}"])
 
 
-def _interval(sig: dict[str, Any] | None) -> str:
+def interval_cell(sig: dict[str, Any] | None) -> str:
     return "–" if sig is None else f"[{sig['interval'][0]:+.2f}, {sig['interval'][1]:+.2f}]"
 
 
-def _fmt(value: float | int | None, spec: str = ".2f") -> str:
+def fmt_cell(value: float | int | None, spec: str = ".2f") -> str:
     return (
         "–"
         if value is None or (isinstance(value, float) and math.isnan(value))
@@ -31,7 +31,7 @@ def _fmt(value: float | int | None, spec: str = ".2f") -> str:
     )
 
 
-def _row(cells: list[str]) -> str:
+def md_row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
@@ -44,11 +44,11 @@ def _models_table(results: dict[str, Any]) -> list[str]:
     for m in results["models"]:
         best = " (best)" if m["label"] == results["best"] else ""
         cells = [
-            f"{m['label']}{best}", m["direction"], _fmt(m["updates"], ","),
-            _fmt(m["epochs"]), _fmt(m["valid_ppl"]), _fmt(m["unigram_ppl"]),
-            _fmt(m["train_hours"]), f"`{m['weights_sha256']}`", ", ".join(m["systems"]),
+            f"{m['label']}{best}", m["direction"], fmt_cell(m["updates"], ","),
+            fmt_cell(m["epochs"]), fmt_cell(m["valid_ppl"]), fmt_cell(m["unigram_ppl"]),
+            fmt_cell(m["train_hours"]), f"`{m['weights_sha256']}`", ", ".join(m["systems"]),
         ]  # fmt: skip
-        lines.append(_row(cells))
+        lines.append(md_row(cells))
     return lines
 
 
@@ -65,12 +65,12 @@ def _weights_table(results: dict[str, Any]) -> list[str]:
         "Mean tuned weights over each system's runs (as the tuner wrote them; "
         "mert-moses.pl normalises them to sum 1 in absolute value):",
         "",
-        _row(["weight", *(s["system"] for s in systems)]),
+        md_row(["weight", *(s["system"] for s in systems)]),
         "|---|" + "---:|" * len(systems),
     ]
     for name in names:
-        cells = [_fmt(s["weight_means"].get(name), "+.4f") for s in systems]
-        lines.append(_row([name.replace("|", "\\|"), *cells]))
+        cells = [fmt_cell(s["weight_means"].get(name), "+.4f") for s in systems]
+        lines.append(md_row([name.replace("|", "\\|"), *cells]))
     return lines
 
 
@@ -92,7 +92,7 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
             continue
         test, dev = s.get("test_vs_second_baseline"), s.get("dev_vs_second_baseline")
         versus = names[s["second_baseline"]]
-        provenance = _fmt(s["new_weight_means"].get("provenance"), "+.4f")
+        provenance = fmt_cell(s["new_weight_means"].get("provenance"), "+.4f")
         lines += [
             "",
             f"{names[s['system']]}: {s['table_lines']:,} table lines, of which "
@@ -103,14 +103,14 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
             "| system | against | Δ test | 95% interval | Δ pooled | p (test) "
             "| p (test, shared coin, ours) | Δ dev | p (dev) |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-            _row(
+            md_row(
                 [
                     names[s["system"]],
                     versus,
                     *_versus_cells(test),
-                    _p(test, "_shared_coin"),
-                    _fmt(dev["delta"], "+.2f") if dev else "–",
-                    _p(dev),
+                    p_cell(test, "_shared_coin"),
+                    fmt_cell(dev["delta"], "+.2f") if dev else "–",
+                    p_cell(dev),
                 ]
             ),
             "",
@@ -122,8 +122,8 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
         ]
         for r in [*use["runs"], {"run": "mean", **use["mean"]}]:
             spec = ".1f" if r["run"] == "mean" else ","
-            counts = (_fmt(r[k], spec) for k in ("sentences", "pairs", "distinct"))
-            lines.append(_row([str(r["run"]), *counts]))
+            counts = (fmt_cell(r[k], spec) for k in ("sentences", "pairs", "distinct"))
+            lines.append(md_row([str(r["run"]), *counts]))
         for kind, verb in (("helped", "beat"), ("hurt", "lost to")):
             found = use["examples"][kind]
             lines += [
@@ -176,7 +176,8 @@ def _versus_cells(sig: dict[str, Any] | None) -> list[str]:
     """Δ, its interval, Δ pooled and MultEval's p of a test against a baseline."""
     if sig is None:
         return ["–"] * 4
-    return [_fmt(sig["delta"], "+.2f"), _interval(sig), _fmt(sig["pooled_delta"], "+.2f"), _p(sig)]
+    delta, pooled = fmt_cell(sig["delta"], "+.2f"), fmt_cell(sig["pooled_delta"], "+.2f")
+    return [delta, interval_cell(sig), pooled, p_cell(sig)]
 
 
 def _example(e: dict[str, Any], ours: str, theirs: str) -> list[str]:
@@ -222,14 +223,14 @@ def results_markdown(results: dict[str, Any]) -> str:
         weights = s["new_weight_means"]
         cells = [
             f"({s['letter']}) {s['name']}", str(s["runs"]), f"{s['table_lines']:,}",
-            f"{_fmt(s['dev_mean'])} ± {_fmt(s['dev_sd'])}",
-            f"{_fmt(s['test_mean'])} ± {_fmt(s['test_sd'])}",
-            _fmt(test["delta"], "+.2f") if test else "–", _interval(test),
-            _fmt(test["pooled_delta"], "+.2f") if test else "–", _p(test),
-            _p(test, "_shared_coin"), _fmt(dev["delta"], "+.2f") if dev else "–",
-            _p(dev), *(_fmt(weights.get(c), ".4f") for c in COLUMNS),
+            f"{fmt_cell(s['dev_mean'])} ± {fmt_cell(s['dev_sd'])}",
+            f"{fmt_cell(s['test_mean'])} ± {fmt_cell(s['test_sd'])}",
+            fmt_cell(test["delta"], "+.2f") if test else "–", interval_cell(test),
+            fmt_cell(test["pooled_delta"], "+.2f") if test else "–", p_cell(test),
+            p_cell(test, "_shared_coin"), fmt_cell(dev["delta"], "+.2f") if dev else "–",
+            p_cell(dev), *(fmt_cell(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip
-        lines.append(_row(cells))
+        lines.append(md_row(cells))
     lines += _collapsed_replicas(results)
     lines += _extended_tables(results)
     lines += _weights_table(results)
@@ -248,11 +249,11 @@ def results_markdown(results: dict[str, Any]) -> str:
             for part in ("dev_tuned", "dev_rest"):
                 sig = s.get(f"{part}_vs_baseline")
                 cells += [
-                    f"{_fmt(s[f'{part}_mean'])} ± {_fmt(s[f'{part}_sd'])}",
-                    _fmt(sig["delta"], "+.2f") if sig else "–",
-                    _p(sig),
+                    f"{fmt_cell(s[f'{part}_mean'])} ± {fmt_cell(s[f'{part}_sd'])}",
+                    fmt_cell(sig["delta"], "+.2f") if sig else "–",
+                    p_cell(sig),
                 ]
-            lines.append(_row(cells))
+            lines.append(md_row(cells))
     lines += [
         "",
         "| system | run | seed | iterations | dev BLEU | test BLEU | dev multi-bleu | test "
@@ -265,9 +266,9 @@ def results_markdown(results: dict[str, Any]) -> str:
             r["system"], str(r["run"]), str(r["seed"]), str(r["iterations"]),
             f"{r['dev_bleu']:.2f}", f"{r['test_bleu']:.2f}",
             f"{r['dev_multi_bleu']:.2f}", f"{r['test_multi_bleu']:.2f}",
-            *(_fmt(r["new_weights"].get(c), ".4f") for c in COLUMNS),
-            f"{r['table_lines']:,}", _fmt(r["tune_seconds"], ".0f"),
-            _fmt(r["decode_seconds"], ".0f"),
+            *(fmt_cell(r["new_weights"].get(c), ".4f") for c in COLUMNS),
+            f"{r['table_lines']:,}", fmt_cell(r["tune_seconds"], ".0f"),
+            fmt_cell(r["decode_seconds"], ".0f"),
         ]  # fmt: skip
-        lines.append(_row(cells))
+        lines.append(md_row(cells))
     return "\n".join(lines) + "\n"

@@ -1,0 +1,93 @@
+"""Table 1 on several systems at once, beside the paper's rows: one Markdown table from the
+results.json of several Table-1 work folders (e.g. the en-fr software messages and the help
+prose), each system's rows next to the others' and to the paper's.
+
+Every number comes from the results.json it is read from: a Δ, its interval and its p compare a
+system with the baseline of its own work folder (MIRA's systems with MIRA's baseline), never
+across folders. Rows are matched by kind: the letter, the tuner and the models' labels (so
+``b-fwd@6h`` of one folder sits beside ``b-fwd@6h`` of the other).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rescorer.experiments.report import fmt_cell, interval_cell, md_row, p_cell
+
+# The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
+# also has the CSLM; it has no rows for (d)-(f) or for batch MIRA.
+PAPER_ROWS: dict[str, str] = {
+    "a": "30.64 / 33.30",
+    "b": "31.20 / 33.87",
+    "c": "(CSLM+RNN+WP) 31.50 / 34.54",
+}
+
+KINDS = {
+    "a": "baseline",
+    "b": "+RNN",
+    "c": "+RNN+WP",
+    "d": "+RNN, top-5 table",
+    "e": "+RNN both directions",
+    "f": "table filled up with generated pairs",
+}
+
+
+@dataclass(frozen=True)
+class Edition:
+    """One work folder's results.json, under the name its rows carry (e.g. ``help``)."""
+
+    name: str
+    results: dict[str, Any]
+
+
+def _key(system: dict[str, Any]) -> tuple[int, str, str]:
+    """Where a system's rows go: MERT before MIRA, then by letter, then by models."""
+    return (0 if system["tuner"] == "mert" else 1, system["letter"], "+".join(system["models"]))
+
+
+def editions_table(editions: Sequence[Edition]) -> str:
+    """The editions' sizes and baselines, then every system beside the others', in Markdown."""
+    if not editions:
+        raise ValueError("no results to put side by side")
+    lines = [
+        "| system folder | dev sentences | test sentences | filtered table lines "
+        "| tuners | best model |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for e in editions:
+        r = e.results
+        cells = [
+            e.name, f"{r['sentences']['dev']:,}", f"{r['sentences']['test']:,}",
+            f"{r['tables']['filtered_lines']:,}", ", ".join(sorted(r["tuners"])),
+            str(r["best"] or "–"),
+        ]  # fmt: skip
+        lines.append(md_row(cells))
+    rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for e in editions:
+        for s in e.results["systems"]:
+            rows.setdefault(_key(s), []).append((e.name, s))
+    lines += [
+        "",
+        "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
+        "| p MultEval | p shared coin (ours) | paper dev / test |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    shown: set[tuple[int, str]] = set()  # the kinds whose label and paper cell are written
+    for key in sorted(rows):
+        tuner, letter, models = key
+        for name, s in rows[key]:
+            first = (tuner, letter) not in shown
+            shown.add((tuner, letter))
+            kind = f"({letter}) {KINDS.get(letter, '?')}" + (", batch MIRA" if tuner else "")
+            paper = "–" if tuner else PAPER_ROWS.get(letter, "–")
+            test = s.get("test_vs_baseline")
+            cells = [
+                kind if first else "", models or "–", name, str(s["runs"]),
+                f"{fmt_cell(s['test_mean'])} ± {fmt_cell(s['test_sd'])}",
+                fmt_cell(test["delta"], "+.2f") if test else "–", interval_cell(test),
+                p_cell(test), p_cell(test, "_shared_coin"), paper if first else "",
+            ]  # fmt: skip
+            lines.append(md_row(cells))
+    return "\n".join(lines) + "\n"

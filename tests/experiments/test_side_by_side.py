@@ -1,0 +1,111 @@
+"""Table 1 of several work folders side by side, beside the paper's rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rescorer.experiments.side_by_side import Edition, editions_table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def versus(delta: float, low: float, high: float) -> dict[str, Any]:
+    return {
+        "delta": delta, "interval": [low, high], "p": 75 / 301, "reached": 74,
+        "pooled_delta": delta, "p_shared_coin": 0.5, "reached_shared_coin": 149, "trials": 300,
+        "pairs": 2,
+    }  # fmt: skip
+
+
+def system(key: str, tuner: str, models: list[str], test: float, **more: Any) -> dict[str, Any]:
+    return {
+        "system": key, "letter": key[0], "name": key, "tuner": tuner, "runs": 2,
+        "models": models, "test_mean": test, "test_sd": 0.2, **more,
+    }  # fmt: skip
+
+
+def results(test_lines: int, systems: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "sentences": {"dev": 400, "test": test_lines, "tune": 400},
+        "tables": {"filtered_lines": 1234},
+        "tuners": {"mert": "MERT", "mira": "batch MIRA"},
+        "best": "fwd@6h",
+        "systems": systems,
+    }
+
+
+SOFTWARE = results(800, [
+    system("a", "mert", [], 63.72),
+    system("b-fwd@6h", "mert", ["fwd@6h"], 63.84, test_vs_baseline=versus(0.12, -0.81, 1.0)),
+    system("a-mira", "mira", [], 64.47),
+    system("b-mira-fwd@6h", "mira", ["fwd@6h"], 63.63,
+           test_vs_baseline=versus(-0.84, -1.62, 0.03)),
+])  # fmt: skip
+PROSE = results(5058, [
+    system("a", "mert", [], 57.87),
+    system("b-fwd@1h", "mert", ["fwd@1h"], 57.81, test_vs_baseline=versus(-0.06, -0.25, 0.15)),
+    system("b-fwd@6h", "mert", ["fwd@6h"], 58.20, test_vs_baseline=versus(0.33, 0.05, 0.61)),
+    system("f-fwd@1h", "mert", ["fwd@1h"], 57.82, test_vs_baseline=versus(-0.05, -0.2, 0.11)),
+])  # fmt: skip
+
+
+def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
+    text = editions_table([Edition("en-fr", SOFTWARE), Edition("help", PROSE)])
+    rows = [line for line in text.splitlines() if line.startswith("| (") or line.startswith("|  |")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    order = [(c[0], c[1], c[2]) for c in cells]
+    assert order == [
+        ("(a) baseline", "–", "en-fr"),
+        ("", "–", "help"),
+        ("(b) +RNN", "fwd@1h", "help"),
+        ("", "fwd@6h", "en-fr"),
+        ("", "fwd@6h", "help"),
+        ("(f) table filled up with generated pairs", "fwd@1h", "help"),
+        ("(a) baseline, batch MIRA", "–", "en-fr"),
+        ("(b) +RNN, batch MIRA", "fwd@6h", "en-fr"),
+    ]
+    by_row = {(c[1], c[2], c[0] or "same"): c for c in cells}
+    help_b6 = by_row[("fwd@6h", "help", "same")]
+    assert help_b6[3:8] == ["2", "58.20 ± 0.20", "+0.33", "[+0.05, +0.61]", "0.249"]
+    # the paper's cell once per kind, none for MIRA or the kinds the paper has no row for
+    assert by_row[("–", "en-fr", "(a) baseline")][9] == "30.64 / 33.30"
+    assert by_row[("fwd@6h", "en-fr", "same")][9] == ""  # (b)'s paper cell is on its first row
+    assert by_row[("fwd@1h", "help", "(b) +RNN")][9] == "31.20 / 33.87"
+    assert by_row[("fwd@6h", "en-fr", "(b) +RNN, batch MIRA")][9] == "–"
+    assert by_row[("fwd@1h", "help", "(f) table filled up with generated pairs")][9] == "–"
+    assert "| help | 400 | 5,058 | 1,234 | mert, mira | fwd@6h |" in text
+
+
+def test_no_results_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no results"):
+        editions_table([])
+
+
+def test_script_writes_the_table_and_names_a_bad_argument(tmp_path: Path) -> None:
+    for name, r in (("software", SOFTWARE), ("prose", PROSE)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(r), encoding="utf-8")
+    out = tmp_path / "side.md"
+    script = str(ROOT / "scripts" / "side_by_side.py")
+    argv = [sys.executable, script, "--edition", f"en-fr={tmp_path / 'software.json'}",
+            "--edition", f"help={tmp_path / 'prose.json'}", "-o", str(out)]  # fmt: skip
+    subprocess.run(argv, check=True)
+    assert out.read_text(encoding="utf-8") == editions_table(
+        [Edition("en-fr", SOFTWARE), Edition("help", PROSE)]
+    )
+    bad = subprocess.run(
+        [sys.executable, script, "--edition", str(tmp_path / "software.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert "NAME=RESULTS.json" in bad.stderr
+    missing = subprocess.run(
+        [sys.executable, script, "--edition", f"x={tmp_path / 'none.json'}"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "none.json" in missing.stderr
