@@ -27,6 +27,7 @@ from pathlib import Path
 
 import click
 
+from rescorer.cli.common import moses_option
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig, run_baseline
 
@@ -36,13 +37,7 @@ HERE = Path(__file__).resolve().parent
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("corpus", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
-@click.option(
-    "--moses",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=HERE.parent.parent / "shared" / "tools" / "moses",
-    show_default="../shared/tools/moses",
-    help="The Moses toolkit (bin/, scripts/, mgiza/).",
-)
+@moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
 @click.option("--src", default="en", show_default=True, help="Source language (file suffix).")
 @click.option("--tgt", default="fr", show_default=True, help="Target language (file suffix).")
 @click.option("--tokenized", is_flag=True, help="The corpus is tokenised and lowercased.")

@@ -28,6 +28,7 @@ from typing import Any
 import click
 from help_corpus import corpus_options
 
+from rescorer.cli.common import moses_option
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
@@ -39,13 +40,7 @@ HERE = Path(__file__).resolve().parent
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
 @corpus_options
-@click.option(
-    "--moses",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=HERE.parent.parent / "shared" / "tools" / "moses",
-    show_default="../shared/tools/moses",
-    help="The Moses toolkit (bin/, scripts/, mgiza/).",
-)
+@moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
 @click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
 @click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
 @click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")

@@ -37,6 +37,7 @@ from rescorer.cli.common import (
     check_finite,
     handle_sigterm,
     interrupt_status,
+    moses_option,
 )
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
@@ -83,13 +84,7 @@ HERE = Path(__file__).resolve().parent
     help="An inverse-direction model: system (e), +RNN p(f|e) and p(e|f).",
 )
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
-@click.option(
-    "--moses",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=HERE.parent.parent / "shared" / "tools" / "moses",
-    show_default="../shared/tools/moses",
-    help="The Moses toolkit (bin/, scripts/).",
-)
+@moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/")
 @click.option("--runs", default=3, show_default=True, help="K: tuning runs of (a), (b), (e).")
 @click.option("--runs-c", type=int, help="K of (c) and (d), 0 for none [default: --runs].")
 @click.option(

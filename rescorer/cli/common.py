@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -227,6 +228,18 @@ def compile_option(auto: str) -> Callable[[F], F]:
         default="auto",
         show_default=True,
         help=f"torch.compile the recurrence and softmax (auto: {auto}).",
+    )
+
+
+def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]:
+    """``--moses``: the Moses toolkit folder, ``default`` shown as ../shared/tools/moses (the
+    scripts pass the one beside the repository); ``what`` names the sub-folders used."""
+    return click.option(
+        "--moses",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=default,
+        show_default="../shared/tools/moses",
+        help=f"The Moses toolkit ({what}).",
     )
 
 
