@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
-from rescorer.experiments.layout import Context, count_lines, read_lines
+from rescorer.experiments.layout import Context, Layout, count_lines, read_lines
 from rescorer.experiments.models import sha256_file
 from rescorer.experiments.new_pairs import read_generated_pairs, strip_segmentation, write_pairs
 from rescorer.experiments.steps import Step, StepError, WorkDir
@@ -339,17 +339,17 @@ def decode(ctx: Context, step: Step, *, system: System, run: int) -> dict[str, A
     return {"ini": str(ini), "lines": lines, **record}
 
 
-def decoded_damage(ctx: Context, record: dict[str, Any], *, key: str, run: int) -> str | None:
+def decoded_damage(paths: Layout, record: dict[str, Any], *, key: str, run: int) -> str | None:
     """What is wrong with a finished decode step's output, if anything: each hypothesis file
     must hold one line per sentence (a file cut short would be scored as it is); so must
     (f)'s segmented test output."""
-    outputs = [(ctx.paths.hyp(key, run, part), part) for part in ("dev", "test")]
+    outputs = [(paths.hyp(key, run, part), part) for part in ("dev", "test")]
     if "segmentation" in record:
-        outputs.append((ctx.paths.segmentation(key, run), "test"))
+        outputs.append((paths.segmentation(key, run), "test"))
     for hyp, part in outputs:
         if not hyp.is_file():
             return f"{hyp}: missing"
-        found, expected = count_lines(hyp), count_lines(ctx.paths.prepare / f"{part}.src")
+        found, expected = count_lines(hyp), count_lines(paths.prepare / f"{part}.src")
         if found != expected:
             return f"{hyp}: {found} lines, expected {expected} (one per {part} sentence)"
     return None

@@ -32,6 +32,7 @@ systems (``systems``), the commands of Moses and rescorer (``tools``), the work 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -151,7 +152,7 @@ def _tune_and_decode(ctx: Context, systems: list[System], run: int) -> None:
         ctx.records[name] = ctx.work.step(
             name,
             partial(actions.decode, ctx, system=system, run=run),
-            damaged=partial(actions.decoded_damage, ctx, key=system.key, run=run),
+            damaged=partial(actions.decoded_damage, ctx.paths, key=system.key, run=run),
         )
 
 
@@ -190,6 +191,7 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
         else:
             _add_model(ctx, Path(trained["model"]), "forward", "--train", TRAINED_LABEL)
     names.append("filter")
+    damage: dict[str, Callable[[dict[str, Any]], str | None]] = {}  # the decode steps' checks
     if ctx.models:
         systems = plan(cfg, list(ctx.models.values()), cfg.best or _best_model(ctx))
         for system in systems:
@@ -199,7 +201,10 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
         for run, members in _chains(systems):
             for system in members:
                 names += [_tuning_step(system, run), _decode_step(system, run)]
-    return [_step_state(cfg.work, name) for name in names], note
+                damage[names[-1]] = partial(
+                    actions.decoded_damage, Layout(cfg.work), key=system.key, run=run
+                )
+    return [_step_state(cfg.work, name, damage.get(name)) for name in names], note
 
 
 def _done_record(work: Path, name: str) -> dict[str, Any] | None:
@@ -210,12 +215,18 @@ def _done_record(work: Path, name: str) -> dict[str, Any] | None:
     return record if isinstance(record.get("seconds"), (int, float)) else None
 
 
-def _step_state(work: Path, name: str) -> PlannedStep:
+def _step_state(
+    work: Path, name: str, damaged: Callable[[dict[str, Any]], str | None] | None = None
+) -> PlannedStep:
     """How far a step is, as the run that comes would find it (the actions' own rules: a
     tuning goes on from MERT's last finished iteration unless it had finished, a training
-    from its saved state, a score or extend command from its progress record)."""
+    from its saved state, a score or extend command from its progress record, a finished
+    step whose outputs ``damaged`` finds at fault runs again)."""
     record = _done_record(work, name)
     if record is not None:
+        problem = damaged(record) if damaged is not None else None
+        if problem is not None:
+            return PlannedStep(name, "partial", detail=f"{problem}: runs again from its start")
         return PlannedStep(name, "done", float(record["seconds"]))
     folder = work / name
     if not folder.exists():

@@ -564,6 +564,9 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     # and its scoring step was killed after a chunk: its command's record says where it was
     (work / f"score-{label}" / "done.json").unlink()
     (work / f"score-{label}" / "phrase-table.gz.partial.json").write_text('{"next_line": 1234}')
+    # run 1 of (b)'s decoding finished, then its test output lost its last line: decoded again
+    hyp = work / f"decode-b-{label}-1" / "test.hyp"
+    hyp.write_bytes(b"".join(hyp.read_bytes().splitlines(keepends=True)[:-1]))
     before = {p: p.stat().st_mtime_ns for p in work.rglob("*")}
     argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "2", "--runs-c", "0")
     proc = run_table1(*argv, "--plan")
@@ -582,8 +585,12 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
         "partial: its tuning had finished, its record was lost: runs again from its start"
     )
     assert states["decode-a-2"] == "to do"
+    assert states[f"decode-b-{label}-1"] == (
+        f"partial: {hyp}: 9 lines, expected 10 (one per test sentence): runs again from its start"
+    )
+    assert states["decode-a-1"].startswith("done (")
     assert states[f"score-{label}"] == "partial: goes on from table line 1,234"
-    assert "steps: 11, 5 done, 4 partial, 2 to do" in proc.stdout
+    assert "steps: 11, 4 done, 5 partial, 2 to do" in proc.stdout
     assert "tunings: 4, 1 done, 3 partial, 0 to do" in proc.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
