@@ -12,6 +12,13 @@ import numpy as np
 from rescorer.errors import RescorerError
 from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
+from rescorer.experiments.breakdown import (
+    Group,
+    gains_by_group,
+    length_groups,
+    table_source_words,
+    unknown_groups,
+)
 from rescorer.experiments.config import Table1Config
 from rescorer.experiments.layout import Context, read_lines
 from rescorer.experiments.new_pairs import (
@@ -124,8 +131,14 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
     n_tune = records["prepare"]["sentences"]["tune"]
+    sources = read_lines(prep / "test.src")
+    groups = length_groups(sources) + unknown_groups(
+        sources, table_source_words(str(ctx.paths.filter / "phrase-table.gz"))
+    )
     systems = [
-        _system_entry(ctx, system, [r for r in runs if r["system"] == system.key], stats, n_tune)
+        _system_entry(
+            ctx, system, [r for r in runs if r["system"] == system.key], stats, n_tune, groups
+        )
         for system in ctx.systems
     ]
     models = []
@@ -170,8 +183,10 @@ def _system_entry(
     rows: list[dict[str, Any]],
     stats: dict[tuple[str, str], list[np.ndarray]],
     n_tune: int,
+    groups: Sequence[Group],
 ) -> dict[str, Any]:
-    """A system's line of the table: means, spreads, and the tests against its baseline."""
+    """A system's line of the table: means, spreads, the tests against its baseline, and its
+    test gain in each group of test sentences."""
     entry: dict[str, Any] = {
         "system": system.key,
         "letter": system.letter,
@@ -207,6 +222,14 @@ def _system_entry(
             if base is not None:
                 theirs = np.stack(stats[(base, "dev")])[:, rows_of]
                 entry[f"{part}_vs_baseline"] = _versus(theirs, ours, ctx.cfg)
+    if base is not None:
+        entry["test_by_group"] = gains_by_group(
+            np.stack(stats[(base, "test")]),
+            np.stack(stats[(system.key, "test")]),
+            groups,
+            trials=ctx.cfg.trials,
+            seed=ctx.cfg.seed,
+        )
     entry["new_weight_means"] = _means(rows, "new_weights", column_names(system, ctx.models))
     # Which features moved: every weight's mean over the runs (each run's ini as its tuner
     # wrote it; mert-moses.pl normalises the weights to sum 1 in absolute value).

@@ -137,6 +137,35 @@ def _extended_tables(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _groups_table(results: dict[str, Any]) -> list[str]:
+    """Each system's test gain in each group of test sentences (rescorer.experiments.breakdown)."""
+    systems = [s for s in results["systems"] if s.get("test_by_group")]
+    if not systems:
+        return []
+    names = {s["system"]: f"({s['letter']}) {s['name']}" for s in results["systems"]}
+    groups = systems[0]["test_by_group"]
+    lines = [
+        "",
+        "Where the test gain is: the test sentences by number of source words, and by whether "
+        "a source word is unknown to the phrase table; in each group the baseline's mean BLEU, "
+        "then each system's Δ and its bootstrap 95% interval (small groups, wide intervals; "
+        "no correction for the several groups):",
+        "",
+        md_row(["system", *(f"{g['group']} ({g['sentences']:,})" for g in groups)]),
+        "|---|" + "---:|" * len(groups),
+    ]
+    shown: set[str] = set()
+    for s in systems:
+        base = s["baseline"]
+        if base not in shown:
+            shown.add(base)
+            cells = [fmt_cell(g["baseline"]) for g in s["test_by_group"]]
+            lines.append(md_row([f"{names[base]}: BLEU", *cells]))
+        cells = [f"{fmt_cell(g['delta'], '+.2f')} {interval_cell(g)}" for g in s["test_by_group"]]
+        lines.append(md_row([names[s["system"]], *cells]))
+    return lines
+
+
 def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
     """A sentence on every system whose tuning runs reached fewer distinct weight vectors than
     it has runs (older results.json files do not count them: nothing is said)."""
@@ -232,6 +261,7 @@ def results_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append(md_row(cells))
     lines += _collapsed_replicas(results)
+    lines += _groups_table(results)
     lines += _extended_tables(results)
     lines += _weights_table(results)
     if "dev_rest_mean" in results["systems"][0]:

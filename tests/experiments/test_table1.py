@@ -32,6 +32,7 @@ from conftest import (
 
 from rescorer.constants import TRAIN_STATE_FILE
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
+from rescorer.experiments.breakdown import length_groups, table_source_words, unknown_groups
 from rescorer.experiments.models import read_model, sha256_file
 from rescorer.experiments.new_pairs import strip_segmentation
 from rescorer.moses.ini import read_ini
@@ -177,6 +178,29 @@ def test_the_whole_second_edition_on_a_tiny_real_system(
             for r in range(1, s["runs"] + 1)
         }
         assert s["distinct_weights"] == len(inis)
+    # where the gain is: the test sentences by length and unknown words, each system's gain
+    test_src = lines(TINY_SYSTEM / "test.en")
+    known = table_source_words(str(work / "filter" / "phrase-table.gz"))
+    groups = length_groups(test_src) + unknown_groups(test_src, known)
+    assert sum(len(g.sentences) for g in groups) == 2 * len(test_src)  # two partitions
+    for key, s in systems.items():
+        if s["baseline"] is None:
+            assert "test_by_group" not in s
+            continue
+        assert [(r["group"], r["sentences"]) for r in s["test_by_group"]] == [
+            (g.name, len(g.sentences)) for g in groups
+        ]
+        refs = lines(TINY_SYSTEM / "test.fr")
+        for group, row in zip(groups, s["test_by_group"], strict=True):
+            for which, name in (("system", key), ("baseline", s["baseline"])):
+                bleus = []  # each replica's BLEU on the group's sentences alone
+                for run in range(1, systems[name]["runs"] + 1):
+                    hyps = lines(work / f"decode-{name}-{run}" / "test.hyp")
+                    picked = [(hyps[i], refs[i]) for i in group.sentences]
+                    totals = corpus_stats(*zip(*picked, strict=True)).sum(axis=0)
+                    bleus.append(float(bleu_from_totals(totals)))
+                assert row[which] == pytest.approx(np.mean(bleus), abs=1e-9)
+    assert "Where the test gain is" in (work / "results.md").read_text()
     for key, s in systems.items():  # which features moved: each weight's mean over the runs
         rows = [r["named_weights"] for r in results["runs"] if r["system"] == key]
         assert s["weight_means"] == pytest.approx(

@@ -196,3 +196,28 @@ def test_system_f_is_shown_against_b_with_the_new_pairs_it_used() -> None:
         "  - generated pairs used: pipe → tuyau; the → le",
     ]
     assert any("run 1 lost to run 1 of (b) b-fwd@3h" in ln and ln.endswith("none.") for ln in lines)
+
+
+def test_the_gain_by_group_table_has_each_baseline_once_and_each_system() -> None:
+    def group(name: str, n: int, base: float, delta: float) -> dict[str, Any]:
+        return {"group": name, "sentences": n, "baseline": base, "system": base + delta,
+                "delta": delta, "interval": [delta - 0.5, delta + 0.5]}  # fmt: skip
+
+    groups = [group("1-5 words", 1200, 61.0, 0.2), group("an unknown word", 600, 47.4, -0.1)]
+    results = {
+        **RESULTS,
+        "systems": [
+            system("a", "a", "mert", []),
+            system("b-fwd@3h", "b", "mert", ["fwd@3h"], baseline="a",
+                   test_vs_baseline=versus(0.6, 0.1, 1.1, 0), test_by_group=groups),
+            system("b-fwd@1h", "b", "mert", ["fwd@1h"], baseline="a",
+                   test_vs_baseline=versus(-0.2, -0.9, 0.4, 80), test_by_group=groups),
+        ],
+    }  # fmt: skip
+    text = results_markdown(results)
+    table = text.split("Where the test gain is")[1].split("\n\n")[1].splitlines()
+    assert table[0] == "| system | 1-5 words (1,200) | an unknown word (600) |"
+    assert table[2] == "| (a) a: BLEU | 61.00 | 47.40 |"
+    assert table[3] == "| (b) b-fwd@3h | +0.20 [-0.30, +0.70] | -0.10 [-0.60, +0.40] |"
+    assert len(table) == 5  # the baseline's row once
+    assert "Where the test gain is" not in results_markdown(RESULTS)  # no groups: no table
