@@ -25,6 +25,7 @@ from rescorer.experiments.significance import gain_interval, mean_gain
 from rescorer.io.inputs import iter_raw_lines, open_binary
 
 LENGTH_BOUNDS = (5, 10, 20, 40)  # source words: 1-5, 6-10, 11-20, 21-40, 41 and more
+MIN_GROUP = 50  # sentences: a smaller length group joins its neighbour
 SEPARATOR = b" ||| "
 
 
@@ -36,21 +37,43 @@ class Group:
     sentences: np.ndarray  # [S'] int
 
 
-def length_groups(sources: Sequence[str], bounds: Sequence[int] = LENGTH_BOUNDS) -> list[Group]:
+def length_groups(
+    sources: Sequence[str], bounds: Sequence[int] = LENGTH_BOUNDS, min_sentences: int = MIN_GROUP
+) -> list[Group]:
     """The sentences by number of source words: ``1-5``, ``6-10``, ..., ``41+`` (an empty source
-    line counts as 0 words and goes in the first group); empty groups are left out."""
+    line counts as 0 words and goes in the first group). A group of fewer than ``min_sentences``
+    joins the one below it (``21-40`` and ``41+`` of 31 sentences in all join ``11-20`` to make
+    ``11+``), the first group the one above it; empty groups are left out."""
     lengths = np.array([len(s.split()) for s in sources], dtype=np.int64)
-    groups, low = [], 1
+    spans: list[tuple[int, int | None]] = []  # [low, high] words, high None: no limit
+    low = 1
     for high in (*bounds, None):
-        inside = lengths >= low if high is None else (lengths <= high) & (lengths >= low)
-        if low == 1:
-            inside |= lengths == 0
-        name = f"{low}+" if high is None else f"{low}-{high}"
-        if inside.any():
-            groups.append(Group(f"{name} words", np.flatnonzero(inside)))
+        spans.append((low, high))
         if high is not None:
             low = high + 1
-    return groups
+    members = [
+        np.flatnonzero(
+            ((lengths >= low) | ((lengths == 0) & (low == 1)))
+            & (True if high is None else lengths <= high)
+        )
+        for low, high in spans
+    ]
+    i = len(spans) - 1
+    while i > 0:  # from the top: a small group joins the one below it
+        if 0 < len(members[i]) < min_sentences:
+            spans[i - 1] = (spans[i - 1][0], spans[i][1])
+            members[i - 1] = np.concatenate([members[i - 1], members[i]])
+            del spans[i], members[i]
+        i -= 1
+    if len(spans) > 1 and 0 < len(members[0]) < min_sentences:
+        spans[1] = (spans[0][0], spans[1][1])
+        members[1] = np.concatenate([members[0], members[1]])
+        del spans[0], members[0]
+    return [
+        Group(f"{low}+ words" if high is None else f"{low}-{high} words", np.sort(m))
+        for (low, high), m in zip(spans, members, strict=True)
+        if len(m)
+    ]
 
 
 def table_source_words(table: str) -> set[str]:

@@ -22,14 +22,28 @@ TINY_TABLE = Path(__file__).resolve().parents[1] / "data" / "tiny-system" / "phr
 
 def test_length_groups_cover_every_sentence_once_by_its_words() -> None:
     sources = ["a b", "", " ".join("w" * 1 for _ in range(6)), "x " * 11, "y " * 45, "z " * 20]
-    groups = length_groups(sources)
+    groups = length_groups(sources, min_sentences=1)
     assert [(g.name, g.sentences.tolist()) for g in groups] == [
         ("1-5 words", [0, 1]),  # an empty line counts in the first group
         ("6-10 words", [2]),
         ("11-20 words", [3, 5]),
         ("41+ words", [4]),  # 21-40 is empty: left out
     ]
-    assert [g.name for g in length_groups(["a"] * 3, bounds=(1,))] == ["1-1 words"]
+    assert [g.name for g in length_groups(["a"] * 3, bounds=(1,), min_sentences=1)] == ["1-1 words"]
+
+
+def test_a_small_length_group_joins_its_neighbour() -> None:
+    """en-fr's test set: 29 sentences of 21-40 words and 2 of 41 or more."""
+    counts = {3: 60, 8: 60, 15: 40, 30: 29, 50: 2}  # words: sentences
+    sources = [" ".join(["w"] * words) for words, n in counts.items() for _ in range(n)]
+    groups = length_groups(sources, min_sentences=50)
+    assert [(g.name, len(g.sentences)) for g in groups] == [
+        ("1-5 words", 60), ("6-10 words", 60), ("11+ words", 71),
+    ]  # fmt: skip
+    assert groups[2].sentences.tolist() == list(range(120, 191))
+    # a small first group joins the one above it
+    groups = length_groups(["a"] * 3 + ["w " * 8] * 60, min_sentences=50)
+    assert [(g.name, len(g.sentences)) for g in groups] == [("1-10 words", 63)]
 
 
 def test_unknown_words_are_those_in_no_source_phrase_of_the_real_table() -> None:
