@@ -9,8 +9,7 @@ Example (the en-fr software messages, en-fr's (f), and the help prose):
 
     python scripts/side_by_side.py --edition en-fr=docs/results/table1-2nd/results.json \
         --edition "en-fr (f)=docs/results/table1-enfr-f/results.json" \
-        --edition help=docs/results/table1-3rd/results.json \
-        -o docs/results/table1-3rd/side-by-side.md
+        --edition help=docs/results/table1-3rd/f-fwd@1h/results.json
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from pathlib import Path
 import click
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.side_by_side import Edition, editions_table
+from rescorer.experiments.side_by_side import Edition, check_results, editions_table
 from rescorer.io.outputs import write_text
 
 
@@ -33,11 +32,12 @@ def _edition(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
         if not sep or not name or not path:
             raise click.BadParameter(f"{value!r}: expected NAME=RESULTS.json", ctx, param)
         try:
-            results = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise click.BadParameter(f"{path}: {e}", ctx, param) from e
-        if not isinstance(results, dict) or "systems" not in results:
-            raise click.BadParameter(f"{path}: not a Table-1 results.json", ctx, param)
+            results = check_results(json.loads(Path(path).read_text(encoding="utf-8")), path)
+        except OSError as e:
+            raise click.BadParameter(f"{path}: {e.strerror}", ctx, param) from e
+        except ValueError as e:  # not JSON, or not a results.json this version reads
+            raise click.BadParameter(str(e) if str(e).startswith(path) else f"{path}: {e}",
+                                     ctx, param) from e  # fmt: skip
         editions.append(Edition(name, results))
     return editions
 

@@ -8,7 +8,7 @@ mean BLEU of the system's replicas minus the baseline's on that group's sentence
 bootstrap interval as the whole test set's
 (:func:`rescorer.experiments.significance.gain_interval`).
 The groups are small, so their intervals are wide: read them as where a gain would show, not
-as tests of their own (seven of them, no correction for the multiple comparisons).
+as tests of their own (up to seven of them, no correction for the multiple comparisons).
 
 Torch-free: statistics are ``[K, S, STATS_WIDTH]`` arrays (:mod:`rescorer.experiments.bleu`).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,54 +44,61 @@ def length_groups(
     """The sentences by number of source words: ``1-5``, ``6-10``, ..., ``41+`` (an empty source
     line counts as 0 words and goes in the first group). A group of fewer than ``min_sentences``
     joins the one below it (``21-40`` and ``41+`` of 31 sentences in all join ``11-20`` to make
-    ``11+``), the first group the one above it; empty groups are left out."""
-    lengths = np.array([len(s.split()) for s in sources], dtype=np.int64)
+    ``11+``), a small first group the one above it, until no group is small or one is left;
+    empty groups are left out first (a merged group is named from its lowest non-empty bucket to
+    its highest: sentences of 1 to 16 words make ``1-20``, not ``1-40``)."""
+    lengths = np.array([len(_words(s)) for s in sources], dtype=np.int64)
     spans: list[tuple[int, int | None]] = []  # [low, high] words, high None: no limit
     low = 1
     for high in (*bounds, None):
         spans.append((low, high))
         if high is not None:
             low = high + 1
-    members = [
-        np.flatnonzero(
-            ((lengths >= low) | ((lengths == 0) & (low == 1)))
-            & (True if high is None else lengths <= high)
-        )
-        for low, high in spans
-    ]
-    i = len(spans) - 1
-    while i > 0:  # from the top: a small group joins the one below it
-        if 0 < len(members[i]) < min_sentences:
-            spans[i - 1] = (spans[i - 1][0], spans[i][1])
-            members[i - 1] = np.concatenate([members[i - 1], members[i]])
-            del spans[i], members[i]
-        i -= 1
-    if len(spans) > 1 and 0 < len(members[0]) < min_sentences:
-        spans[1] = (spans[0][0], spans[1][1])
-        members[1] = np.concatenate([members[0], members[1]])
-        del spans[0], members[0]
+    groups = []  # the non-empty spans and their sentences, shortest first
+    for low, high in spans:
+        inside = (lengths >= low) | ((lengths == 0) & (low == 1))
+        if high is not None:
+            inside &= lengths <= high
+        if inside.any():
+            groups.append(((low, high), np.flatnonzero(inside)))
+    while len(groups) > 1:
+        small = [i for i, (_, m) in enumerate(groups) if len(m) < min_sentences]
+        if not small:
+            break
+        i = small[-1]  # the longest small group joins the group below it; the first, above
+        j = i - 1 if i > 0 else 1
+        a, b = sorted((i, j))
+        (low, _), (_, high) = groups[a][0], groups[b][0]
+        groups[a] = ((low, high), np.sort(np.concatenate([groups[a][1], groups[b][1]])))
+        del groups[b]
     return [
-        Group(f"{low}+ words" if high is None else f"{low}-{high} words", np.sort(m))
-        for (low, high), m in zip(spans, members, strict=True)
-        if len(m)
+        Group(f"{low}+ words" if high is None else f"{low}-{high} words", m)
+        for (low, high), m in groups
     ]
 
 
-def table_source_words(table: str) -> set[str]:
-    """Every word of every source phrase of a Moses phrase table (plain or gzip)."""
+def _words(line: str) -> list[bytes]:
+    """A line's words as Moses reads them: split on ASCII white space (not on U+00A0)."""
+    return line.encode("utf-8").split()
+
+
+def table_source_words(table: str) -> set[bytes]:
+    """Every word of every source phrase of a Moses phrase table (plain or gzip), as bytes. A
+    word found only inside longer phrases counts: the decoder may still copy it through where
+    those phrases do not match."""
     words: set[bytes] = set()
     with open_binary(table) as stream:
         for line in iter_raw_lines(stream, table):
             source, sep, _ = line.partition(SEPARATOR)
             if sep:
                 words.update(source.split())
-    return {w.decode("utf-8", errors="replace") for w in words}
+    return words
 
 
-def unknown_groups(sources: Sequence[str], known: set[str]) -> list[Group]:
+def unknown_groups(sources: Sequence[str], known: set[bytes]) -> list[Group]:
     """The sentences whose every source word the table knows, and those with an unknown one;
     empty groups are left out."""
-    unknown = np.array([any(w not in known for w in s.split()) for s in sources], dtype=bool)
+    unknown = np.array([any(w not in known for w in _words(s)) for s in sources], dtype=bool)
     groups = [
         Group("no unknown word", np.flatnonzero(~unknown)),
         Group("an unknown word", np.flatnonzero(unknown)),
@@ -110,10 +118,10 @@ def gains_by_group(
     *,
     trials: int,
     seed: int,
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """For each group: its sentences, the baseline's and the system's mean BLEU on them, the
     gain and its bootstrap interval. ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
     for g in groups:
         ours, theirs = system[:, g.sentences], baseline[:, g.sentences]  # [K, S', W]
         low, high = gain_interval(theirs, ours, trials=trials, seed=seed)

@@ -28,10 +28,17 @@ KINDS = {
     "a": "baseline",
     "b": "+RNN",
     "c": "+RNN+WP",
-    "d": "+RNN, top-5 table",
+    "d": "+RNN, top-K table",
     "e": "+RNN both directions",
     "f": "table filled up with generated pairs",
 }
+
+
+def _kind(letter: str, system: dict[str, Any]) -> str:
+    """A kind of system in words; (d)'s with the K its name gives (``..., top-5 table``)."""
+    if letter == "d" and "top-" in system["name"]:
+        return "+RNN, " + system["name"].split(", ", 1)[-1]
+    return KINDS.get(letter, "?")
 
 
 @dataclass(frozen=True)
@@ -47,8 +54,37 @@ def _key(system: dict[str, Any]) -> tuple[int, str, str]:
     return (0 if system["tuner"] == "mert" else 1, system["letter"], "+".join(system["models"]))
 
 
+SYSTEM_KEYS = ("system", "letter", "name", "tuner", "runs", "models", "test_mean", "test_sd")
+
+
+def check_results(results: object, where: str) -> dict[str, Any]:
+    """``results`` if it has what :func:`editions_table` reads, else a ValueError naming
+    ``where`` and the first thing missing (an older results.json lacks ``tuners``, ``best``
+    and the systems' ``letter`` and ``tuner``)."""
+    if not isinstance(results, dict):
+        raise ValueError(f"{where}: not a JSON object, expected a Table-1 results.json")
+    shape: dict[str, type | tuple[type, ...]] = {
+        "sentences": dict, "tables": dict, "tuners": dict, "best": (str, type(None)),
+    }  # fmt: skip
+    for key, kind in {**shape, "systems": list}.items():
+        if not isinstance(results.get(key), kind):
+            raise ValueError(
+                f"{where}: no {key!r} of the expected kind: not a Table-1 results.json, or "
+                "one from an older scripts/table1.py (run it again on its work folder)"
+            )
+    for field in (("sentences", "dev"), ("sentences", "test"), ("tables", "filtered_lines")):
+        if not isinstance(results[field[0]].get(field[1]), int):
+            raise ValueError(f"{where}: no {field[0]}.{field[1]} (a count)")
+    for i, system in enumerate(results["systems"], 1):
+        missing = [k for k in SYSTEM_KEYS if not isinstance(system, dict) or k not in system]
+        if missing:
+            raise ValueError(f"{where}: system {i} has no {', '.join(missing)}")
+    return results
+
+
 def editions_table(editions: Sequence[Edition]) -> str:
-    """The editions' sizes and baselines, then every system beside the others', in Markdown."""
+    """The editions' sizes and baselines, then every system beside the others', in Markdown.
+    Raises ValueError when there are none."""
     if not editions:
         raise ValueError("no results to put side by side")
     lines = [
@@ -80,7 +116,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
         for name, s in rows[key]:
             first = (tuner, letter) not in shown
             shown.add((tuner, letter))
-            kind = f"({letter}) {KINDS.get(letter, '?')}" + (", batch MIRA" if tuner else "")
+            kind = f"({letter}) {_kind(letter, s)}" + (", batch MIRA" if tuner else "")
             paper = "–" if tuner else PAPER_ROWS.get(letter, "–")
             test = s.get("test_vs_baseline")
             cells = [

@@ -224,7 +224,10 @@ def _step_state(
     step whose outputs ``damaged`` finds at fault runs again)."""
     record = _done_record(work, name)
     if record is not None:
-        problem = damaged(record) if damaged is not None else None
+        try:
+            problem = damaged(record) if damaged is not None else None
+        except RescorerError as exc:  # an output it cannot read: the run redoes the step too
+            problem = str(exc)
         if problem is not None:
             return PlannedStep(name, "partial", detail=f"{problem}: runs again from its start")
         return PlannedStep(name, "done", float(record["seconds"]))

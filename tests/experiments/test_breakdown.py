@@ -44,18 +44,32 @@ def test_a_small_length_group_joins_its_neighbour() -> None:
     # a small first group joins the one above it
     groups = length_groups(["a"] * 3 + ["w " * 8] * 60, min_sentences=50)
     assert [(g.name, len(g.sentences)) for g in groups] == [("1-10 words", 63)]
+    # ... across an empty bucket, and until it is no longer small
+    groups = length_groups(["a"] * 10 + ["w " * 15] * 100, min_sentences=50)
+    assert [(g.name, len(g.sentences)) for g in groups] == [("1-20 words", 110)]
+    groups = length_groups(["a"] * 10 + ["w " * 15] * 10 + ["w " * 45] * 100, min_sentences=50)
+    assert [(g.name, len(g.sentences)) for g in groups] == [("1+ words", 120)]
+    # every group small: one group, named by the buckets its sentences are in
+    tiny = [" ".join(["w"] * n) for n in (1, 2, 2, 6, 6, 7, 8, 8, 11, 16)]  # tiny-system's test
+    assert [(g.name, len(g.sentences)) for g in length_groups(tiny)] == [("1-20 words", 10)]
+    assert [g.name for g in length_groups(["a"] * 30)] == ["1-5 words"]
 
 
 def test_unknown_words_are_those_in_no_source_phrase_of_the_real_table() -> None:
     known = table_source_words(str(TINY_TABLE))
-    assert {"%", "&gt;", "please", "enter"} <= known
-    assert "faliscan" not in known  # a word of the tiny system's test set, copied by Moses
+    assert {b"%", b"&gt;", b"please", b"enter"} <= known
+    assert b"faliscan" not in known  # a word of the tiny system's test set, copied by Moses
     groups = unknown_groups(["please enter", "please faliscan", "enter"], known)
     assert [(g.name, g.sentences.tolist()) for g in groups] == [
         ("no unknown word", [0, 2]),
         ("an unknown word", [1]),
     ]
     assert [g.name for g in unknown_groups(["please"], known)] == ["no unknown word"]
+    # words are split as the table's are, on ASCII white space: U+00A0 joins two words into one
+    assert [g.name for g in unknown_groups(["please\u00a0enter"], known)] == ["an unknown word"]
+    assert [g.name for g in length_groups(["a\u00a0b"] * 2, bounds=(1,), min_sentences=1)] == [
+        "1-1 words"
+    ]
 
 
 def stats(hyps: list[str], refs: list[str]) -> np.ndarray:
@@ -81,5 +95,5 @@ def test_a_group_gain_is_the_gain_on_its_sentences_alone() -> None:
         assert row["delta"] == pytest.approx(expected)
         assert row["system"] - row["baseline"] == pytest.approx(expected)
         low, high = row["interval"]
-        assert low <= high
+        assert low <= row["delta"] <= high
     assert rows[0]["delta"] > 0  # the long sentences are where this system gained

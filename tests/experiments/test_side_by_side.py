@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rescorer.experiments.side_by_side import Edition, editions_table
+from rescorer.experiments.side_by_side import Edition, check_results, editions_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,14 @@ def system(key: str, tuner: str, models: list[str], test: float, **more: Any) ->
     }  # fmt: skip
 
 
+def test_check_results_names_what_is_missing() -> None:
+    assert check_results(SOFTWARE, "x.json") is SOFTWARE
+    with pytest.raises(ValueError, match=r"^x.json: not a JSON object"):
+        check_results([], "x.json")
+    with pytest.raises(ValueError, match=r"^x.json: no tables.filtered_lines"):
+        check_results({**SOFTWARE, "tables": {}}, "x.json")
+
+
 def results(test_lines: int, systems: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "sentences": {"dev": 400, "test": test_lines, "tune": 400},
@@ -46,6 +54,8 @@ SOFTWARE = results(800, [
     system("a-mira", "mira", [], 64.47),
     system("b-mira-fwd@6h", "mira", ["fwd@6h"], 63.63,
            test_vs_baseline=versus(-0.84, -1.62, 0.03)),
+    system("d-fwd@6h", "mert", ["fwd@6h"], 63.87, test_vs_baseline=versus(0.16, -0.79, 1.15),
+           name="+RNN fwd@6h, top-3 table"),
 ])  # fmt: skip
 PROSE = results(5058, [
     system("a", "mert", [], 57.87),
@@ -66,6 +76,7 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
         ("(b) +RNN", "fwd@1h", "help"),
         ("", "fwd@6h", "en-fr"),
         ("", "fwd@6h", "help"),
+        ("(d) +RNN, top-3 table", "fwd@6h", "en-fr"),
         ("(f) table filled up with generated pairs", "fwd@1h", "help"),
         ("(a) baseline, batch MIRA", "–", "en-fr"),
         ("(b) +RNN, batch MIRA", "fwd@6h", "en-fr"),
@@ -109,3 +120,22 @@ def test_script_writes_the_table_and_names_a_bad_argument(tmp_path: Path) -> Non
         capture_output=True, text=True,
     )  # fmt: skip
     assert missing.returncode == 2 and "none.json" in missing.stderr
+    # not JSON; a first edition's results.json (no tuners, systems without letter and tuner)
+    (tmp_path / "cut.json").write_text('{"systems": [', encoding="utf-8")
+    old = {k: v for k, v in SOFTWARE.items() if k != "tuners"}
+    (tmp_path / "old.json").write_text(json.dumps(old), encoding="utf-8")
+    no_letter = {**SOFTWARE, "systems": [{"system": "a", "runs": 5}]}
+    (tmp_path / "first.json").write_text(json.dumps(no_letter), encoding="utf-8")
+    cases = [
+        ("cut", "Expecting"),
+        ("old", "no 'tuners'"),
+        ("first", "system 1 has no letter, name, tuner, models, test_mean"),
+    ]
+    for name, said in cases:
+        path = tmp_path / f"{name}.json"
+        bad = subprocess.run(
+            [sys.executable, script, "--edition", f"x={path}"], capture_output=True, text=True
+        )
+        assert bad.returncode == 2, bad.stderr
+        assert f"{path}: " in bad.stderr and said in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr

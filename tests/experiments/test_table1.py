@@ -182,7 +182,10 @@ def test_the_whole_second_edition_on_a_tiny_real_system(
     test_src = lines(TINY_SYSTEM / "test.en")
     known = table_source_words(str(work / "filter" / "phrase-table.gz"))
     groups = length_groups(test_src) + unknown_groups(test_src, known)
-    assert sum(len(g.sentences) for g in groups) == 2 * len(test_src)  # two partitions
+    n_length = len(length_groups(test_src))
+    for partition in (groups[:n_length], groups[n_length:]):  # each covers every sentence once
+        covered = np.sort(np.concatenate([g.sentences for g in partition]))
+        assert covered.tolist() == list(range(len(test_src)))
     for key, s in systems.items():
         if s["baseline"] is None:
             assert "test_by_group" not in s
@@ -636,6 +639,13 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert "steps: 28, 0 done, 0 partial, 28 to do" in proc.stdout
     assert "tunings: 9, 0 done, 0 partial, 9 to do" in proc.stdout
     assert not fresh.exists()
+    # an output the damage check cannot read: the step shows as one to run again, as a run
+    # would treat it, and --plan does not stop
+    (work / "prepare" / "test.src").rename(work / "prepare" / "test.src.away")
+    proc = run_table1(*argv, "--plan")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^decode-a-1 +partial: .*test.src: cannot open", proc.stdout, re.M)
+    (work / "prepare" / "test.src.away").rename(work / "prepare" / "test.src")
     # a --train step killed after a save goes on from it
     (fresh / "train" / "model").mkdir(parents=True)
     (fresh / "train" / "model" / TRAIN_STATE_FILE).write_bytes(b"")
