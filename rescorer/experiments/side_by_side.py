@@ -88,6 +88,11 @@ def editions_table(editions: Sequence[Edition]) -> str:
     if not editions:
         raise ValueError("no results to put side by side")
     lines = [
+        "Test BLEU (sacreBLEU) ± the sample sd over the K tuning runs. Each Δ, interval (bootstrap "
+        "95%) and p compares a system with the baseline of its own work folder (batch MIRA's "
+        "with MIRA's baseline), never across folders. The paper's rows (Cho et al. 2014, "
+        "Table 1) are English-French news, dev / test.",
+        "",
         "| system folder | dev sentences | test sentences | filtered table lines "
         "| tuners | best model |",
         "|---|---:|---:|---:|---|---|",
