@@ -23,11 +23,10 @@ import numpy as np
 
 from rescorer.experiments.bleu import bleu_from_totals
 from rescorer.experiments.significance import gain_interval, mean_gain
-from rescorer.io.inputs import iter_raw_lines, open_binary
+from rescorer.io.table import source_words
 
 LENGTH_BOUNDS = (5, 10, 20, 40)  # source words: 1-5, 6-10, 11-20, 21-40, 41 and more
 MIN_GROUP = 50  # sentences: a smaller length group joins its neighbour
-SEPARATOR = b" ||| "
 
 
 @dataclass(frozen=True)
@@ -86,13 +85,7 @@ def table_source_words(table: str) -> set[bytes]:
     """Every word of every source phrase of a Moses phrase table (plain or gzip), as bytes. A
     word found only inside longer phrases counts: the decoder may still copy it through where
     those phrases do not match."""
-    words: set[bytes] = set()
-    with open_binary(table) as stream:
-        for line in iter_raw_lines(stream, table):
-            source, sep, _ = line.partition(SEPARATOR)
-            if sep:
-                words.update(source.split())
-    return words
+    return source_words(table)
 
 
 def unknown_groups(sources: Sequence[str], known: set[bytes]) -> list[Group]:

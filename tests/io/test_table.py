@@ -24,6 +24,7 @@ from rescorer.io.table import (
     parse_number,
     parse_raw_line,
     read_table,
+    source_words,
     sources_among,
     split_tokens,
 )
@@ -236,3 +237,14 @@ def test_sources_among_finds_the_table_sources_of_given_phrases(tmp_path: Path) 
     with pytest.raises(InputError, match="found 1 field") as err:
         sources_among(str(bad), {"a"})
     assert err.value.lineno == 2
+
+
+def test_source_words_are_every_word_of_the_source_field_and_a_bad_line_is_named(
+    tmp_path: Path,
+) -> None:
+    table = tmp_path / "t.txt"
+    table.write_bytes(b"a b ||| x ||| 1 ||| ||| 1 1 1\nc ||| a y ||| 1 ||| ||| 1 1 1\n")
+    assert source_words(str(table)) == {b"a", b"b", b"c"}  # target words are not sources
+    table.write_bytes(b"a b ||| x ||| 1 ||| ||| 1 1 1\nno separator here\n")
+    with pytest.raises(InputError, match=r"t\.txt:2: found 1 field"):
+        source_words(str(table))
