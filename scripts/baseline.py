@@ -27,9 +27,9 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import moses_option
+from rescorer.cli.common import mert_seed_option, moses_option
 from rescorer.errors import RescorerError
-from rescorer.experiments.baseline import BaselineConfig, run_baseline
+from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 @click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
 @click.option("--dev-lines", type=int, help="Tune on the first N dev lines [default: all].")
 @click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
-@click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")
+@mert_seed_option(DEFAULT_MERT_SEED)
 def main(**opts: object) -> None:
     """Build, tune and evaluate a Moses baseline from CORPUS in --work."""
     config = BaselineConfig(**opts)  # type: ignore[arg-type]

@@ -28,9 +28,9 @@ from typing import Any
 import click
 from help_corpus import corpus_options
 
-from rescorer.cli.common import moses_option
+from rescorer.cli.common import mert_seed_option, moses_option
 from rescorer.errors import RescorerError
-from rescorer.experiments.baseline import BaselineConfig
+from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
 from rescorer.experiments.help_system import build_help_system
 
@@ -43,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
 @click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
 @click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
-@click.option("--mert-seed", type=int, help="MERT's random seed [default: mert's].")
+@mert_seed_option(DEFAULT_MERT_SEED)
 def main(
     work: Path,
     moses: Path,

@@ -243,6 +243,36 @@ def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]
     )
 
 
+class MertSeed(click.ParamType):
+    """MERT's random seed: an integer, or ``clock`` for mert's own seed from the system clock
+    (None)."""
+
+    name = "SEED|clock"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "clock":
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r}: expected an integer or 'clock'", param, ctx)
+
+
+def mert_seed_option(default: int) -> Callable[[F], F]:
+    """``--mert-seed``: MERT's seed, ``default`` unless given; ``clock`` gives mert's own seed
+    from the system clock, so that two builds of one bitext tune differently."""
+    return click.option(
+        "--mert-seed",
+        type=MertSeed(),
+        default=default,
+        show_default=True,
+        help="MERT's random seed: the same seed, table and dev set tune the same weights; "
+        "'clock' seeds from the system clock (mert-moses.pl's own default).",
+    )
+
+
 score_precision_option = click.option(
     "--precision",
     type=click.Choice(["auto", "bf16", "tf32", "fp32"]),

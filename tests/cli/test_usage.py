@@ -6,6 +6,7 @@ Every case names a model folder and an input that do not exist: reaching them wo
 
 from __future__ import annotations
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -92,3 +93,18 @@ def test_chunk_bytes_units() -> None:
         7,
         1 << 20,
     ]
+
+
+def test_mert_seed_takes_an_integer_or_clock() -> None:
+    from rescorer.cli.common import MertSeed
+
+    seed = MertSeed()
+    assert [seed.convert(v, None, None) for v in ("7", 0, "clock", " Clock ", None)] == [
+        7,
+        0,
+        None,
+        None,
+        None,
+    ]
+    with pytest.raises(click.BadParameter, match="expected an integer or 'clock'"):
+        seed.convert("time", None, None)
