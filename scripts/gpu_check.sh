@@ -16,6 +16,10 @@
 #   train      rescorer train at the paper's size for GPU_CHECK_TRAIN_SECONDS per run, compiled
 #              and eager: pairs/s (the median of the log's intervals after the first); then
 #              train --profile: where an update's time goes
+#   batch      rescorer train at the paper's size once per batch of GPU_CHECK_BATCHES, one run
+#              at a time, GPU_CHECK_BATCH_SECONDS each, not compiled: updates/s, pairs/s and the
+#              validation perplexity each batch reached in the same time (updates are
+#              launch-bound on a GPU, so a larger batch learns more per second: by how much?)
 #
 # and writes one Markdown block for BENCHMARKS.md to FILE (the argument), else to
 # $OUT/gpu-check.md when OUT is set, else to ./gpu-check.md, and to stdout; every command's own
@@ -36,9 +40,10 @@
 # the first run, 2026-11-26, took 552 s for tests, score, train (two 100 s runs), precision,
 # pipeline and part of workers, with the en-fr table; split the sections over calls with
 # GPU_CHECK_SECTIONS where a call is shorter):
-#   GPU_CHECK_SECTIONS      "tests extend score workers train precision pipeline" (in this
-#                           order, the most wanted first: a run cut short by its time keeps
-#                           those; extend has no GPU figure yet, score and train have)
+#   GPU_CHECK_SECTIONS      "tests batch workers train extend score precision pipeline" (in
+#                           this order, the most wanted first: a run cut short by its time
+#                           keeps those; batch has no GPU figure yet, workers none on a long
+#                           table, train none compiled with --profile; the rest have)
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -57,6 +62,10 @@
 #                           GPU_CHECK_EXTEND_MODELS (unset) trained model folders, one row each
 #   GPU_CHECK_MODEL         a trained model folder for the precision section's error table
 #   GPU_CHECK_PAIRS         20000 pairs for that table
+#   GPU_CHECK_BATCHES       "64 256 1024" (batch), GPU_CHECK_BATCH_SECONDS 100 per run (the
+#                           table's reading included: about 30 s of en-fr's), a validation
+#                           every GPU_CHECK_BATCH_VALID_EVERY 250 updates; GPU_CHECK_TRAIN_UPDATES
+#                           caps these runs too
 #   GPU_CHECK_TESTS         pytest's arguments ("-m gpu tests")
 #   GPU_CHECK_GEMM          the peak's matrix size: 8192 on a GPU (512 on the CPU)
 set -uo pipefail
@@ -108,7 +117,7 @@ fi
 
 cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
 device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
-sections="${GPU_CHECK_SECTIONS:-tests extend score workers train precision pipeline}"
+sections="${GPU_CHECK_SECTIONS:-tests batch workers train extend score precision pipeline}"
 table="${GPU_CHECK_TABLE:-}"
 if [ -z "$table" ]; then
     table="$root/../shared/data/en-fr/phrase-table.gz"
@@ -417,11 +426,59 @@ PY
     fi
 }
 
+section_batch() {
+    local secs="${GPU_CHECK_BATCH_SECONDS:-100}" every="${GPU_CHECK_BATCH_VALID_EVERY:-250}"
+    say ""
+    say "#### Batch size against time to perplexity ($size size, rescorer train, $secs s per run)"
+    say ""
+    skip_without_cuda && return
+    say "One run at a time, not compiled, the default precision, seed 1; --max-time counts" \
+        "reading the table too. pairs/s: the median over the log's intervals of" \
+        "${GPU_CHECK_LOG_EVERY:-100} updates after the first; updates/s = pairs/s / batch;" \
+        "a validation every $every updates."
+    say ""
+    say "| batch | updates | updates/s | pairs/s | epochs | best validation perplexity | unigram's |"
+    say "|---:|---:|---:|---:|---:|---:|---:|"
+    local batch
+    for batch in ${GPU_CHECK_BATCHES:-64 256 1024}; do
+        local out="$work/batch-$batch"
+        note "rescorer train --batch-size $batch"
+        if ! (cd "$root" && "$py" -m rescorer train "$table" -o "$out" --device "$device" \
+            --batch-size "$batch" --max-time "${secs}s" --compile no "${size_flags[@]}" \
+            --log-every "${GPU_CHECK_LOG_EVERY:-100}" --valid-every "$every" --patience 0 \
+            ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"} -q) >>"$log" 2>&1; then
+            say "| $batch | FAILED (see $log) | | | | | |"
+            continue
+        fi
+        "$py" - "$out/train.log.jsonl" "$batch" <<'PY' | tee -a "$md"
+import json, statistics, sys
+path, batch = sys.argv[1], int(sys.argv[2])
+rates, valid, update, epoch, unigram = [], [], 0, 0.0, None
+with open(path) as f:
+    for line in f:
+        record = json.loads(line)
+        update = max(update, record.get("update", 0))
+        epoch = max(epoch, record.get("epoch", 0.0))
+        if "pairs_per_s" in record:
+            rates.append(record["pairs_per_s"])
+        if "valid_ppl" in record:
+            valid.append(record["valid_ppl"])
+            unigram = record.get("unigram_ppl", unigram)
+steady = rates[1:] or rates
+rate = statistics.median(steady) if steady else None
+cells = [f"{batch}", f"{update:,}", f"{rate / batch:.1f}" if rate else "no interval logged",
+         f"{rate:,.0f}" if rate else "", f"{epoch:.2f}",
+         f"{min(valid):.2f}" if valid else "no validation", f"{unigram:.1f}" if unigram else ""]
+print("| " + " | ".join(cells) + " |")
+PY
+    done
+}
+
 for section in $sections; do
     case "$section" in
-        tests | extend | score | workers | pipeline | precision | train) "section_$section" ;;
-        *) echo "gpu_check.sh: unknown section $section (tests extend score workers pipeline" \
-            "precision train)" >&2 ;;
+        tests | extend | score | workers | pipeline | precision | train | batch) "section_$section" ;;
+        *) echo "gpu_check.sh: unknown section $section (tests batch extend score workers" \
+            "pipeline precision train)" >&2 ;;
     esac
 done
 say ""

@@ -13,7 +13,7 @@ import torch
 from conftest import GOLDEN, ROOT, SLICE
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
-SECTIONS = ("extend", "score", "workers", "pipeline", "precision", "train")
+SECTIONS = ("extend", "score", "workers", "pipeline", "precision", "train", "batch")
 
 
 def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -72,6 +72,9 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_EXTEND_LINES="300",
         GPU_CHECK_EXTEND_BEAMS="2 3",
         GPU_CHECK_EXTEND_MODELS=str((GOLDEN / "model").relative_to(ROOT)),
+        GPU_CHECK_BATCHES="2 4",
+        GPU_CHECK_BATCH_SECONDS="120",
+        GPU_CHECK_BATCH_VALID_EVERY="3",
     )
     assert proc.returncode == 0, proc.stderr
     block = out.read_text()
@@ -91,6 +94,14 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert "| abs(x - fp32), 99th percentile |" in block  # bench_precision
     assert re.search(r"where the time of 3 updates went.*\n(.*\n)*  backward ", block)  # --profile
     assert re.search(r"^\| no \| 6 \| [\d,]+ \| 2 \| [\d,]+ \|$", block, re.M), block  # train
+    # batch: 6 updates each (GPU_CHECK_TRAIN_UPDATES), validated at 3 and 6, updates/s = pairs/s
+    # / batch
+    for batch in (2, 4):
+        row = rf"^\| {batch} \| 6 \| ([\d.]+) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$"
+        found = re.search(row, block, re.M)
+        assert found, block
+        per_update, pairs = float(found[1]), float(found[2].replace(",", ""))
+        assert abs(per_update * batch - pairs) <= batch * 0.05 + 1, found[0]
 
 
 def test_a_missing_dependency_is_named_and_nothing_is_measured(tmp_path: Path) -> None:
