@@ -227,7 +227,7 @@ def plan_text(steps: list[PlannedStep], note: str) -> str:
             f"{left} to do"
         )
     if note:
-        lines.append(f"not planned yet: {note}")
+        lines.append(f"note: {note}")
     return "\n".join(lines)
 
 

@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from rescorer.constants import CONFIG_FILE, WEIGHTS_FILE
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
 from rescorer.experiments.bleu import require_sacrebleu
@@ -170,30 +171,49 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
     """Every step that ``run_table1(cfg)`` would run, in its order, and how far each is;
     nothing runs and nothing is written, and no lock is taken: safe beside a running driver.
     Returns the steps and a note on what cannot be planned yet (the systems of a --train model
-    before it is trained)."""
+    before it is trained). A model folder without saved weights yet (a training that has not
+    reached it) is planned by its label, not read: its steps are listed, and the note names
+    it; the run itself refuses it until it exists."""
     check_config(cfg)
     cfg = absolute(cfg)
     check_work_folder(cfg.work)
     ctx = _Models()
+    waiting: list[Path] = []
     for path in cfg.models:
-        _add_model(ctx, path, "forward", "--model")
+        _add_planned_model(ctx, path, "forward", "--model", waiting)
     if cfg.inverse_model is not None:
-        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
+        _add_planned_model(ctx, cfg.inverse_model, "inverse", "--inverse-model", waiting)
     weights = {label: info.weights_sha256 for label, info in ctx.infos.items()}
     check_work_dir(cfg, weights, record_new=False)
     names = ["prepare"]
-    note = ""
+    notes = []
+    if waiting:
+        notes.append(
+            f"not there yet: {', '.join(map(str, waiting))} (their steps are listed; the run "
+            "refuses them until they exist)"
+        )
     if cfg.train_budget is not None:
         names.append("train")
         trained = _done_record(cfg.work, "train")
         if trained is None:
-            note = "the systems of the --train model are planned once it is trained"
+            notes.append("the systems of the --train model are planned once it is trained")
         else:
             _add_model(ctx, Path(trained["model"]), "forward", "--train", TRAINED_LABEL)
     names.append("filter")
     damage: dict[str, Callable[[dict[str, Any]], str | None]] = {}  # the decode steps' checks
-    if ctx.models:
-        systems = plan(cfg, list(ctx.models.values()), cfg.best or _best_model(ctx))
+    models = list(ctx.models.values())
+    best = cfg.best
+    if best is None and waiting:  # the lowest perplexity is not known yet
+        models = [m for m in models if m.direction == "forward"]
+        cfg = replace(cfg, runs_c=0, runs_f=0, runs_mira=0)
+        notes.append(
+            "(c)-(f) and MIRA are planned once every model exists, or with --best: they take "
+            "the model of the lowest validation perplexity"
+        )
+    if models:
+        if best is None:  # waiting: no system of plan() takes it (see above)
+            best = models[0].label if waiting else _best_model(ctx)
+        systems = plan(cfg, models, best)
         for system in systems:
             for name in (system.score_step, system.extend_step):
                 if name is not None and name not in names:
@@ -204,7 +224,18 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
                 damage[names[-1]] = partial(
                     actions.decoded_damage, Layout(cfg.work), key=system.key, run=run
                 )
-    return [_step_state(cfg.work, name, damage.get(name)) for name in names], note
+    return [_step_state(cfg.work, name, damage.get(name)) for name in names], "; ".join(notes)
+
+
+def _add_planned_model(
+    ctx: _Models, path: Path, direction: str, option: str, waiting: list[Path]
+) -> None:
+    """:func:`_add_model` for a plan; a folder without a config or weights yet is waited for."""
+    if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+        waiting.append(path)
+        ctx.models[model_label(path)] = Model(model_label(path), path, direction)
+        return
+    _add_model(ctx, path, direction, option)
 
 
 def _done_record(work: Path, name: str) -> dict[str, Any] | None:

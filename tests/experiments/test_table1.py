@@ -570,6 +570,39 @@ def test_a_chain_that_fails_under_jobs_stops_the_others_and_names_its_step(
     assert not left  # nothing of the work folder still runs
 
 
+def test_plan_lists_the_steps_of_a_model_still_training(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A model folder that has not saved weights yet (a 6-hour snapshot still training) is
+    planned by its label: its steps are listed and the note names it. The best model for
+    (c)-(f) waits for every model's perplexity unless --best names it; a run refuses the
+    missing folder."""
+    later, inverse, work = tmp_path / "later@6h", tmp_path / "inv@6h", tmp_path / "work"
+    later.mkdir()  # made by the training, no weights yet
+    models = [tiny_model_dir, later]
+    argv = table1_argv(TINY_SYSTEM, models, work, "--runs", "1", "--inverse-model", str(inverse))
+    proc = run_table1(*argv, "--runs-f", "1", "--runs-mira", "1", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    names = [line.split()[0] for line in proc.stdout.split("\n\n")[0].splitlines()]
+    assert "score-later@6h" in names and "tune-b-later@6h-1" in names
+    assert not [n for n in names if n.startswith(("tune-c-", "tune-d-", "tune-e-", "tune-f-"))]
+    assert not [n for n in names if "mira" in n]
+    note = proc.stdout.strip().splitlines()[-1]
+    assert note.startswith(f"note: not there yet: {later}, {inverse} ")
+    assert "(c)-(f) and MIRA are planned once every model exists, or with --best" in note
+    # --best names the waiting model: every system is planned with it
+    proc = run_table1(*argv, "--runs-f", "1", "--best", "later@6h", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    for step in ("tune-c-later@6h-1", "tune-f-later@6h-1", "tune-e-later@6h+inv@6h-1"):
+        assert re.search(rf"^{re.escape(step)} +to do$", proc.stdout, re.M), proc.stdout
+    assert not work.exists()
+    # the run itself refuses the folder, before any step
+    proc = run_table1(*argv)
+    assert proc.returncode == 1
+    assert f"--model {later}: " in proc.stderr and "Traceback" not in proc.stderr
+    assert not (work / "prepare").exists()
+
+
 def _cmdline(proc: Path) -> str:
     try:
         return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
