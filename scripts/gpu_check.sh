@@ -435,10 +435,11 @@ section_batch() {
     say "One run at a time, not compiled, the default precision, seed 1; --max-time counts" \
         "reading the table too. pairs/s: the median over the log's intervals of" \
         "${GPU_CHECK_LOG_EVERY:-100} updates after the first; updates/s = pairs/s / batch;" \
-        "a validation every $every updates."
+        "a validation every $every updates, each counted in --max-time with its save (so a" \
+        "smaller batch, with more updates, pays for more of them: the validations column)."
     say ""
-    say "| batch | updates | updates/s | pairs/s | epochs | best validation perplexity | unigram's |"
-    say "|---:|---:|---:|---:|---:|---:|---:|"
+    say "| batch | updates | updates/s | pairs/s | epochs | validations | best validation perplexity | unigram's |"
+    say "|---:|---:|---:|---:|---:|---:|---:|---:|"
     local batch
     for batch in ${GPU_CHECK_BATCHES:-64 256 1024}; do
         local out="$work/batch-$batch"
@@ -447,10 +448,12 @@ section_batch() {
             --batch-size "$batch" --max-time "${secs}s" --compile no "${size_flags[@]}" \
             --log-every "${GPU_CHECK_LOG_EVERY:-100}" --valid-every "$every" --patience 0 \
             ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"} -q) >>"$log" 2>&1; then
-            say "| $batch | FAILED (see $log) | | | | | |"
+            say "| $batch | FAILED (see $log) | | | | | | |"
             continue
         fi
-        "$py" - "$out/train.log.jsonl" "$batch" <<'PY' | tee -a "$md"
+        local row
+        if ! row=$("$py" - "$out/train.log.jsonl" "$batch" 2>>"$log" <<'PY'
+
 import json, statistics, sys
 path, batch = sys.argv[1], int(sys.argv[2])
 rates, valid, update, epoch, unigram = [], [], 0, 0.0, None
@@ -467,10 +470,14 @@ with open(path) as f:
 steady = rates[1:] or rates
 rate = statistics.median(steady) if steady else None
 cells = [f"{batch}", f"{update:,}", f"{rate / batch:.1f}" if rate else "no interval logged",
-         f"{rate:,.0f}" if rate else "", f"{epoch:.2f}",
+         f"{rate:,.0f}" if rate else "", f"{epoch:.4f}", f"{len(valid)}",
          f"{min(valid):.2f}" if valid else "no validation", f"{unigram:.1f}" if unigram else ""]
 print("| " + " | ".join(cells) + " |")
 PY
+        ); then
+            row="| $batch | its log could not be read (see $log) | | | | | | |"
+        fi
+        say "$row"
     done
 }
 

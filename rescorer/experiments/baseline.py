@@ -297,8 +297,8 @@ def tune(
         "--maximum-iterations", str(cfg.max_iterations),
         "--working-dir", mert_work,
     ]  # fmt: skip
-    if cfg.mert_seed is not None:
-        argv += ["--predictable-seeds", f"--mertargs=--sctype BLEU -r {cfg.mert_seed}"]
+    if cfg.mert_seed is not None:  # mert-moses.pl appends "--sctype" unspaced: the space
+        argv += ["--mertmertargs", f"-r {cfg.mert_seed} "]
     if (mert_work / "finished_step.txt").exists():
         argv.append("--continue")
     step.run(argv, cwd=folder)
@@ -311,6 +311,7 @@ def tune(
         "ini": str(tuned),
         "dev_bleu_mert": float(bleu) if bleu else None,
         "iterations": iterations,
+        "mert_seed": cfg.mert_seed,  # None: mert's own, from the system clock
     }
 
 

@@ -202,17 +202,20 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
     names.append("filter")
     damage: dict[str, Callable[[dict[str, Any]], str | None]] = {}  # the decode steps' checks
     models = list(ctx.models.values())
+    forward = [m for m in models if m.direction == "forward"]
     best = cfg.best
-    if best is None and waiting:  # the lowest perplexity is not known yet
-        models = [m for m in models if m.direction == "forward"]
+    waiting_forward = any(ctx.models[model_label(p)].direction == "forward" for p in waiting)
+    if best is None and (waiting_forward or not forward):  # the best is not known yet
+        models = forward
         cfg = replace(cfg, runs_c=0, runs_f=0, runs_mira=0)
-        notes.append(
-            "(c)-(f) and MIRA are planned once every model exists, or with --best: they take "
-            "the model of the lowest validation perplexity"
-        )
+        if forward:
+            notes.append(
+                "(c)-(f) and MIRA are planned once every model exists, or with --best: they "
+                "take the model of the lowest validation perplexity"
+            )
     if models:
-        if best is None:  # waiting: no system of plan() takes it (see above)
-            best = models[0].label if waiting else _best_model(ctx)
+        if best is None:  # when the best is not known, no system of plan() takes it (above)
+            best = forward[0].label if waiting_forward else _best_model(ctx)
         systems = plan(cfg, models, best)
         for system in systems:
             for name in (system.score_step, system.extend_step):

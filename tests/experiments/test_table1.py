@@ -571,7 +571,7 @@ def test_a_chain_that_fails_under_jobs_stops_the_others_and_names_its_step(
 
 
 def test_plan_lists_the_steps_of_a_model_still_training(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, tiny_inverse_model_dir: Path
 ) -> None:
     """A model folder that has not saved weights yet (a 6-hour snapshot still training) is
     planned by its label: its steps are listed and the note names it. The best model for
@@ -596,6 +596,24 @@ def test_plan_lists_the_steps_of_a_model_still_training(
     for step in ("tune-c-later@6h-1", "tune-f-later@6h-1", "tune-e-later@6h+inv@6h-1"):
         assert re.search(rf"^{re.escape(step)} +to do$", proc.stdout, re.M), proc.stdout
     assert not work.exists()
+    # only the inverse model waits: the best forward model is known, every system is planned
+    present = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1")
+    proc = run_table1(*present, "--inverse-model", str(inverse), "--runs-f", "1", "--plan")
+    assert proc.returncode == 0, proc.stderr
+    label = tiny_model_dir.name
+    for step in (f"tune-c-{label}-1", f"tune-f-{label}-1", f"tune-e-{label}+inv@6h-1"):
+        assert re.search(rf"^{re.escape(step)} +to do$", proc.stdout, re.M), proc.stdout
+    assert "planned once every model exists" not in proc.stdout
+    # --train not trained yet beside an inverse model that exists: no forward model to pick the
+    # best from (this was a ValueError traceback)
+    proc = run_table1(
+        *table1_argv(TINY_SYSTEM, [], tmp_path / "w2", "--train", "1m"),
+        "--inverse-model",
+        str(tiny_inverse_model_dir),
+        "--plan",
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the systems of the --train model are planned once it is trained" in proc.stdout
     # the run itself refuses the folder, before any step
     proc = run_table1(*argv)
     assert proc.returncode == 1
