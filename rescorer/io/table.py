@@ -193,34 +193,32 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
     return f"found {len(entry.scores)} scores, expected {num_scores} (the count of the first line)"
 
 
-def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
-    """The ``phrases`` that are source phrases of the table ``path``: one pass over its raw
-    lines that looks at the source field only (a line without ``" ||| "`` is an InputError)."""
-    wanted = {phrase.encode("utf-8") for phrase in phrases}
-    found: set[bytes] = set()
+def _source_fields(path: str) -> Iterator[bytes]:
+    """The raw source field of every line of the table ``path``, in one pass that looks at
+    nothing else (a line without ``" ||| "`` is an InputError)."""
     name = display_name(path)
     with open_binary(path) as stream:
         for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
             end = raw.find(FIELD_SEP_B)
             if end < 0:
                 raise InputError(name, lineno, f"found 1 field, expected {EXPECTED_SHAPE}")
-            if raw[:end] in wanted:
-                found.add(raw[:end])
+            yield raw[:end]
+
+
+def sources_among(path: str, phrases: Iterable[str]) -> set[str]:
+    """The ``phrases`` that are source phrases of the table ``path`` (one pass over its source
+    fields)."""
+    wanted = {phrase.encode("utf-8") for phrase in phrases}
+    found = {source for source in _source_fields(path) if source in wanted}
     return {phrase.decode("utf-8") for phrase in found}
 
 
 def source_words(path: str) -> set[bytes]:
     """Every word of every source phrase of the table ``path``, as bytes (split on ASCII white
-    space): one pass over its raw lines, as :func:`sources_among` (a line without ``" ||| "`` is
-    an InputError)."""
+    space; one pass over its source fields)."""
     words: set[bytes] = set()
-    name = display_name(path)
-    with open_binary(path) as stream:
-        for lineno, raw in enumerate(iter_raw_lines(stream, path), start=1):
-            end = raw.find(FIELD_SEP_B)
-            if end < 0:
-                raise InputError(name, lineno, f"found 1 field, expected {EXPECTED_SHAPE}")
-            words.update(raw[:end].split())
+    for source in _source_fields(path):
+        words.update(source.split())
     return words
 
 
