@@ -42,8 +42,10 @@
 # GPU_CHECK_SECTIONS where a call is shorter):
 #   GPU_CHECK_SECTIONS      "tests batch workers train extend score precision pipeline" (in
 #                           this order, the most wanted first: a run cut short by its time
-#                           keeps those; batch has no GPU figure yet, workers none on a long
-#                           table, train none compiled with --profile; the rest have)
+#                           keeps those. Every section has an H100 figure (BENCHMARKS.md);
+#                           the open one is batch's: 80 s runs at the paper's size stopped
+#                           near the unigram's perplexity, so give it a call of its own with
+#                           GPU_CHECK_BATCHES="64 1024" GPU_CHECK_BATCH_SECONDS=270)
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -52,7 +54,8 @@
 #   GPU_CHECK_REPEATS       2 (score's alternating model-alone / end-to-end pairs)
 #   GPU_CHECK_PRECISIONS    "bf16 tf32" (score)
 #   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
-#   GPU_CHECK_WORKERS       "0 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines
+#   GPU_CHECK_WORKERS       "0 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines (0 always
+#                           runs, first: the ratio's base)
 #   GPU_CHECK_TRAIN_SECONDS 90 per training run (two runs: 3 minutes), GPU_CHECK_LOG_EVERY 100,
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
 #                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
@@ -252,8 +255,13 @@ PY
     say ""
     say "| workers | seconds | pairs/s | vs 0 workers | wall s |"
     say "|---:|---:|---:|---:|---:|"
-    local n base=""
+    # The ratio is against the 0-worker run whatever GPU_CHECK_WORKERS's order: 0 runs first
+    # (added when the list lacks it), and the others in the list's order after it.
+    local counts=(0) n base=""
     for n in ${GPU_CHECK_WORKERS:-0 4 8 15}; do
+        [ "$n" = 0 ] || counts+=("$n")
+    done
+    for n in "${counts[@]}"; do
         note "rescorer score --workers $n"
         local t0 t1 line
         t0=$(date +%s.%N)
@@ -270,7 +278,11 @@ PY
         local secs rate
         secs=$(sed -E 's/.* in ([0-9.]+) s .*/\1/' <<<"$line")
         rate=$(sed -E 's/.*\(([0-9,]+) pairs\/s.*/\1/' <<<"$line" | tr -d ,)
-        base=${base:-$rate}
+        [ "$n" = 0 ] && base=$rate
+        if [ -z "$base" ]; then
+            say "| $n | $secs | $(printf "%'d" "$rate") | (the 0-worker run failed) | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
+            continue
+        fi
         say "| $n | $secs | $(printf "%'d" "$rate") | $(awk -v a="$rate" -v b="$base" 'BEGIN {printf "%.2f", a / b}') | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
         if ! cmp -s "$work/w$n.gz" "$work/warm.gz"; then
             say "| $n | the output differs from the 0-worker run's! | | | |"

@@ -60,7 +60,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_REPEATS="1",
         GPU_CHECK_PRECISIONS="fp32",
         GPU_CHECK_COMPILE="no",
-        GPU_CHECK_WORKERS="0 1",
+        GPU_CHECK_WORKERS="1",  # 0, the ratio's base, is added and runs first
         GPU_CHECK_WORKER_LINES="400",
         GPU_CHECK_TRAIN_SECONDS="120",
         GPU_CHECK_TRAIN_UPDATES="6",
@@ -81,8 +81,9 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     assert "FAILED" not in block and "differs" not in block, block
     assert "A dry run on the CPU" in block
     assert "| end to end, gzip to gzip (fp32), the same lines | 400 |" in block  # bench_score
-    assert re.search(r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|$", block, re.M)  # workers
-    assert re.search(r"^\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M)
+    # workers: the 0-worker row first, at 1.00, then the 1-worker row
+    zero = r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|\n"
+    assert re.search(zero + r"\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M), block
     assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
     assert "outputs identical: True" in block
     # extend: random weights of the tiny size, then the golden model, each at N = 2 and 3
