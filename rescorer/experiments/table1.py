@@ -233,8 +233,19 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
 def _add_planned_model(
     ctx: _Models, path: Path, direction: str, option: str, waiting: list[Path]
 ) -> None:
-    """:func:`_add_model` for a plan; a folder without a config or weights yet is waited for."""
+    """:func:`_add_model` for a plan. A model still training is waited for: a folder without
+    a config or weights yet (``rescorer train -o`` made it), or an absent ``NAME@LABEL`` whose
+    training folder ``NAME`` is beside it (a snapshot scripts/train_snapshots.py has not
+    copied yet). Anything else absent is refused, so a mistyped path is not planned as a
+    model to come."""
     if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+        name, at, _ = path.name.rpartition("@")
+        if not path.is_dir() and not (at and name and path.with_name(name).is_dir()):
+            training = f", and no training folder {path.with_name(name)} beside it" if at else ""
+            raise RescorerError(
+                f"{option} {path}: no such model folder{training} (a model still training "
+                "is planned by its folder, or a snapshot NAME@LABEL by its training folder NAME)"
+            )
         waiting.append(path)
         ctx.models[model_label(path)] = Model(model_label(path), path, direction)
         return

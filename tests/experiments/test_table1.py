@@ -579,6 +579,7 @@ def test_plan_lists_the_steps_of_a_model_still_training(
     missing folder."""
     later, inverse, work = tmp_path / "later@6h", tmp_path / "inv@6h", tmp_path / "work"
     later.mkdir()  # made by the training, no weights yet
+    (tmp_path / "inv").mkdir()  # inv@6h: a snapshot train_snapshots.py copies from inv/ later
     models = [tiny_model_dir, later]
     argv = table1_argv(TINY_SYSTEM, models, work, "--runs", "1", "--inverse-model", str(inverse))
     proc = run_table1(*argv, "--runs-f", "1", "--runs-mira", "1", "--plan")
@@ -619,6 +620,18 @@ def test_plan_lists_the_steps_of_a_model_still_training(
     assert proc.returncode == 1
     assert f"--model {later}: " in proc.stderr and "Traceback" not in proc.stderr
     assert not (work / "prepare").exists()
+    # a mistyped path is no model to come: a snapshot without its training folder beside it,
+    # and a plain folder that is not there, are refused by the plan too
+    for typo, why in (
+        (
+            tmp_path / "latre@6h",
+            f"no such model folder, and no training folder {tmp_path / 'latre'}",
+        ),
+        (tmp_path / "paper-h10", "no such model folder (a model still training"),
+    ):
+        proc = run_table1(*table1_argv(TINY_SYSTEM, [tiny_model_dir, typo], work), "--plan")
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert f"--model {typo}: {why}" in proc.stderr, proc.stderr
 
 
 def _cmdline(proc: Path) -> str:
