@@ -21,14 +21,22 @@ from pathlib import Path
 
 import click
 
-from rescorer.experiments.power import Z95, components, power, runs_needed, standard_error
+from rescorer.experiments.power import (
+    Z95,
+    Components,
+    check,
+    components,
+    power,
+    runs_needed,
+    standard_error,
+)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--ref-words", type=int, required=True, help="Source words of RESULTS' test set.")
-@click.option("--segments", type=int, multiple=True, required=True, help="Test sizes to try.")
-@click.option("--words-per-segment", type=float, required=True, help="Of the new test set.")
+@click.option("--segments", type=int, multiple=True, help="Test sizes to try.")
+@click.option("--words-per-segment", type=float, help="Of the new test set (with --segments).")
 @click.option(
     "--sd",
     "sds",
@@ -40,6 +48,14 @@ from rescorer.experiments.power import Z95, components, power, runs_needed, stan
 @click.option("--runs", "ks", type=int, multiple=True, default=(3, 4, 6, 8, 10), show_default=True)
 @click.option("--gain", default=0.5, show_default=True, help="The true gain to find (BLEU).")
 @click.option("--target", default=0.8, show_default=True, help="The power wanted.")
+@click.option(
+    "--check",
+    "outcome",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A finished experiment's results.json: set its own v_s, spreads and intervals beside "
+    "the prediction from RESULTS (the 1/W assumption checked).",
+)
+@click.option("--check-words", type=int, help="Source words of --check's test set.")
 def main(
     results: Path,
     ref_words: int,
@@ -49,9 +65,18 @@ def main(
     ks: tuple[int, ...],
     gain: float,
     target: float,
+    outcome: Path | None,
+    check_words: int | None,
 ) -> None:
     """Print the measured variance parts, a table of interval half-widths and power, and the K
-    each system's own measured spreads would need."""
+    each system's own measured spreads would need; with --check, a finished experiment beside
+    that prediction."""
+    if not segments and outcome is None:
+        raise click.UsageError("give --segments (the test sizes to try), or --check")
+    if segments and words_per_segment is None:
+        raise click.UsageError("--segments needs --words-per-segment")
+    if (outcome is None) != (check_words is None):
+        raise click.UsageError("--check and --check-words go together")
     measured = components(json.loads(results.read_text(encoding="utf-8")), ref_words)
     measured = [c for c in measured if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
@@ -59,6 +84,23 @@ def main(
     for c in measured:
         click.echo(f"| {c.system} | {c.runs} | {c.sd_system:.2f} | {c.sampling_var:.3f} |")
     v_s = statistics.median(c.sampling_var for c in measured)
+    if segments and words_per_segment is not None:
+        _plan(measured, v_s, ref_words, segments, words_per_segment, sds, ks, gain, target)
+    if outcome is not None and check_words is not None:
+        _check(outcome, check_words, v_s, ref_words, gain)
+
+
+def _plan(
+    measured: list[Components],
+    v_s: float,
+    ref_words: int,
+    segments: tuple[int, ...],
+    words_per_segment: float,
+    sds: tuple[float, ...],
+    ks: tuple[int, ...],
+    gain: float,
+    target: float,
+) -> None:
     sds = sds or (statistics.median(c.sd_system for c in measured),)
     click.echo(f"\nv_s = {v_s:.3f} (median) at {ref_words:,} source words\n")
     header = " | ".join(f"K={k}" for k in ks)
@@ -91,6 +133,32 @@ def main(
                 f"| {c.system}{mark} | {c.sd_baseline:.2f} | {c.sd_system:.2f} | "
                 f"{c.sampling_var:.3f} | {n:,} | {words:,} | {need or '>100'} |"
             )
+
+
+def _check(outcome: Path, words: int, v_s: float, ref_words: int, gain: float) -> None:
+    """The outcome's systems beside the prediction (every comparison with a baseline but MIRA's,
+    as above)."""
+    got = components(json.loads(outcome.read_text(encoding="utf-8")), words)
+    rows = check([c for c in got if "mira" not in c.system], words, v_s, ref_words, gain)
+    click.echo(
+        f"\n{outcome} beside the prediction: v_s at its {words:,} source words, measured and "
+        f"predicted ({v_s:.3f} x {ref_words:,} / {words:,}); the interval's half-width, "
+        "measured and predicted from that v_s with the system's own spreads and K; the power "
+        f"a true +{gain} would have had at the measured SE (*: runs that all reached one "
+        "weight vector)\n"
+    )
+    click.echo(
+        "| system | K_a | K_b | sd_a | sd_b | v_s | predicted v_s | half-width | predicted | "
+        f"power for +{gain} |"
+    )
+    click.echo("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        mark = "*" if r.collapsed else ""
+        click.echo(
+            f"| {r.system}{mark} | {r.runs_baseline} | {r.runs} | {r.sd_baseline:.2f} | "
+            f"{r.sd_system:.2f} | {r.sampling_var:.4f} | {r.predicted_sampling_var:.4f} | "
+            f"±{r.half_width:.2f} | ±{r.predicted_half_width:.2f} | {r.power:.0%} |"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ The mean gain over K tuning runs of each system, on a test set of W source words
 With the interval mean +- 1.96 SE, a true gain g is found (interval above 0) with probability
 Phi(g / SE - 1.96) (normal approximation; Koehn 2004, Clark et al. 2011 for the two parts).
 
+:func:`check` sets a finished experiment's own v_s, spreads and interval beside the prediction
+(the 1/W assumption checked).
+
 :func:`components` takes v_s and the sd's out of a Table-1 ``results.json``: the bootstrap
 interval there resamples sentences and each system's own K_a or K_b replicas (with
 replacement), so its SE^2 = v_s + (K_a-1)/K_a sd_a^2/K_a + (K_b-1)/K_b sd_b^2/K_b. The factor
@@ -122,3 +125,57 @@ def runs_needed(
         if power(gain, se) >= target:
             return k
     return None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A prediction set beside what an experiment got: one system of the outcome's results.json.
+
+    ``predicted_sampling_var`` is the prediction's v_s moved to the outcome's test size (v_s *
+    W_ref / W, the 1/W assumption); ``predicted_half_width`` the half-width that v_s and the
+    outcome's own spreads and K would give (the planning formula, so the spreads' part is
+    sd^2/K, not the bootstrap's (K-1)/K of it). ``power``: how often a true ``gain`` would be
+    found at the outcome's own SE."""
+
+    system: str
+    runs: int
+    runs_baseline: int
+    sd_system: float
+    sd_baseline: float
+    sampling_var: float  # the outcome's v_s, at its own test size
+    predicted_sampling_var: float
+    half_width: float  # the outcome's 95% interval's
+    predicted_half_width: float
+    power: float
+    collapsed: bool
+
+
+def check(
+    outcome: list[Components], words: int, sampling_var: float, ref_words: int, gain: float = 0.5
+) -> list[Check]:
+    """Each system of ``outcome`` (measured on a test set of ``words`` source words) beside the
+    prediction made from ``sampling_var`` measured at ``ref_words``."""
+    rows = []
+    for c in outcome:
+        if c.ref_words != words:
+            raise ValueError(f"{c.system}: measured at {c.ref_words} words, not {words}")
+        predicted_vs = sampling_var * ref_words / words
+        runs_var = replica_variance(c.sd_baseline, c.runs_baseline, c.sd_system, c.runs)
+        se = math.sqrt(c.sampling_var + runs_var)  # the outcome's bootstrap SE, rebuilt
+        planned = predicted_vs + c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
+        rows.append(
+            Check(
+                system=c.system,
+                runs=c.runs,
+                runs_baseline=c.runs_baseline,
+                sd_system=c.sd_system,
+                sd_baseline=c.sd_baseline,
+                sampling_var=c.sampling_var,
+                predicted_sampling_var=predicted_vs,
+                half_width=Z95 * se,
+                predicted_half_width=Z95 * math.sqrt(planned),
+                power=power(gain, se),
+                collapsed=c.collapsed,
+            )
+        )
+    return rows

@@ -15,6 +15,7 @@ from conftest import ROOT
 from rescorer.experiments.bleu import ORDER, STATS_WIDTH, bleu_from_totals
 from rescorer.experiments.power import (
     Z95,
+    check,
     components,
     phi,
     power,
@@ -106,3 +107,25 @@ def test_the_replica_part_matches_the_bootstrap_with_each_systems_own_k() -> Non
     assert float(np.var(gains)) == pytest.approx(expected, rel=0.05)
     one_k = replica_variance(sd_a, 3, sd_b, 3)  # the old min(K) for both
     assert abs(one_k - expected) > 0.1 * expected
+
+
+def test_check_sets_an_outcome_beside_the_prediction() -> None:
+    """The help test set's own v_s and interval beside the one predicted from en-fr's."""
+    outcome = json.loads((ROOT / "docs/results/table1-3rd/fwd@1h-k4/results.json").read_text())
+    got = components(outcome, 71168)
+    rows = {r.system: r for r in check(got, 71168, 0.18, 6542, gain=0.5)}
+    by_name = {s["system"]: s for s in outcome["systems"]}
+    assert set(rows) == {"b-fwd@1h", "f-fwd@1h"}
+    for name, r in rows.items():
+        lo, hi = by_name[name]["test_vs_baseline"]["interval"]
+        assert r.half_width == pytest.approx((hi - lo) / 2, rel=1e-6)  # the measured interval
+        assert r.predicted_sampling_var == pytest.approx(0.18 * 6542 / 71168)
+        planned = r.predicted_sampling_var + r.sd_baseline**2 / 4 + r.sd_system**2 / 4
+        assert r.predicted_half_width == pytest.approx(Z95 * math.sqrt(planned))
+        assert r.power == pytest.approx(power(0.5, r.half_width / Z95))
+        assert r.collapsed  # help's (a) runs reached one weight vector
+    # help's sentences vary less in the gain than en-fr's per word: v_s about 4x below the
+    # prediction, so the interval is narrower than planned
+    assert rows["b-fwd@1h"].sampling_var < rows["b-fwd@1h"].predicted_sampling_var / 3
+    with pytest.raises(ValueError, match="measured at 71168 words, not 6542"):
+        check(got, 6542, 0.18, 6542)

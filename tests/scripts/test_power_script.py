@@ -52,3 +52,26 @@ def test_a_system_whose_runs_collapsed_is_marked() -> None:
     assert result.exit_code == 0, result.output
     own = result.output.split("own measured spreads")[1]
     assert "| b-fwd@1h* |" in own
+
+
+def test_check_prints_an_outcome_beside_the_prediction() -> None:
+    """--check alone (no --segments): the help edition's fwd@1h runs beside en-fr's prediction."""
+    outcome = ROOT / "docs" / "results" / "table1-3rd" / "fwd@1h-k4" / "results.json"
+    args = [str(SECOND), "--ref-words", "6542", "--check", str(outcome), "--check-words", "71168"]
+    result = CliRunner().invoke(power_main, args)
+    assert result.exit_code == 0, result.output
+    assert "K for 80%" not in result.output  # no plan without --segments
+    rows = [line for line in result.output.splitlines() if line.startswith("| b-fwd@1h* | 4 |")]
+    assert len(rows) == 1, result.output
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells[5:7] == ["0.0040", "0.0172"] and cells[7:9] == ["±0.17", "±0.29"], cells
+
+
+def test_power_asks_for_what_it_needs() -> None:
+    for args, said in (
+        ([], "give --segments"),
+        (["--segments", "3000"], "--segments needs --words-per-segment"),
+        (["--check", str(SECOND)], "--check and --check-words go together"),
+    ):
+        result = CliRunner().invoke(power_main, [str(SECOND), "--ref-words", "6542", *args])
+        assert result.exit_code == 2 and said in result.output, result.output
