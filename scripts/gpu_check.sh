@@ -45,7 +45,8 @@
 #                           keeps those. Every section has an H100 figure (BENCHMARKS.md);
 #                           the open one is batch's: 80 s runs at the paper's size stopped
 #                           near the unigram's perplexity, so give it a call of its own with
-#                           GPU_CHECK_BATCHES="64 1024" GPU_CHECK_BATCH_SECONDS=270)
+#                           GPU_CHECK_BATCHES="64 1024" GPU_CHECK_BATCH_SECONDS=270 (two runs
+#                           and their start fit one 600 s call))
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -279,13 +280,11 @@ PY
         secs=$(sed -E 's/.* in ([0-9.]+) s .*/\1/' <<<"$line")
         rate=$(sed -E 's/.*\(([0-9,]+) pairs\/s.*/\1/' <<<"$line" | tr -d ,)
         [ "$n" = 0 ] && base=$rate
-        if [ -z "$base" ]; then
-            say "| $n | $secs | $(printf "%'d" "$rate") | (the 0-worker run failed) | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
-            continue
-        fi
-        say "| $n | $secs | $(printf "%'d" "$rate") | $(awk -v a="$rate" -v b="$base" 'BEGIN {printf "%.2f", a / b}') | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
-        if ! cmp -s "$work/w$n.gz" "$work/warm.gz"; then
-            say "| $n | the output differs from the 0-worker run's! | | | |"
+        local ratio="(the 0-worker run failed)"
+        [ -n "$base" ] && ratio=$(awk -v a="$rate" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
+        say "| $n | $secs | $(printf "%'d" "$rate") | $ratio | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
+        if ! cmp -s "$work/w$n.gz" "$work/warm.gz"; then  # the warm run: the same settings
+            say "| $n | the output differs from the warm-up run's (the default workers)! | | | |"
         fi
     done
 }

@@ -34,7 +34,12 @@ from rescorer.experiments.power import (
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--ref-words", type=int, required=True, help="Source words of RESULTS' test set.")
+@click.option(
+    "--ref-words",
+    type=click.IntRange(min=1),
+    required=True,
+    help="Source words of RESULTS' test set.",
+)
 @click.option("--segments", type=int, multiple=True, help="Test sizes to try.")
 @click.option("--words-per-segment", type=float, help="Of the new test set (with --segments).")
 @click.option(
@@ -55,7 +60,9 @@ from rescorer.experiments.power import (
     help="A finished experiment's results.json: set its own v_s, spreads and intervals beside "
     "the prediction from RESULTS (the 1/W assumption checked).",
 )
-@click.option("--check-words", type=int, help="Source words of --check's test set.")
+@click.option(
+    "--check-words", type=click.IntRange(min=1), help="Source words of --check's test set."
+)
 def main(
     results: Path,
     ref_words: int,
@@ -71,12 +78,12 @@ def main(
     """Print the measured variance parts, a table of interval half-widths and power, and the K
     each system's own measured spreads would need; with --check, a finished experiment beside
     that prediction."""
-    if not segments and outcome is None:
-        raise click.UsageError("give --segments (the test sizes to try), or --check")
-    if segments and words_per_segment is None:
-        raise click.UsageError("--segments needs --words-per-segment")
+    if bool(segments) != (words_per_segment is not None):
+        raise click.UsageError("--segments and --words-per-segment go together")
     if (outcome is None) != (check_words is None):
         raise click.UsageError("--check and --check-words go together")
+    if not segments and outcome is None:
+        raise click.UsageError("give --segments (the test sizes to try), or --check")
     measured = components(json.loads(results.read_text(encoding="utf-8")), ref_words)
     measured = [c for c in measured if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
@@ -140,12 +147,18 @@ def _check(outcome: Path, words: int, v_s: float, ref_words: int, gain: float) -
     as above)."""
     got = components(json.loads(outcome.read_text(encoding="utf-8")), words)
     rows = check([c for c in got if "mira" not in c.system], words, v_s, ref_words, gain)
+    if not rows:
+        click.echo(f"\n{outcome}: no system compared with a baseline, nothing to check")
+        return
     click.echo(
         f"\n{outcome} beside the prediction: v_s at its {words:,} source words, measured and "
-        f"predicted ({v_s:.3f} x {ref_words:,} / {words:,}); the interval's half-width, "
-        "measured and predicted from that v_s with the system's own spreads and K; the power "
-        f"a true +{gain} would have had at the measured SE (*: runs that all reached one "
-        "weight vector)\n"
+        f"predicted ({v_s:.3f} x {ref_words:,} / {words:,}, the 1/W assumption); the 95% "
+        "interval's half-width, measured and as the same bootstrap would have made it with "
+        "the predicted v_s (the system's own spreads and K; so the two differ by v_s alone); "
+        f"the power a true +{gain} would have had with the measured v_s, spreads and K (sd^2/K "
+        "for the runs' part). *: runs that all reached one weight vector (their sd of 0 is no "
+        "measure of the tuner); †: one run of a side, no spread measured; ‡: the interval was "
+        "narrower than its runs' part, v_s is a floor of 0\n"
     )
     click.echo(
         "| system | K_a | K_b | sd_a | sd_b | v_s | predicted v_s | half-width | predicted | "
@@ -153,7 +166,7 @@ def _check(outcome: Path, words: int, v_s: float, ref_words: int, gain: float) -
     )
     click.echo("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        mark = "*" if r.collapsed else ""
+        mark = "*" * r.collapsed + "†" * r.single_run + "‡" * r.clamped
         click.echo(
             f"| {r.system}{mark} | {r.runs_baseline} | {r.runs} | {r.sd_baseline:.2f} | "
             f"{r.sd_system:.2f} | {r.sampling_var:.4f} | {r.predicted_sampling_var:.4f} | "

@@ -55,6 +55,10 @@ class Components:
     # the baseline's or the system's runs (two or more) all reached one weight vector: its sd
     # of 0 says that MERT started from the same weights, not that the tuner does not vary
     collapsed: bool = False
+    half_width: float = 0.0  # the 95% interval's, as results.json has it
+    # the interval was narrower than the runs' part alone: v_s is clamped to 0
+    clamped: bool = False
+    single_run: bool = False  # one run of the baseline or the system: no spread measured (0)
 
 
 def components(results: dict[str, Any], ref_words: int) -> list[Components]:
@@ -69,17 +73,21 @@ def components(results: dict[str, Any], ref_words: int) -> list[Components]:
         lo, hi = versus["interval"]
         se = (hi - lo) / 2 / Z95
         k_a, k_b = int(base["runs"]), int(s["runs"])
-        runs_var = replica_variance(base["test_sd"], k_a, s["test_sd"], k_b)
+        sd_a, sd_b = base["test_sd"] or 0.0, s["test_sd"] or 0.0  # None: one run
+        runs_var = replica_variance(sd_a, k_a, sd_b, k_b)
         found.append(
             Components(
                 system=s["system"],
                 runs=k_b,
                 runs_baseline=k_a,
-                sd_system=s["test_sd"],
-                sd_baseline=base["test_sd"],
+                sd_system=sd_b,
+                sd_baseline=sd_a,
                 sampling_var=max(se**2 - runs_var, 0.0),
                 ref_words=ref_words,
                 collapsed=_collapsed(base) or _collapsed(s),
+                half_width=(hi - lo) / 2,
+                clamped=se**2 < runs_var,
+                single_run=min(k_a, k_b) < 2,
             )
         )
     return found
@@ -104,7 +112,10 @@ def standard_error(
 
 
 def power(gain: float, se: float) -> float:
-    """How often the 95% interval of a true ``gain`` lies above 0."""
+    """How often the 95% interval of a true ``gain`` lies above 0 (``se`` 0: always for a
+    gain above 0, never otherwise)."""
+    if se <= 0.0:
+        return 1.0 if gain > 0.0 else 0.0
     return phi(gain / se - Z95)
 
 
@@ -132,10 +143,12 @@ class Check:
     """A prediction set beside what an experiment got: one system of the outcome's results.json.
 
     ``predicted_sampling_var`` is the prediction's v_s moved to the outcome's test size (v_s *
-    W_ref / W, the 1/W assumption); ``predicted_half_width`` the half-width that v_s and the
-    outcome's own spreads and K would give (the planning formula, so the spreads' part is
-    sd^2/K, not the bootstrap's (K-1)/K of it). ``power``: how often a true ``gain`` would be
-    found at the outcome's own SE."""
+    W_ref / W, the 1/W assumption). ``predicted_half_width`` is the half-width the outcome's
+    bootstrap would have given with that v_s: its own spreads and K, in the bootstrap's
+    replica part ((K-1)/K of sd^2/K, :func:`replica_variance`), so that it differs from the
+    measured ``half_width`` by v_s alone. ``power``: how often a true ``gain`` would be found
+    with the outcome's v_s, spreads and K, the runs' part sd^2/K (the variance of a mean of K
+    runs, as in :func:`standard_error`; the bootstrap's (K-1)/K understates it)."""
 
     system: str
     runs: int
@@ -144,10 +157,12 @@ class Check:
     sd_baseline: float
     sampling_var: float  # the outcome's v_s, at its own test size
     predicted_sampling_var: float
-    half_width: float  # the outcome's 95% interval's
+    half_width: float  # the outcome's 95% interval's, as its results.json has it
     predicted_half_width: float
     power: float
     collapsed: bool
+    clamped: bool  # the interval was narrower than its runs' part: v_s is 0, a floor
+    single_run: bool  # one run of either side: no spread measured
 
 
 def check(
@@ -161,8 +176,7 @@ def check(
             raise ValueError(f"{c.system}: measured at {c.ref_words} words, not {words}")
         predicted_vs = sampling_var * ref_words / words
         runs_var = replica_variance(c.sd_baseline, c.runs_baseline, c.sd_system, c.runs)
-        se = math.sqrt(c.sampling_var + runs_var)  # the outcome's bootstrap SE, rebuilt
-        planned = predicted_vs + c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
+        mean_var = c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
         rows.append(
             Check(
                 system=c.system,
@@ -172,10 +186,12 @@ def check(
                 sd_baseline=c.sd_baseline,
                 sampling_var=c.sampling_var,
                 predicted_sampling_var=predicted_vs,
-                half_width=Z95 * se,
-                predicted_half_width=Z95 * math.sqrt(planned),
-                power=power(gain, se),
+                half_width=c.half_width,
+                predicted_half_width=Z95 * math.sqrt(predicted_vs + runs_var),
+                power=power(gain, math.sqrt(c.sampling_var + mean_var)),
                 collapsed=c.collapsed,
+                clamped=c.clamped,
+                single_run=c.single_run,
             )
         )
     return rows

@@ -61,6 +61,7 @@ from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
 from rescorer.job.output import record_path
+from rescorer.train.config import parse_duration
 
 __all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_table1"]
 
@@ -239,17 +240,35 @@ def _add_planned_model(
     copied yet). Anything else absent is refused, so a mistyped path is not planned as a
     model to come."""
     if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-        name, at, _ = path.name.rpartition("@")
-        if not path.is_dir() and not (at and name and path.with_name(name).is_dir()):
-            training = f", and no training folder {path.with_name(name)} beside it" if at else ""
-            raise RescorerError(
-                f"{option} {path}: no such model folder{training} (a model still training "
-                "is planned by its folder, or a snapshot NAME@LABEL by its training folder NAME)"
-            )
+        if path.exists() and not path.is_dir():
+            raise RescorerError(f"{option} {path}: a file, not a model folder")
+        if not path.is_dir():
+            _check_snapshot_to_come(path, option)
         waiting.append(path)
         ctx.models[model_label(path)] = Model(model_label(path), path, direction)
         return
     _add_model(ctx, path, direction, option)
+
+
+def _check_snapshot_to_come(path: Path, option: str) -> None:
+    """Refuse an absent ``path`` unless it names a snapshot ``NAME@LABEL`` that
+    scripts/train_snapshots.py will copy from the training folder ``NAME`` beside it, LABEL a
+    duration (its ``--snapshot``)."""
+    name, at, label = path.name.rpartition("@")
+    why = "no such model folder"
+    if at and name:
+        try:
+            parse_duration(label)
+        except RescorerError as exc:
+            why += f", and {label!r} after the @ is not a snapshot's duration ({exc})"
+        else:
+            if path.with_name(name).is_dir():
+                return
+            why += f", and no training folder {path.with_name(name)} beside it"
+    raise RescorerError(
+        f"{option} {path}: {why} (a model still training is planned by its folder, or a "
+        "snapshot NAME@LABEL by its training folder NAME)"
+    )
 
 
 def _done_record(work: Path, name: str) -> dict[str, Any] | None:

@@ -118,14 +118,51 @@ def test_check_sets_an_outcome_beside_the_prediction() -> None:
     assert set(rows) == {"b-fwd@1h", "f-fwd@1h"}
     for name, r in rows.items():
         lo, hi = by_name[name]["test_vs_baseline"]["interval"]
-        assert r.half_width == pytest.approx((hi - lo) / 2, rel=1e-6)  # the measured interval
+        assert r.half_width == (hi - lo) / 2  # the measured interval, as it is
         assert r.predicted_sampling_var == pytest.approx(0.18 * 6542 / 71168)
-        planned = r.predicted_sampling_var + r.sd_baseline**2 / 4 + r.sd_system**2 / 4
-        assert r.predicted_half_width == pytest.approx(Z95 * math.sqrt(planned))
-        assert r.power == pytest.approx(power(0.5, r.half_width / Z95))
-        assert r.collapsed  # help's (a) runs reached one weight vector
+        # the same bootstrap with the predicted v_s: the replicas' part as in the measured
+        # interval ((K-1)/K of sd^2/K each, K = 4), so the two differ by v_s alone
+        replicas = 3 / 4 * (r.sd_baseline**2 + r.sd_system**2) / 4
+        assert r.predicted_half_width == pytest.approx(
+            Z95 * math.sqrt(r.predicted_sampling_var + replicas)
+        )
+        assert r.half_width == pytest.approx(Z95 * math.sqrt(r.sampling_var + replicas))
+        # power with the variance of a mean of 4 runs, sd^2/4: below the bootstrap's SE's
+        mean_se = math.sqrt(r.sampling_var + (r.sd_baseline**2 + r.sd_system**2) / 4)
+        assert r.power == pytest.approx(power(0.5, mean_se))
+        assert power(0.3, mean_se) < power(0.3, r.half_width / Z95)
+        assert r.collapsed and not r.clamped and not r.single_run  # (a)'s runs: one vector
     # help's sentences vary less in the gain than en-fr's per word: v_s about 4x below the
     # prediction, so the interval is narrower than planned
     assert rows["b-fwd@1h"].sampling_var < rows["b-fwd@1h"].predicted_sampling_var / 3
     with pytest.raises(ValueError, match="measured at 71168 words, not 6542"):
         check(got, 6542, 0.18, 6542)
+
+
+def test_a_single_run_and_a_zero_se_are_no_crash() -> None:
+    """A --runs 1 results.json has no test_sd (None); two identical systems give SE 0."""
+    results = {
+        "systems": [
+            {"system": "a", "runs": 1, "test_sd": None},
+            {
+                "system": "b-m",
+                "runs": 1,
+                "test_sd": None,
+                "baseline": "a",
+                "test_vs_baseline": {"interval": [-0.2, 0.2]},
+            },
+            {
+                "system": "c-m",
+                "runs": 1,
+                "test_sd": None,
+                "baseline": "a",
+                "test_vs_baseline": {"interval": [0.0, 0.0]},
+            },
+        ]
+    }
+    single, same = components(results, 1000)
+    assert single.single_run and single.sd_system == single.sd_baseline == 0.0
+    assert single.sampling_var == pytest.approx((0.2 / Z95) ** 2)
+    row = check([single, same], 1000, 0.1, 1000)[1]
+    assert row.sampling_var == 0.0 and row.power == 1.0  # SE 0: a true +0.5 is always found
+    assert power(0.0, 0.0) == 0.0

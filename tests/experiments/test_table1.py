@@ -620,14 +620,19 @@ def test_plan_lists_the_steps_of_a_model_still_training(
     assert proc.returncode == 1
     assert f"--model {later}: " in proc.stderr and "Traceback" not in proc.stderr
     assert not (work / "prepare").exists()
-    # a mistyped path is no model to come: a snapshot without its training folder beside it,
-    # and a plain folder that is not there, are refused by the plan too
+    # a mistyped path is no model to come: a snapshot without its training folder beside it
+    # or with a label that is no duration, a folder that is not there, a file: the plan
+    # refuses them too
+    (tmp_path / "later").mkdir()  # a training folder: only later@<a duration> is to come
+    (tmp_path / "notes.txt").write_text("not a model\n")
     for typo, why in (
         (
             tmp_path / "latre@6h",
             f"no such model folder, and no training folder {tmp_path / 'latre'}",
         ),
         (tmp_path / "paper-h10", "no such model folder (a model still training"),
+        (tmp_path / "later@6hh", "no such model folder, and '6hh' after the @ is not a snapshot"),
+        (tmp_path / "notes.txt", "a file, not a model folder"),
     ):
         proc = run_table1(*table1_argv(TINY_SYSTEM, [tiny_model_dir, typo], work), "--plan")
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr

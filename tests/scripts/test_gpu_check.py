@@ -60,7 +60,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_REPEATS="1",
         GPU_CHECK_PRECISIONS="fp32",
         GPU_CHECK_COMPILE="no",
-        GPU_CHECK_WORKERS="1",  # 0, the ratio's base, is added and runs first
+        GPU_CHECK_WORKERS="1 0",  # 0, the ratio's base, runs first whatever its place
         GPU_CHECK_WORKER_LINES="400",
         GPU_CHECK_TRAIN_SECONDS="120",
         GPU_CHECK_TRAIN_UPDATES="6",

@@ -64,14 +64,16 @@ def test_check_prints_an_outcome_beside_the_prediction() -> None:
     rows = [line for line in result.output.splitlines() if line.startswith("| b-fwd@1h* | 4 |")]
     assert len(rows) == 1, result.output
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert cells[5:7] == ["0.0040", "0.0172"] and cells[7:9] == ["±0.17", "±0.29"], cells
+    assert cells[5:7] == ["0.0040", "0.0172"] and cells[7:9] == ["±0.17", "±0.28"], cells
 
 
 def test_power_asks_for_what_it_needs() -> None:
     for args, said in (
         ([], "give --segments"),
-        (["--segments", "3000"], "--segments needs --words-per-segment"),
+        (["--segments", "3000"], "--segments and --words-per-segment go together"),
+        (["--words-per-segment", "14"], "--segments and --words-per-segment go together"),
         (["--check", str(SECOND)], "--check and --check-words go together"),
+        (["--check", str(SECOND), "--check-words", "0"], "0 is not in the range x>=1"),
     ):
         result = CliRunner().invoke(power_main, [str(SECOND), "--ref-words", "6542", *args])
         assert result.exit_code == 2 and said in result.output, result.output
