@@ -64,33 +64,34 @@ class Components:
 def components(results: dict[str, Any], ref_words: int) -> list[Components]:
     """The variance parts of every system compared with a baseline in a ``results.json``."""
     by_name = {s["system"]: s for s in results["systems"]}
-    found = []
-    for s in results["systems"]:
-        versus = s.get("test_vs_baseline")
-        if not versus:
-            continue
-        base = by_name[s["baseline"]]
-        lo, hi = versus["interval"]
-        se = (hi - lo) / 2 / Z95
-        k_a, k_b = int(base["runs"]), int(s["runs"])
-        sd_a, sd_b = base["test_sd"] or 0.0, s["test_sd"] or 0.0  # None: one run
-        runs_var = replica_variance(sd_a, k_a, sd_b, k_b)
-        found.append(
-            Components(
-                system=s["system"],
-                runs=k_b,
-                runs_baseline=k_a,
-                sd_system=sd_b,
-                sd_baseline=sd_a,
-                sampling_var=max(se**2 - runs_var, 0.0),
-                ref_words=ref_words,
-                collapsed=_collapsed(base) or _collapsed(s),
-                half_width=(hi - lo) / 2,
-                clamped=se**2 < runs_var,
-                single_run=min(k_a, k_b) < 2,
-            )
-        )
-    return found
+    return [
+        component(s, by_name[s["baseline"]], ref_words)
+        for s in results["systems"]
+        if s.get("test_vs_baseline")
+    ]
+
+
+def component(s: dict[str, Any], base: dict[str, Any], ref_words: int) -> Components:
+    """The variance parts of system ``s`` of a ``results.json`` against its baseline ``base``."""
+    versus = s["test_vs_baseline"]
+    lo, hi = versus["interval"]
+    se = (hi - lo) / 2 / Z95
+    k_a, k_b = int(base["runs"]), int(s["runs"])
+    sd_a, sd_b = base["test_sd"] or 0.0, s["test_sd"] or 0.0  # None: one run
+    runs_var = replica_variance(sd_a, k_a, sd_b, k_b)
+    return Components(
+        system=s["system"],
+        runs=k_b,
+        runs_baseline=k_a,
+        sd_system=sd_b,
+        sd_baseline=sd_a,
+        sampling_var=max(se**2 - runs_var, 0.0),
+        ref_words=ref_words,
+        collapsed=_collapsed(base) or _collapsed(s),
+        half_width=(hi - lo) / 2,
+        clamped=se**2 < runs_var,
+        single_run=min(k_a, k_b) < 2,
+    )
 
 
 def _collapsed(system: dict[str, Any]) -> bool:
@@ -117,6 +118,18 @@ def power(gain: float, se: float) -> float:
     if se <= 0.0:
         return 1.0 if gain > 0.0 else 0.0
     return phi(gain / se - Z95)
+
+
+Z80 = 0.8416212335729143  # the standard normal's 80th percentile
+
+
+def detectable_gain(c: Components) -> float:
+    """The smallest true gain that the 95% interval finds above 0 in 80% of experiments like
+    ``c``'s: its own v_s, spreads and K, the runs' part sd^2/K (the variance of a mean of K
+    runs). A spread of 0 from runs that collapsed to one weight vector makes it too small; so
+    does one run (no spread measured)."""
+    var = c.sampling_var + c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
+    return (Z95 + Z80) * math.sqrt(var)
 
 
 def runs_needed(

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from rescorer.experiments.new_pairs import EXAMPLES
+from rescorer.experiments.power import component, detectable_gain
 from rescorer.experiments.significance import format_p
 
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
@@ -197,6 +198,31 @@ def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
     return said
 
 
+def _detectable(results: dict[str, Any]) -> list[str]:
+    """What each test against a baseline could see: the smallest true gain its interval would
+    find above 0 in 80% of such experiments (power.detectable_gain), from the comparison's
+    own sampling variance and spreads; nothing where no system was compared."""
+    by_name = {s["system"]: s for s in results["systems"]}
+    found = []
+    for s in results["systems"]:
+        if not s.get("test_vs_baseline") or s.get("baseline") not in by_name:
+            continue
+        c = component(s, by_name[s["baseline"]], ref_words=0)  # this test set: no scaling
+        mark = " (one run: no spread)" if c.single_run else ""
+        found.append(f"({s['letter']}) {s['name']} +{detectable_gain(c):.2f}{mark}")
+    if not found:
+        return []
+    return [
+        "",
+        "What each test could see: the smallest true gain that its 95% interval would find "
+        "above 0 in 80% of experiments like this one, from the comparison's own sampling "
+        "variance over test sentences and its runs' spreads (sd^2/K; "
+        "rescorer/experiments/power.py): " + "; ".join(found) + ". A gain this large or "
+        "larger would most likely have been seen; runs that reached one weight vector make it "
+        "too small.",
+    ]
+
+
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
@@ -261,6 +287,7 @@ def results_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append(md_row(cells))
     lines += _collapsed_replicas(results)
+    lines += _detectable(results)
     lines += _groups_table(results)
     lines += _extended_tables(results)
     lines += _weights_table(results)

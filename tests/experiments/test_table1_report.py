@@ -221,3 +221,24 @@ def test_the_gain_by_group_table_has_each_baseline_once_and_each_system() -> Non
     assert table[3] == "| (b) b-fwd@3h | +0.20 [-0.30, +0.70] | -0.10 [-0.60, +0.40] |"
     assert len(table) == 5  # the baseline's row once
     assert "Where the test gain is" not in results_markdown(RESULTS)  # no groups: no table
+
+
+def test_each_comparison_says_the_smallest_gain_it_could_see() -> None:
+    """From the interval, minus the bootstrap's replica part, plus the runs' sd^2/K: with
+    interval [0.1, 1.1] (SE^2 = 0.0651), sd 0.2 on both sides and K = 2, v_s = 0.0651 - 2 *
+    0.01 = 0.0451 and the variance of the mean gain 0.0451 + 2 * 0.02 = 0.0851."""
+    assert "What each test could see" not in results_markdown(RESULTS)  # no baseline named
+    results = dict(RESULTS)
+    results["systems"] = [
+        system("a", "a", "mert", []),
+        system("b-x", "b", "mert", ["x"], baseline="a", test_vs_baseline=versus(0.6, 0.1, 1.1, 0)),
+        system(
+            "c-x", "c", "mert", ["x"], baseline="a", runs=1, test_sd=None,
+            test_vs_baseline=versus(0.6, 0.1, 1.1, 0),
+        ),
+    ]  # fmt: skip
+    line = next(line for line in results_markdown(results).splitlines() if "could see" in line)
+    se_mean = ((0.5 / 1.959963984540054) ** 2 - 0.02 + 0.04) ** 0.5
+    assert f"(b) b-x +{(1.959963984540054 + 0.8416212335729143) * se_mean:.2f};" in line
+    assert "(c) c-x +" in line and "(one run: no spread)" in line
+    assert f"+{(1.959963984540054 + 0.8416212335729143) * se_mean:.2f}" == "+0.82"
