@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rescorer.experiments.power import component, detectable_gain
 from rescorer.experiments.report import fmt_cell, interval_cell, md_row, p_cell
 
 # The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
@@ -90,8 +91,10 @@ def editions_table(editions: Sequence[Edition]) -> str:
     lines = [
         "Test BLEU (sacreBLEU) ± the sample sd over the K tuning runs. Each Δ, interval (bootstrap "
         "95%) and p compares a system with the baseline of its own work folder (batch MIRA's "
-        "with MIRA's baseline), never across folders. The paper's rows (Cho et al. 2014, "
-        "Table 1) are English-French news, dev / test.",
+        "with MIRA's baseline), never across folders. Could see (80%): the smallest true gain "
+        "that the interval would find above 0 in 80% of such experiments, from the "
+        "comparison's own sampling variance and runs' spreads (rescorer/experiments/power.py). "
+        "The paper's rows (Cho et al. 2014, Table 1) are English-French news, dev / test.",
         "",
         "| system folder | dev sentences | test sentences | filtered table lines "
         "| tuners | best model |",
@@ -106,14 +109,20 @@ def editions_table(editions: Sequence[Edition]) -> str:
         ]  # fmt: skip
         lines.append(md_row(cells))
     rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
+    seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
     for e in editions:
+        by_name = {s["system"]: s for s in e.results["systems"]}
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
+            base = by_name.get(s.get("baseline") or "")
+            if s.get("test_vs_baseline") and base is not None:
+                gain = detectable_gain(component(s, base, ref_words=0))
+                seen[f"{e.name}\0{s['system']}"] = f"+{gain:.2f}"
     lines += [
         "",
         "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
-        "| p MultEval | p shared coin (ours) | paper dev / test |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| could see (80%) | p MultEval | p shared coin (ours) | paper dev / test |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     shown: set[tuple[int, str]] = set()  # the kinds whose label and paper cell are written
     for key in sorted(rows):
@@ -128,6 +137,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
                 kind if first else "", models or "–", name, str(s["runs"]),
                 f"{fmt_cell(s['test_mean'])} ± {fmt_cell(s['test_sd'])}",
                 fmt_cell(test["delta"], "+.2f") if test else "–", interval_cell(test),
+                seen.get(f"{name}\0{s['system']}", "–"),
                 p_cell(test), p_cell(test, "_shared_coin"), paper if first else "",
             ]  # fmt: skip
             lines.append(md_row(cells))

@@ -60,7 +60,8 @@ SOFTWARE = results(800, [
 PROSE = results(5058, [
     system("a", "mert", [], 57.87),
     system("b-fwd@1h", "mert", ["fwd@1h"], 57.81, test_vs_baseline=versus(-0.06, -0.25, 0.15)),
-    system("b-fwd@6h", "mert", ["fwd@6h"], 58.20, test_vs_baseline=versus(0.33, 0.05, 0.61)),
+    system("b-fwd@6h", "mert", ["fwd@6h"], 58.20, test_vs_baseline=versus(0.33, 0.05, 0.61),
+           baseline="a"),
     system("f-fwd@1h", "mert", ["fwd@1h"], 57.82, test_vs_baseline=versus(-0.05, -0.2, 0.11)),
 ])  # fmt: skip
 
@@ -83,13 +84,16 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
     ]
     by_row = {(c[1], c[2], c[0] or "same"): c for c in cells}
     help_b6 = by_row[("fwd@6h", "help", "same")]
-    assert help_b6[3:8] == ["2", "58.20 ± 0.20", "+0.33", "[+0.05, +0.61]", "0.249"]
+    # could see: v_s = (0.28 / 1.96)^2 - 2 * (1/2 * 0.2^2 / 2) = 0.000408 (the interval less
+    # the bootstrap's replicas), plus the runs' 2 * 0.2^2 / 2: (1.96 + 0.84) * 0.2010 = 0.56
+    assert help_b6[3:9] == ["2", "58.20 ± 0.20", "+0.33", "[+0.05, +0.61]", "+0.56", "0.249"]
+    assert by_row[("fwd@1h", "help", "(b) +RNN")][7] == "–"  # no baseline named: not computed
     # the paper's cell once per kind, none for MIRA or the kinds the paper has no row for
-    assert by_row[("–", "en-fr", "(a) baseline")][9] == "30.64 / 33.30"
-    assert by_row[("fwd@6h", "en-fr", "same")][9] == ""  # (b)'s paper cell is on its first row
-    assert by_row[("fwd@1h", "help", "(b) +RNN")][9] == "31.20 / 33.87"
-    assert by_row[("fwd@6h", "en-fr", "(b) +RNN, batch MIRA")][9] == "–"
-    assert by_row[("fwd@1h", "help", "(f) table filled up with generated pairs")][9] == "–"
+    assert by_row[("–", "en-fr", "(a) baseline")][10] == "30.64 / 33.30"
+    assert by_row[("fwd@6h", "en-fr", "same")][10] == ""  # (b)'s paper cell is on its first row
+    assert by_row[("fwd@1h", "help", "(b) +RNN")][10] == "31.20 / 33.87"
+    assert by_row[("fwd@6h", "en-fr", "(b) +RNN, batch MIRA")][10] == "–"
+    assert by_row[("fwd@1h", "help", "(f) table filled up with generated pairs")][10] == "–"
     assert "| help | 400 | 5,058 | 1,234 | mert, mira | fwd@6h |" in text
 
 
