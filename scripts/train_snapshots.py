@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from rescorer.constants import TRAIN_STATE_FILE, WEIGHTS_FILE
+from rescorer.durations import parse_duration
 from rescorer.errors import RescorerError
-from rescorer.train.config import parse_duration
 
 OVERHEAD_S = 180.0  # vocabularies, encoding and compilation before the first update
 TOLERANCE_S = 120.0  # a milestone counts as reached this close to it

@@ -26,23 +26,25 @@ ALLOWED: dict[str, set[str]] = {
     "device": BASE | {"cpus", "io"},
     "batching": BASE,
     "verdict": BASE,
+    "durations": BASE,
     "moses": BASE | {"io", "moses"},
     "job": BASE | {"io", "job"},
     "model": BASE | {"verdict", "io", "vocab", "cpus", "device", "batching", "model"},
     "train": BASE
-    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "train"},
+    | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "durations"}
+    | {"train"},
     "score": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "job"}
     | {"score"},
     "extend": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "moses", "job"}
     | {"score", "extend"},
-    "experiments": BASE | {"verdict", "io", "moses", "job", "experiments"},
+    "experiments": BASE | {"verdict", "durations", "io", "moses", "job", "experiments"},
     "analysis": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "score", "analysis"},
     "cli": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "model", "moses", "train", "job", "score"}
-    | {"extend", "analysis", "cli"},
+    | {"durations", "extend", "analysis", "cli"},
     "__main__": {"cli"},
 }
 # Modules that must not load torch when imported: scoring workers and Moses tools stay light.
@@ -60,6 +62,7 @@ TORCH_FREE = [
     "rescorer.vocab",
     "rescorer.cpus",
     "rescorer.phases",
+    "rescorer.durations",
     "rescorer.moses.ini",
     "rescorer.moses.ini_rewrite",
     "rescorer.moses.added_columns",

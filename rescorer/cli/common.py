@@ -151,7 +151,7 @@ def check_finite(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
 
 def check_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A usage error for a duration that does not parse (the string itself is passed on)."""
-    from rescorer.train.config import parse_duration
+    from rescorer.durations import parse_duration
 
     if value is not None:
         try:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from rescorer.constants import CONFIG_FILE, WEIGHTS_FILE
+from rescorer.durations import parse_duration
 from rescorer.errors import RescorerError
 from rescorer.experiments import actions
 from rescorer.experiments.bleu import require_sacrebleu
@@ -61,7 +62,6 @@ from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
 from rescorer.job.output import record_path
-from rescorer.train.config import parse_duration
 
 __all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_table1"]
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from rescorer.constants import CONFIG_FILE, DIRECTIONS, FORWARD
+from rescorer.durations import parse_duration
 from rescorer.errors import RescorerError, check
 from rescorer.io.schema import schema_problem
 from rescorer.model.config import ModelConfig
@@ -122,23 +122,6 @@ class TrainResult:
     valid_pairs: int
     seconds: float
     signal: int = 0  # the signal that interrupted the run (SIGINT 2, SIGTERM 15), else 0
-
-
-DURATION_FORMS = "5m, 2h, 90s or 1h30m (units d, h, m, s)"
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of ``90m``, ``2h``, ``30s``, ``1h30m``, ``1.5h``, ``2d``. A number needs its
-    unit: ``--max-time 5`` once meant 5 seconds, and a run meant for 5 minutes ended with
-    exit 0 and an untrained model."""
-    text = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d*)?", text):
-        raise RescorerError(f"duration {text!r} has no unit: expected e.g. {DURATION_FORMS}")
-    parts = re.findall(r"(\d+(?:\.\d*)?)([dhms])", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise RescorerError(f"bad duration {text!r}: expected e.g. {DURATION_FORMS}")
-    scale = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    return sum(float(n) * scale[u] for n, u in parts)
 
 
 # --------------------------------------------------------------------------------- train

@@ -24,7 +24,7 @@ from rescorer.errors import RescorerError
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_, sequence_logprobs
-from rescorer.train.config import TrainConfig, parse_duration
+from rescorer.train.config import TrainConfig
 from rescorer.train.data import is_heldout, read_training_data, unigram_logprob_sum
 from rescorer.train.loop import batch_loss, train
 from rescorer.vocab import Vocab, build_vocabs
@@ -88,22 +88,6 @@ def test_a_tiny_model_overfits_50_real_pairs(sample_table: Path) -> None:
     assert before.mean() < -20  # about 4-5 tokens at ln(201) each
     assert after.mean() > -0.5, after
     assert after.min() > -3.0, after
-
-
-def test_parse_duration() -> None:
-    assert parse_duration("90m") == 5400
-    assert parse_duration("2h") == 7200
-    assert parse_duration("30s") == 30
-    assert parse_duration("1h30m") == 5400
-    assert parse_duration("1.5h") == 5400
-    for bad in ("", "m", "3x", "1h 30m", "-1m"):
-        with pytest.raises(RescorerError, match="bad duration"):
-            parse_duration(bad)
-    for bare in ("45", "5", "0", "1.5"):  # issue 27, item 4: --max-time 5 meant 5 seconds
-        with pytest.raises(
-            RescorerError, match=r"has no unit: expected e\.g\. 5m, 2h, 90s or 1h30m"
-        ):
-            parse_duration(bare)
 
 
 def test_every_duration_option_needs_a_unit(tmp_path: Path) -> None:
