@@ -16,7 +16,8 @@ With the interval mean +- 1.96 SE, a true gain g is found (interval above 0) wit
 Phi(g / SE - 1.96) (normal approximation; Koehn 2004, Clark et al. 2011 for the two parts).
 
 :func:`check` sets a finished experiment's own v_s, spreads and interval beside the prediction
-(the 1/W assumption checked).
+(the 1/W assumption checked); :func:`detectable_gain` says what a finished comparison could
+see (the gain found 80% of the time: results.md, side_by_side).
 
 :func:`components` takes v_s and the sd's out of a Table-1 ``results.json``: the bootstrap
 interval there resamples sentences and each system's own K_a or K_b replicas (with
