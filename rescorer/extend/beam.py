@@ -11,6 +11,14 @@ beam), and the UNK word is never proposed (``extend`` drops UNK-bearing targets 
 out in the search, it leaves room for N others). Hypotheses are ranked in float32 and their
 log p summed in float64.
 
+Each step runs the model on the rows that still hold a live hypothesis only (at the first
+step one row of K per source; later, as hypotheses end or sources reach their limit, fewer),
+and ranks each source's extensions among its rows' K best words (the K best of a source are
+always among them), so no (B*K, V) tensor is made beyond the live rows' logits: on a trained
+hidden-256 model, 2x the sources a second of ranking all B*K rows over V (BENCHMARKS.md). A
+word's ln p is its logit less the row's log-sum-exp, which rounds in float32 a few 1e-6 apart
+from log_softmax: targets are the same, their log p agree to about 1e-5 (BENCHMARKS.md).
+
 Shapes: B sources, K = beam size, V = target shortlist + EOS, H hidden, L the step limit.
 """
 
@@ -73,23 +81,45 @@ def beam_search_batched(
     unused = slice(FIRST_WORD_ID + len(tgt_vocab.words), eos)
     for k in range(L):
         cost = torch.where(k < max_steps.unsqueeze(1), cost, inf)  # (B,K) past the limit: gone
-        if not bool(torch.isfinite(cost).any()):
+        live = torch.isfinite(cost).view(-1).nonzero().squeeze(1)  # (n,) rows with a hypothesis
+        n = len(live)
+        if n == 0:
             break
-        logp = torch.log_softmax(model.next_word_logits(ctx, s, prev).float(), dim=1)  # (BK,V)
-        logp[:, PAD_ID] = -inf
-        logp[:, unused] = -inf
-        logp[:, UNK_ID] = -inf
-        early = (k < min_eos).repeat_interleave(K)  # (BK,)
-        logp[:, eos] = torch.where(early, -inf, logp[:, eos])
-        V = logp.shape[1]
-        cand = cost.float().view(B * K, 1) - logp  # (BK,V)
-        best, index = cand.view(B, K * V).topk(K, dim=1, largest=False)  # (B,K) ascending
+        every = n == B * K
+        # The model runs on the live rows only, and each keeps its K best words: a source's K
+        # best extensions are among its hypotheses' K best words, so the ranking never touches
+        # a (B*K, V) tensor beyond the logits themselves.
+        logits = model.next_word_logits(
+            ctx if every else ctx.index_select(live),
+            s if every else s.index_select(0, live),
+            None if prev is None else prev if every else prev.index_select(0, live),
+        ).float()  # (n,V)
+        lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n,1) log_softmax's normaliser
+        logits[:, PAD_ID] = -inf
+        logits[:, unused] = -inf
+        logits[:, UNK_ID] = -inf
+        early = k < min_eos.index_select(0, live // K)  # (n,)
+        logits[:, eos] = torch.where(early, -inf, logits[:, eos])
+        top, top_word = logits.topk(K, dim=1)  # (n,K) each row's K best words, best first
+        top_logp = top - lse  # (n,K) their ln p
+        row_cost = cost.view(-1).index_select(0, live).float().unsqueeze(1)  # (n,1)
+        if every:
+            cand, words_k, logp_k = row_cost - top_logp, top_word, top_logp  # (BK,K) each
+        else:  # a dead row's candidates cost inf
+            cand = torch.full((B * K, K), inf, device=device).index_copy_(
+                0, live, row_cost - top_logp
+            )
+            words_k = torch.zeros((B * K, K), dtype=torch.long, device=device).index_copy_(
+                0, live, top_word
+            )
+            logp_k = torch.zeros((B * K, K), device=device).index_copy_(0, live, top_logp)
+        best, index = cand.view(B, K * K).topk(K, dim=1, largest=False)  # (B,K) ascending
         keep = (rank < width.unsqueeze(1)) & torch.isfinite(best)  # (B,K)
-        parent, word = index // V, index % V  # (B,K)
+        parent, choice = index // K, (index % K).view(-1)  # (B,K), (BK,)
         flat_parent = (parent + torch.arange(B, device=device).unsqueeze(1) * K).view(-1)
+        word = words_k[flat_parent, choice].view(B, K)  # (B,K)
         new_cost = (
-            cost.view(-1)[flat_parent].view(B, K)
-            - logp[flat_parent, word.view(-1)].view(B, K).double()
+            cost.view(-1)[flat_parent].view(B, K) - logp_k[flat_parent, choice].view(B, K).double()
         )  # (B,K) summed in float64
         history = tokens.view(B * K, L)[flat_parent].view(B, K, L)  # (B,K,L)
         history[:, :, k] = word
@@ -100,12 +130,18 @@ def beam_search_batched(
             done_cost[b_idx, slot[b_idx, j_idx]] = new_cost[b_idx, j_idx]
             done_tokens[b_idx, slot[b_idx, j_idx]] = history[b_idx, j_idx]
             done_len[b_idx, slot[b_idx, j_idx]] = k  # the words before EOS
-            n = ended.long().sum(dim=1)  # (B,)
-            done_n += n
-            width -= n
+            ends = ended.long().sum(dim=1)  # (B,)
+            done_n += ends
+            width -= ends
         cost = torch.where(keep & ~ended, new_cost, inf)  # (B,K)
         tokens = history
-        s = model.next_state(ctx, s.index_select(0, flat_parent), word.view(-1))  # (BK,H)
+        going = (keep & ~ended).view(-1).nonzero().squeeze(1)  # (m,) rows live at the next step
+        parents, words = flat_parent.index_select(0, going), word.view(-1).index_select(0, going)
+        s_next = s.new_zeros(s.shape)  # (BK,H) a dead row's state is never read
+        s_next.index_copy_(
+            0, going, model.next_state(ctx.index_select(going), s.index_select(0, parents), words)
+        )
+        s = s_next
         prev = word.view(-1)
     found: list[list[Found]] = []
     done_cost_l, done_len_l = done_cost.cpu().tolist(), done_len.cpu().tolist()
