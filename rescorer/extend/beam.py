@@ -15,9 +15,11 @@ Each step runs the model on the rows that still hold a live hypothesis only (at 
 step one row of K per source; later, as hypotheses end or sources reach their limit, fewer),
 and ranks each source's extensions among its rows' K best words (the K best of a source are
 always among them), so no (B*K, V) tensor is made beyond the live rows' logits: on a trained
-hidden-256 model, 2x the sources a second of ranking all B*K rows over V (BENCHMARKS.md). A
-word's ln p is its logit less the row's log-sum-exp, which rounds in float32 a few 1e-6 apart
-from log_softmax: targets are the same, their log p agree to about 1e-5 (BENCHMARKS.md).
+hidden-256 model, 2.25x the sources a second of ranking all B*K rows over V (BENCHMARKS.md).
+A word's ln p is its logit less the row's log-sum-exp, which rounds in float32 a few 1e-6
+apart from log_softmax, and the model's products over fewer rows round apart too: the targets
+are the same up to near ties (a 1-ulp tie may rank the other way), their log p within about
+5e-5 on a trained model.
 
 Shapes: B sources, K = beam size, V = target shortlist + EOS, H hidden, L the step limit.
 """
@@ -100,22 +102,23 @@ def beam_search_batched(
         logits[:, UNK_ID] = -inf
         early = k < min_eos.index_select(0, live // K)  # (n,)
         logits[:, eos] = torch.where(early, -inf, logits[:, eos])
-        top, top_word = logits.topk(K, dim=1)  # (n,K) each row's K best words, best first
-        top_logp = top - lse  # (n,K) their ln p
+        kk = min(K, logits.shape[1])  # a beam wider than the vocabulary: all of a row's words
+        top, top_word = logits.topk(kk, dim=1)  # (n,kk) each row's kk best words, best first
+        top_logp = top - lse  # (n,kk) their ln p
         row_cost = cost.view(-1).index_select(0, live).float().unsqueeze(1)  # (n,1)
         if every:
-            cand, words_k, logp_k = row_cost - top_logp, top_word, top_logp  # (BK,K) each
+            cand, words_k, logp_k = row_cost - top_logp, top_word, top_logp  # (BK,kk) each
         else:  # a dead row's candidates cost inf
-            cand = torch.full((B * K, K), inf, device=device).index_copy_(
-                0, live, row_cost - top_logp
-            )
-            words_k = torch.zeros((B * K, K), dtype=torch.long, device=device).index_copy_(
-                0, live, top_word
-            )
-            logp_k = torch.zeros((B * K, K), device=device).index_copy_(0, live, top_logp)
-        best, index = cand.view(B, K * K).topk(K, dim=1, largest=False)  # (B,K) ascending
+            f32, i64 = torch.float32, torch.long
+            cand = torch.full((B * K, kk), inf, dtype=f32, device=device)
+            cand.index_copy_(0, live, row_cost - top_logp)
+            words_k = torch.zeros((B * K, kk), dtype=i64, device=device)
+            words_k.index_copy_(0, live, top_word)
+            logp_k = torch.zeros((B * K, kk), dtype=f32, device=device)
+            logp_k.index_copy_(0, live, top_logp)
+        best, index = cand.view(B, K * kk).topk(K, dim=1, largest=False)  # (B,K) ascending
         keep = (rank < width.unsqueeze(1)) & torch.isfinite(best)  # (B,K)
-        parent, choice = index // K, (index % K).view(-1)  # (B,K), (BK,)
+        parent, choice = index // kk, (index % kk).view(-1)  # (B,K), (BK,)
         flat_parent = (parent + torch.arange(B, device=device).unsqueeze(1) * K).view(-1)
         word = words_k[flat_parent, choice].view(B, K)  # (B,K)
         new_cost = (

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from conftest import MOSES, TINY_SYSTEM
 
@@ -22,8 +23,10 @@ from rescorer.cli import cli
 from rescorer.extend.beam import beam_search_batched
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig
 from rescorer.moses.ini import read_ini
 from rescorer.moses.lex import LexicalTable, lexical_weights
+from rescorer.vocab import Vocab
 
 TABLE = TINY_SYSTEM / "phrase-table.gz"
 TEST_EN = TINY_SYSTEM / "test.en"
@@ -73,6 +76,27 @@ def test_the_batched_beam_is_groundhogs(tiny_model_dir: Path) -> None:
         assert got == [(g.words, round(g.logp, 6)) for g in expected]
         compared += 1
     assert compared >= 20
+
+
+def test_a_beam_wider_than_the_vocabulary_is_groundhogs_too() -> None:
+    """Two target words and EOS, beams of 6 and 9: each row offers all of its words (a top-K of
+    K > V raised here once), and the targets are those of GroundHog's search."""
+    torch.manual_seed(0)
+    config = ModelConfig(
+        src_vocab_size=10, tgt_vocab_size=4, hidden_size=4, embed_size=4, maxout_units=6
+    )
+    model = EncoderDecoder(config).eval()
+    src_vocab = Vocab(tuple(f"s{i}" for i in range(8)), 10)
+    tgt_vocab = Vocab(("t0", "t1"), 4)  # V = 5: PAD, UNK, t0, t1, EOS
+    sources = ["s1", "s2 s3", "s4 s5 s6"]
+    for beam in (6, 9):
+        theirs = beam_search(model, src_vocab, tgt_vocab, sources, beam_size=beam, ignore_unk=True)
+        ours = beam_search_batched(model, src_vocab, tgt_vocab, [s.split() for s in sources], beam)
+        assert any(ours)
+        for expected, found in zip(theirs, ours, strict=True):
+            if found:  # GroundHog retries a source none of whose hypotheses ends
+                got = [(tuple(tgt_vocab.decode(h.ids)), round(h.logp, 5)) for h in found]
+                assert got == [(g.words, round(g.logp, 5)) for g in expected]
 
 
 def test_lexical_weights_as_moses_computes_them() -> None:
