@@ -3,8 +3,9 @@
 
 Loads ``rescorer/extend/beam.py`` as it was at ``--baseline`` (a git revision) beside the one
 in this checkout, and runs both on the same source phrases (the first ``--sources`` distinct
-sources of ``--table``, in batches of ``--batch-sources`` as ``extend`` takes them on a CPU),
-alternating, ``--repeats`` times each, one thread unless ``--threads``. Prints sources/s (the
+sources of ``--table``, in batches of ``--batch-sources`` as ``extend`` takes them on a CPU;
+``--device cuda --batch-sources 4096`` as on a GPU, TF32 off), alternating, ``--repeats`` times
+each, one thread unless ``--threads``. Prints sources/s (the
 best run of each), the ratio, and whether the two found the same targets for every source
 (and how far apart their log p are: the ranking's float32 rounding).
 
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--beam", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (fp32 either way).")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sources = distinct_sources(args.table, args.sources)
@@ -96,6 +98,10 @@ def main() -> None:
             )
         loaded = load_model_dir(folder)
         model, src_vocab, tgt_vocab = loaded.model, loaded.src_vocab, loaded.tgt_vocab
+        device = torch.device(args.device)
+        model = model.to(device).float()
+        if device.type == "cuda":  # TF32 off: both beams in the same fp32 as on the CPU
+            torch.backends.cuda.matmul.allow_tf32 = False
         baseline = beam_at(args.baseline, Path(tmp))
         runs: dict[str, list[float]] = {"baseline": [], "this checkout": []}
         found: dict[str, list] = {}
@@ -106,6 +112,8 @@ def main() -> None:
                 for i in range(0, len(sources), args.batch_sources):
                     part = sources[i : i + args.batch_sources]
                     out += module.beam_search_batched(model, src_vocab, tgt_vocab, part, args.beam)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
                 runs[name].append(time.perf_counter() - start)
                 found[name] = out
     same = sum(
@@ -122,9 +130,12 @@ def main() -> None:
         default=0.0,
     )
     best = {name: len(sources) / min(times) for name, times in runs.items()}
+    where = cpu_name()
+    if device.type == "cuda":
+        where = f"{torch.cuda.get_device_name(device)}, host {where}"
     print(
         f"### The batched beam search, {args.baseline} against this checkout "
-        f"({datetime.date.today()}, commit {git_commit()}, {cpu_name()}, {args.threads} "
+        f"({datetime.date.today()}, commit {git_commit()}, {where}, {args.threads} "
         f"thread(s))\n\n{what}; {len(sources):,} distinct sources of {args.table}, batches of "
         f"{args.batch_sources}, N = {args.beam}, {args.repeats} runs each, alternating\n"
     )
