@@ -6,8 +6,8 @@ in this checkout, and runs both on the same source phrases (the first ``--source
 sources of ``--table``, in batches of ``--batch-sources`` as ``extend`` takes them on a CPU;
 ``--device cuda --batch-sources 4096`` as on a GPU, TF32 off), alternating, ``--repeats`` times
 each, one thread unless ``--threads``. Prints sources/s (the
-best run of each), the ratio, and whether the two found the same targets for every source
-(and how far apart their log p are: the ranking's float32 rounding).
+best run of each), the ratio, and whether the two found the same targets for every source, in
+the same order (and how far apart their log p are: the ranking's float32 rounding).
 
 ``--model`` is a trained model folder: its beams end when it says EOS, as in Table 1's (f).
 Random weights (``--hidden H``) are the other end: every hypothesis lives to the step limit.
@@ -40,13 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def beam_at(revision: str, folder: Path) -> ModuleType:
-    """rescorer/extend/beam.py at ``revision``, imported as a module of its own."""
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{revision}:rescorer/extend/beam.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    """rescorer/extend/beam.py at ``revision`` (or the file ``revision`` names, where there is
+    no git history: a copy carried to a GPU machine), imported as a module of its own."""
+    if Path(revision).is_file():
+        source = Path(revision).read_text(encoding="utf-8")
+    else:
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{revision}:rescorer/extend/beam.py"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     path = folder / "beam_baseline.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("beam_baseline", path)
@@ -78,7 +82,11 @@ def main() -> None:
     ap.add_argument("--table", required=True, help="A Moses phrase table (.gz or plain).")
     ap.add_argument("--model", help="A trained model folder (else random weights, --hidden).")
     ap.add_argument("--hidden", type=int, default=1000, help="Random weights: hidden size.")
-    ap.add_argument("--baseline", default="HEAD", help="The git revision to compare with.")
+    ap.add_argument(
+        "--baseline",
+        default="HEAD",
+        help="The git revision to compare with, or a beam.py file (no git history there).",
+    )
     ap.add_argument("--sources", type=int, default=2560)
     ap.add_argument("--batch-sources", type=int, default=256)
     ap.add_argument("--beam", type=int, default=5)
@@ -116,17 +124,11 @@ def main() -> None:
                     torch.cuda.synchronize(device)
                 runs[name].append(time.perf_counter() - start)
                 found[name] = out
-    same = sum(
-        [h.ids for h in a] == [h.ids for h in b]
-        for a, b in zip(found["baseline"], found["this checkout"], strict=True)
-    )
+    pairs = list(zip(found["baseline"], found["this checkout"], strict=True))
+    same = sum({h.ids for h in a} == {h.ids for h in b} for a, b in pairs)
+    ordered = sum([h.ids for h in a] == [h.ids for h in b] for a, b in pairs)
     gap = max(
-        (
-            abs(x.logp - y.logp)
-            for a, b in zip(found["baseline"], found["this checkout"], strict=True)
-            for x, y in zip(a, b, strict=False)  # a differing count: compared as far as both go
-            if x.ids == y.ids
-        ),
+        (abs(x.logp - y.logp) for a, b in pairs for x in a for y in b if x.ids == y.ids),
         default=0.0,
     )
     best = {name: len(sources) / min(times) for name, times in runs.items()}
@@ -147,8 +149,9 @@ def main() -> None:
             f"| {name} | {' '.join(f'{t:.1f}' for t in times)} | {best[name]:.1f} | {ratio:.2f} |"
         )
     print(
-        f"\nthe same targets for {same:,} of {len(sources):,} sources; the largest gap "
-        f"between the two's log p of one target: {gap:.1e}"
+        f"\nthe same targets for {same:,} of {len(sources):,} sources, in the same order for "
+        f"{ordered:,} (a near tie may sort either way); the largest gap between the two's log p "
+        f"of one target: {gap:.1e}"
     )
 
 

@@ -30,4 +30,4 @@ def test_it_runs_both_beams_and_compares_their_targets() -> None:
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^\| baseline \| [\d.]+ \| [\d.]+ \| 1\.00 \|$", proc.stdout, re.M)
     assert re.search(r"^\| this checkout \| [\d.]+ \| [\d.]+ \| [\d.]+ \|$", proc.stdout, re.M)
-    assert "the same targets for 30 of 30 sources" in proc.stdout, proc.stdout
+    assert "the same targets for 30 of 30 sources, in the same order for 30" in proc.stdout
