@@ -84,7 +84,7 @@ def main(
         raise click.UsageError("--check and --check-words go together")
     if not segments and outcome is None:
         raise click.UsageError("give --segments (the test sizes to try), or --check")
-    measured = components(json.loads(results.read_text(encoding="utf-8")), ref_words)
+    measured = _components(results, ref_words)
     measured = [c for c in measured if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
     click.echo("|---|---:|---:|---:|")
@@ -142,10 +142,24 @@ def _plan(
             )
 
 
+def _components(path: Path, words: int) -> list[Components]:
+    """The variance parts of a results.json, or a usage error that names the file."""
+    try:
+        return components(json.loads(path.read_text(encoding="utf-8")), words)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"{path}: not JSON ({exc})") from None
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise click.ClickException(
+            f"{path}: not a results.json of scripts/table1.py: {type(exc).__name__} {exc} "
+            "(each system needs runs and test_sd; a compared one its baseline among the "
+            "systems and test_vs_baseline's interval)"
+        ) from None
+
+
 def _check(outcome: Path, words: int, v_s: float, ref_words: int, gain: float) -> None:
     """The outcome's systems beside the prediction (every comparison with a baseline but MIRA's,
     as above)."""
-    got = components(json.loads(outcome.read_text(encoding="utf-8")), words)
+    got = _components(outcome, words)
     rows = check([c for c in got if "mira" not in c.system], words, v_s, ref_words, gain)
     if not rows:
         click.echo(f"\n{outcome}: no system compared with a baseline, nothing to check")

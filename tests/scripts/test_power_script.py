@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from click.testing import CliRunner
 from conftest import ROOT
@@ -77,3 +78,17 @@ def test_power_asks_for_what_it_needs() -> None:
     ):
         result = CliRunner().invoke(power_main, [str(SECOND), "--ref-words", "6542", *args])
         assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_a_file_that_is_not_a_results_json_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("not json\n")
+    foreign = tmp_path / "foreign.json"
+    versus = {"interval": [-0.1, 0.1]}  # against a baseline "a" that is not there
+    system = {"system": "b", "baseline": "a", "runs": 2, "test_vs_baseline": versus}
+    foreign.write_text(json.dumps({"systems": [system]}))
+    for bad, said in ((broken, "not JSON"), (foreign, "not a results.json of scripts/table1.py")):
+        args = [str(SECOND), "--ref-words", "6542", "--check", str(bad), "--check-words", "99"]
+        result = CliRunner().invoke(power_main, args)
+        assert result.exit_code == 1 and f"{bad}: {said}" in result.output, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit)
