@@ -78,6 +78,25 @@ def test_the_batched_beam_is_groundhogs(tiny_model_dir: Path) -> None:
     assert compared >= 20
 
 
+def test_every_row_or_the_live_rows_only_the_same_hypotheses(tiny_model_dir: Path) -> None:
+    """compact=False (a GPU's way: every row runs) finds what compact=True (a CPU's) finds."""
+    loaded = load_model_dir(str(tiny_model_dir))
+    model, src_vocab, tgt_vocab = loaded.model, loaded.src_vocab, loaded.tgt_vocab
+    sources = [s.split() for s in sorted({e.src for e in read_table(str(TABLE))})[::7][:40]]
+    found = 0
+    for beam in (1, 3, 6):
+        runs = [
+            beam_search_batched(model, src_vocab, tgt_vocab, sources, beam, compact=compact)
+            for compact in (True, False)
+        ]
+        found += sum(map(len, runs[0]))
+        for live_only, every in zip(*runs, strict=True):
+            assert [h.ids for h in live_only] == [h.ids for h in every]
+            for x, y in zip(live_only, every, strict=True):
+                assert math.isclose(x.logp, y.logp, abs_tol=1e-5)
+    assert found > len(sources)  # hypotheses to compare, at beams 3 and 6
+
+
 def test_a_beam_wider_than_the_vocabulary_is_groundhogs_too() -> None:
     """Two target words and EOS, beams of 6 and 9: each row offers all of its words (a top-K of
     K > V raised here once), and the targets are those of GroundHog's search."""
