@@ -14,9 +14,9 @@ log p summed in float64.
 On a CPU each step runs the model on the rows that still hold a live hypothesis only (at the
 first step one row of K per source; later, as hypotheses end or sources reach their limit,
 fewer; on a GPU every row runs, ``compact``), and ranks each source's extensions among its
-rows' K best words (the K best of a source are
-always among them), so no (B*K, V) tensor is made beyond the live rows' logits: on a trained
-hidden-256 model, 2.25x the sources a second of ranking all B*K rows over V (BENCHMARKS.md).
+rows' K best words (the K best of a source are always among them), so no (B*K, V) tensor is
+made beyond the live rows' logits: on a trained hidden-256 model, 2.25x the sources a second
+of ranking all B*K rows over V (BENCHMARKS.md).
 A word's ln p is its logit less the row's log-sum-exp, which rounds in float32 a few 1e-6
 apart from log_softmax, and the model's products over fewer rows round apart too: the targets
 are the same up to near ties (a 1-ulp tie may rank the other way), their log p within about
@@ -46,6 +46,11 @@ class Found:
     logp: float
 
 
+def _rows(t: torch.Tensor, live: torch.Tensor | None) -> torch.Tensor:
+    """The rows ``live`` (n,) of ``t`` (BK,...), or all of them (None)."""
+    return t if live is None else t.index_select(0, live)
+
+
 @torch.inference_mode()
 def beam_search_batched(
     model: EncoderDecoder,
@@ -70,7 +75,7 @@ def beam_search_batched(
     B, K = len(sources), beam_size
     lengths = src_lens.to(device)  # (B,) source words + EOS: GroundHog's len(seq)
     max_steps = 3 * lengths  # (B,)
-    min_eos = lengths // 2  # (B,) EOS allowed from this step on
+    min_eos = (lengths // 2).repeat_interleave(beam_size)  # (B*K,) EOS allowed from this step on
     L = int(max_steps.max())
     eos = tgt_vocab.eos_id
     rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) the source of a row
@@ -90,34 +95,35 @@ def beam_search_batched(
     unused = slice(FIRST_WORD_ID + len(tgt_vocab.words), eos)
     for k in range(L):
         cost = torch.where(k < max_steps.unsqueeze(1), cost, inf)  # (B,K) past the limit: gone
+        alive = torch.isfinite(cost).view(-1)  # (BK,) rows with a hypothesis
+        live: torch.Tensor | None = None  # (n,) the rows the model runs on; None: every row
         if compact:
-            live = torch.isfinite(cost).view(-1).nonzero().squeeze(1)  # (n,) rows with one
+            live = alive.nonzero().squeeze(1)
             if len(live) == 0:
                 break
-            every = len(live) == B * K
-        else:  # every row runs: a dead one's candidates cost inf whatever its words
-            if not bool(torch.isfinite(cost).any()):
-                break
-            live, every = torch.arange(B * K, device=device), True
+            if len(live) == B * K:
+                live = None
+        elif not bool(alive.any()):  # every row runs: a dead one's candidates cost inf
+            break
         # The model runs on the live rows only, and each keeps its K best words: a source's K
         # best extensions are among its hypotheses' K best words, so the ranking never touches
         # a (B*K, V) tensor beyond the logits themselves.
         logits = model.next_word_logits(
-            ctx if every else ctx.index_select(live),
-            s if every else s.index_select(0, live),
-            None if prev is None else prev if every else prev.index_select(0, live),
+            ctx if live is None else ctx.index_select(live),
+            _rows(s, live),
+            None if prev is None else _rows(prev, live),
         ).float()  # (n,V)
         lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n,1) log_softmax's normaliser
         logits[:, PAD_ID] = -inf
         logits[:, unused] = -inf
         logits[:, UNK_ID] = -inf
-        early = k < min_eos.index_select(0, live // K)  # (n,)
+        early = k < _rows(min_eos, live)  # (n,)
         logits[:, eos] = torch.where(early, -inf, logits[:, eos])
         kk = min(K, logits.shape[1])  # a beam wider than the vocabulary: all of a row's words
         top, top_word = logits.topk(kk, dim=1)  # (n,kk) each row's kk best words, best first
         top_logp = top - lse  # (n,kk) their ln p
-        row_cost = cost.view(-1).index_select(0, live).float().unsqueeze(1)  # (n,1)
-        if every:
+        row_cost = _rows(cost.view(-1), live).float().unsqueeze(1)  # (n,1)
+        if live is None:
             cand, words_k, logp_k = row_cost - top_logp, top_word, top_logp  # (BK,kk) each
         else:  # a dead row's candidates cost inf
             f32, i64 = torch.float32, torch.long
