@@ -67,7 +67,7 @@ def main(
     results: Path,
     ref_words: int,
     segments: tuple[int, ...],
-    words_per_segment: float,
+    words_per_segment: float | None,
     sds: tuple[float, ...],
     ks: tuple[int, ...],
     gain: float,

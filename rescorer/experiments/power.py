@@ -133,6 +133,19 @@ def detectable_gain(c: Components) -> float:
     return (Z95 + Z80) * math.sqrt(var)
 
 
+def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Components]]:
+    """:func:`detectable_gain` of every system of a ``results.json`` compared with a baseline
+    that is among its systems, by system name, with its variance parts."""
+    by_name = {s["system"]: s for s in results["systems"]}
+    found = {}
+    for s in results["systems"]:
+        base = by_name.get(s.get("baseline") or "")
+        if s.get("test_vs_baseline") and base is not None:
+            c = component(s, base, ref_words=0)  # this test set: no scaling
+            found[s["system"]] = (detectable_gain(c), c)
+    return found
+
+
 def runs_needed(
     gain: float,
     target: float,

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from rescorer.experiments.new_pairs import EXAMPLES
-from rescorer.experiments.power import component, detectable_gain
+from rescorer.experiments.power import detectable_gains
 from rescorer.experiments.significance import format_p
 
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
@@ -202,14 +202,13 @@ def _detectable(results: dict[str, Any]) -> list[str]:
     """What each test against a baseline could see: the smallest true gain its interval would
     find above 0 in 80% of such experiments (power.detectable_gain), from the comparison's
     own sampling variance and spreads; nothing where no system was compared."""
-    by_name = {s["system"]: s for s in results["systems"]}
+    gains = detectable_gains(results)
     found = []
     for s in results["systems"]:
-        if not s.get("test_vs_baseline") or s.get("baseline") not in by_name:
-            continue
-        c = component(s, by_name[s["baseline"]], ref_words=0)  # this test set: no scaling
-        mark = " (one run: no spread)" if c.single_run else ""
-        found.append(f"({s['letter']}) {s['name']} +{detectable_gain(c):.2f}{mark}")
+        if s["system"] in gains:
+            gain, c = gains[s["system"]]
+            mark = " (one run: no spread)" if c.single_run else ""
+            found.append(f"({s['letter']}) {s['name']} +{gain:.2f}{mark}")
     if not found:
         return []
     return [

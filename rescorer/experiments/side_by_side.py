@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rescorer.experiments.power import component, detectable_gain
+from rescorer.experiments.power import detectable_gains
 from rescorer.experiments.report import fmt_cell, interval_cell, md_row, p_cell
 
 # The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
@@ -111,13 +111,10 @@ def editions_table(editions: Sequence[Edition]) -> str:
     rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
     seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
     for e in editions:
-        by_name = {s["system"]: s for s in e.results["systems"]}
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
-            base = by_name.get(s.get("baseline") or "")
-            if s.get("test_vs_baseline") and base is not None:
-                gain = detectable_gain(component(s, base, ref_words=0))
-                seen[f"{e.name}\0{s['system']}"] = f"+{gain:.2f}"
+        for system, (gain, _) in detectable_gains(e.results).items():
+            seen[f"{e.name}\0{system}"] = f"+{gain:.2f}"
     lines += [
         "",
         "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
