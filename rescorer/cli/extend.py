@@ -99,8 +99,8 @@ EXTEND = ExtendConfig()  # each default is written once, there
     callback=lambda ctx, param, value: parse_workers(value),
     show_default=True,
     metavar="N|auto",
-    help="Read/write worker processes (auto: on a GPU, one per core but one, at most 16 "
-    "and at most one per chunk of the input).",
+    help="Read/write worker processes (auto: on a GPU 4, the count measured "
+    "best, or fewer: one per core but one, one per chunk of the input; none on the CPU).",
 )
 @chunk_bytes_option
 @click.option(

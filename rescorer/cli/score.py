@@ -74,8 +74,8 @@ def parse_workers(value: str) -> int | str:
     callback=lambda ctx, param, value: parse_workers(value),
     show_default=True,
     metavar="N|auto",
-    help="Parse/format worker processes (auto: on a GPU, one per core but one, at most 16 "
-    "and at most one per chunk of the input).",
+    help="Parse/format worker processes (auto: on a GPU 4, the count measured "
+    "best, or fewer: one per core but one, one per chunk of the input; none on the CPU).",
 )
 @compile_option("for inputs of 4 MiB or more")
 @chunk_bytes_option

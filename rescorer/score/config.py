@@ -88,20 +88,25 @@ class ScoreStats(JobStats):
 COMPILE_MIN_BYTES = 4 << 20
 
 
+AUTO_WORKERS_MAX = 4
+
+
 def resolve_workers(workers: int | str, device: Any, input_chunks: int | None = None) -> int:
-    """``auto``: on a GPU one parse/format process per CPU this process may run on but one (at
-    most 16), so a many-core host can feed the device, and no more than the input's chunks
-    (``input_chunks``, when known: :func:`input_chunks`), since a worker takes a whole chunk
-    and one with none only costs its start (on an H100 host, 600,000 lines in 5 chunks: 4
-    workers 1.50x as fast as none, 15 workers 0.87x; BENCHMARKS.md). On the CPU none, as the
-    model's threads need the cores (and ScoreConfig's count as it is otherwise)."""
+    """``auto``: on a GPU up to ``AUTO_WORKERS_MAX`` parse/format processes, fewer where this
+    process may run on fewer CPUs (one stays to feed the device) or the input has fewer chunks
+    (``input_chunks``, when known: :func:`input_chunks`; a worker takes a whole chunk, and one
+    with none only costs its start). Four is the count measured best on two H100 hosts
+    (BENCHMARKS.md): 600,000 lines, 4 workers 1.50x as fast as none, 15 workers 0.87x; a
+    million lines, 4 workers 1.66x, 8 workers 1.35x, 15 workers 1.11x. More may pay on a table
+    of hundreds of chunks (not measured): ``--workers N`` takes any count. On the CPU none, as
+    the model's threads need the cores (and ScoreConfig's count as it is otherwise)."""
     from rescorer.cpus import available_cpus
 
     if workers != "auto":
         return int(workers)
     if getattr(device, "type", "cpu") != "cuda":
         return 0
-    count = max(1, min(16, available_cpus()[0] - 1))
+    count = max(1, min(AUTO_WORKERS_MAX, available_cpus()[0] - 1))
     return count if input_chunks is None else max(1, min(count, input_chunks))
 
 
