@@ -22,13 +22,14 @@ from pathlib import Path
 import click
 
 from rescorer.experiments.power import (
-    Z95,
     Components,
     check,
     components,
+    interval_df,
     power,
     runs_needed,
     standard_error,
+    t_quantile,
 )
 
 
@@ -119,7 +120,9 @@ def _plan(
             cells = []
             for k in ks:
                 se = standard_error(v_s, ref_words, words, sd, sd, k)
-                cells.append(f"±{Z95 * se:.2f} ({power(gain, se):.0%})")
+                df = interval_df(v_s * ref_words / words, sd, k, sd, k)
+                t = t_quantile(0.975, df)
+                cells.append(f"±{t * se:.2f} ({power(gain, se, df):.0%})")
             need = runs_needed(gain, target, v_s, ref_words, words, sd, sd)
             click.echo(f"| {sd:.2f} | {n:,} | {words:,} | {' | '.join(cells)} | {need or '>100'} |")
     click.echo(
@@ -167,10 +170,12 @@ def _check(outcome: Path, words: int, v_s: float, ref_words: int, gain: float) -
     click.echo(
         f"\n{outcome} beside the prediction: v_s at its {words:,} source words, measured and "
         f"predicted ({v_s:.3f} x {ref_words:,} / {words:,}, the 1/W assumption); the 95% "
-        "interval's half-width, measured and as the same bootstrap would have made it with "
-        "the predicted v_s (the system's own spreads and K; so the two differ by v_s alone); "
-        f"the power a true +{gain} would have had with the measured v_s, spreads and K (sd^2/K "
-        "for the runs' part). *: runs that all reached one weight vector (their sd of 0 is no "
+        "interval's half-width, measured and as the same method would have made it with "
+        "the predicted v_s (the system's own spreads and K; so the two differ by v_s alone; "
+        "the method is the file's own: the t-interval, or before 2026-11-27 the percentile "
+        f"bootstrap); the power a true +{gain} would have had with the measured v_s, spreads "
+        "and K by the t-interval (t(df) * sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b)). *: runs that "
+        "all reached one weight vector (their sd of 0 is no "
         "measure of the tuner); †: one run of a side, no spread measured; ‡: the interval was "
         "narrower than its runs' part, v_s is a floor of 0\n"
     )

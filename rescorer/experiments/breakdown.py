@@ -5,7 +5,7 @@ messages; these groups ask the same of one test set. Sentences are grouped by th
 source words (:data:`LENGTH_BOUNDS`) and by whether a source word is unknown to the phrase table
 (it is in no source phrase of the table: Moses copies it through). In each group the gain is the
 mean BLEU of the system's replicas minus the baseline's on that group's sentences, with the same
-bootstrap interval as the whole test set's
+95% interval as the whole test set's
 (:func:`rescorer.experiments.significance.gain_interval`).
 The groups are small, so their intervals are wide: read them as where a gain would show, not
 as tests of their own (up to seven of them, no correction for the multiple comparisons).
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.experiments.bleu import bleu_from_totals
-from rescorer.experiments.significance import gain_interval, mean_gain
+from rescorer.experiments.significance import gain_interval
 from rescorer.io.table import source_words
 
 LENGTH_BOUNDS = (5, 10, 20, 40)  # source words: 1-5, 6-10, 11-20, 21-40, 41 and more
@@ -113,17 +113,17 @@ def gains_by_group(
     seed: int,
 ) -> list[dict[str, Any]]:
     """For each group: its sentences, the baseline's and the system's mean BLEU on them, the
-    gain and its bootstrap interval. ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
+    gain and its interval. ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
     rows: list[dict[str, Any]] = []
     for g in groups:
         ours, theirs = system[:, g.sentences], baseline[:, g.sentences]  # [K, S', W]
-        low, high = gain_interval(theirs, ours, trials=trials, seed=seed)
+        interval = gain_interval(theirs, ours, trials=trials, seed=seed)
         rows.append({
             "group": g.name,
             "sentences": len(g.sentences),
             "baseline": _bleu(theirs),
             "system": _bleu(ours),
-            "delta": mean_gain(theirs, ours),
-            "interval": [low, high],
+            "delta": interval.delta,
+            "interval": [interval.low, interval.high],
         })  # fmt: skip
     return rows

@@ -1,7 +1,7 @@
 """The learning curve: does the RNN column's gain grow as the model learns?
 
 One point per system (b) tuned by MERT: its model's training hours (to the saved weights, from
-the model's own training log) against the mean test-BLEU gain over (a) with its bootstrap 95%
+the model's own training log) against the mean test-BLEU gain over (a) with its 95%
 interval, each point labelled with its model and validation perplexity, the unigram model's in
 the title. ``curve.png`` is drawn with matplotlib's Agg backend, an optional dependency
 (``pip install 'rescorer[analysis]'``) imported only here; the points themselves are written
@@ -27,7 +27,7 @@ class CurvePoint:
     model: str
     hours: float  # training time of the model's weights
     gain: float  # mean test BLEU minus (a)'s
-    low: float  # the bootstrap 95% interval of the gain
+    low: float  # the 95% interval of the gain (significance.gain_interval)
     high: float
     p: float  # MultEval's
     valid_ppl: float | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -28,9 +29,9 @@ from rescorer.experiments.new_pairs import (
     read_pairs,
     read_segmentation,
 )
+from rescorer.experiments.power import T_METHOD
 from rescorer.experiments.significance import (
     gain_interval,
-    mean_gain,
     pooled_randomization,
     shared_coin_randomization,
 )
@@ -75,10 +76,14 @@ def _versus(baseline: np.ndarray, system: np.ndarray, cfg: Table1Config) -> dict
     """A system against the baseline: ``baseline`` and ``system`` are [K, S, STATS_WIDTH]."""
     pooled = pooled_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
     shared = shared_coin_randomization(baseline, system, trials=cfg.trials, seed=cfg.seed)
-    low, high = gain_interval(baseline, system, trials=cfg.trials, seed=cfg.seed)
+    interval = gain_interval(baseline, system, trials=cfg.trials, seed=cfg.seed)
     return {
-        "delta": mean_gain(baseline, system),  # every replica of each system
-        "interval": [low, high],
+        "delta": interval.delta,  # every replica of each system
+        "interval": [interval.low, interval.high],
+        "interval_method": T_METHOD,  # mean +- t(df) sqrt(v_s + runs_var): significance.py
+        "sampling_var": interval.sampling_var,  # v_s, over the test sentences
+        "runs_var": interval.runs_var,  # sd_a^2/K_a + sd_b^2/K_b
+        "df": None if math.isinf(interval.df) else interval.df,  # JSON has no inf
         "p": pooled.p_value,  # MultEval's test
         "reached": pooled.reached,
         "pooled_delta": pooled.delta,
@@ -170,8 +175,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             "p: MultEval's approximate randomisation (Clark et al. 2011), each system's "
             "replicas pooled, one coin per (sentence, replica), pooled BLEU; p shared coin (ours): "
             "one coin per sentence for every replica pair, mean BLEU; both over the first "
-            f"min(K) replica pairs, {cfg.trials} trials, p = (c+1)/(R+1); interval: bootstrap "
-            f"95% of the mean gain over sentences and replicas, {cfg.trials} trials"
+            f"min(K) replica pairs, {cfg.trials} trials, p = (c+1)/(R+1) (both hold the runs "
+            "fixed: test-set sampling only); interval: 95% of the mean gain, mean +- t(df) * "
+            "sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b), v_s the variance over a bootstrap of the test "
+            f"sentences ({cfg.trials} trials), sd the sample sd over each system's runs, df "
+            "Welch-Satterthwaite's (the tuner's spread taken in)"
         ),
         "warnings": list(ctx.warnings),
     }

@@ -12,29 +12,31 @@ The mean gain over K tuning runs of each system, on a test set of W source words
   same per-word variance (a stated assumption: checked against what the new system gets);
 - sd_a, sd_b: the spread of test BLEU between tuning runs of the baseline and of the system.
 
-With the interval mean +- 1.96 SE, a true gain g is found (interval above 0) with probability
-Phi(g / SE - 1.96) (normal approximation; Koehn 2004, Clark et al. 2011 for the two parts).
+With the interval mean +- t(df) SE (:mod:`rescorer.experiments.significance`; df is
+Welch-Satterthwaite's, :func:`interval_df`, and t the normal's 1.96 where no spread between
+runs is measured), a true gain g is found (interval above 0) with probability about
+Phi(g / SE - t) (Koehn 2004, Clark et al. 2011 for the two parts).
 
 :func:`check` sets a finished experiment's own v_s, spreads and interval beside the prediction
 (the 1/W assumption checked); :func:`detectable_gain` says what a finished comparison could
 see (the gain found 80% of the time: results.md, side_by_side).
 
-:func:`components` takes v_s and the sd's out of a Table-1 ``results.json``: the bootstrap
-interval there resamples sentences and each system's own K_a or K_b replicas (with
-replacement), so its SE^2 = v_s + (K_a-1)/K_a sd_a^2/K_a + (K_b-1)/K_b sd_b^2/K_b. The factor
-(K-1)/K is the bootstrap's: the mean of K replicas drawn from K values varies by their
-population variance, (K-1)/K of the sample variance sd^2, over K. Left out (before
-2026-11-26), it took sd^2/K^2 too much from SE^2 per system and underestimated v_s, most at
-small K (at K = 3, by 1/9 of sd^2 per system).
+:func:`components` takes v_s and the sd's out of a Table-1 ``results.json``. Files written
+since 2026-11-27 hold v_s (``sampling_var``) beside their t-interval. Older ones hold only a
+percentile bootstrap interval that resampled sentences and each system's own K_a or K_b
+replicas (with replacement), so its SE^2 = v_s + (K_a-1)/K_a sd_a^2/K_a + (K_b-1)/K_b
+sd_b^2/K_b (:func:`replica_variance`), and v_s is what is left of it; :func:`t_interval` then
+gives the interval the current method would have reported.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 Z95 = 1.959963984540054
+T_METHOD = "t"  # results.json's "interval_method" since 2026-11-27 (absent before)
 
 
 def phi(x: float) -> float:
@@ -60,38 +62,65 @@ class Components:
     # the interval was narrower than the runs' part alone: v_s is clamped to 0
     clamped: bool = False
     single_run: bool = False  # one run of the baseline or the system: no spread measured (0)
+    # the file's interval is the percentile bootstrap of before 2026-11-27 (v_s re-derived)
+    legacy: bool = False
+
+    @property
+    def runs_var(self) -> float:
+        """sd_a^2/K_a + sd_b^2/K_b: the variance of a mean of K runs of each system."""
+        return self.sd_baseline**2 / self.runs_baseline + self.sd_system**2 / self.runs
+
+    @property
+    def df(self) -> float:
+        """:func:`interval_df` of these parts."""
+        return interval_df(
+            self.sampling_var, self.sd_baseline, self.runs_baseline, self.sd_system, self.runs
+        )
 
 
 def components(results: dict[str, Any], ref_words: int) -> list[Components]:
-    """The variance parts of every system compared with a baseline in a ``results.json``."""
+    """The variance parts of every system compared with a baseline in a ``results.json``;
+    ValueError naming a system whose baseline is not among its systems."""
     by_name = {s["system"]: s for s in results["systems"]}
-    return [
-        component(s, by_name[s["baseline"]], ref_words)
-        for s in results["systems"]
-        if s.get("test_vs_baseline")
-    ]
+    found = []
+    for s in results["systems"]:
+        if not s.get("test_vs_baseline"):
+            continue
+        if s.get("baseline") not in by_name:
+            raise ValueError(
+                f"system {s['system']!r}: its baseline {s.get('baseline')!r} is not among the "
+                "file's systems"
+            )
+        found.append(component(s, by_name[s["baseline"]], ref_words))
+    return found
 
 
 def component(s: dict[str, Any], base: dict[str, Any], ref_words: int) -> Components:
     """The variance parts of system ``s`` of a ``results.json`` against its baseline ``base``."""
     versus = s["test_vs_baseline"]
     lo, hi = versus["interval"]
-    se = (hi - lo) / 2 / Z95
     k_a, k_b = int(base["runs"]), int(s["runs"])
     sd_a, sd_b = base["test_sd"] or 0.0, s["test_sd"] or 0.0  # None: one run
-    runs_var = replica_variance(sd_a, k_a, sd_b, k_b)
+    legacy = versus.get("interval_method") != T_METHOD
+    if legacy:  # the percentile bootstrap: v_s is what its replica part leaves of SE^2
+        se2 = ((hi - lo) / 2 / Z95) ** 2
+        runs_var = replica_variance(sd_a, k_a, sd_b, k_b)
+        sampling_var, clamped = max(se2 - runs_var, 0.0), se2 < runs_var
+    else:
+        sampling_var, clamped = float(versus["sampling_var"]), False
     return Components(
         system=s["system"],
         runs=k_b,
         runs_baseline=k_a,
         sd_system=sd_b,
         sd_baseline=sd_a,
-        sampling_var=max(se**2 - runs_var, 0.0),
+        sampling_var=sampling_var,
         ref_words=ref_words,
         collapsed=_collapsed(base) or _collapsed(s),
         half_width=(hi - lo) / 2,
-        clamped=se**2 < runs_var,
+        clamped=clamped,
         single_run=min(k_a, k_b) < 2,
+        legacy=legacy,
     )
 
 
@@ -101,9 +130,36 @@ def _collapsed(system: dict[str, Any]) -> bool:
 
 
 def replica_variance(sd_a: float, runs_a: int, sd_b: float, runs_b: int) -> float:
-    """The part of the bootstrap interval's SE^2 that drawing each system's own replicas with
-    replacement adds: (K-1)/K of sd^2/K for each, K its number of runs."""
+    """The part of the old percentile bootstrap interval's SE^2 (results.json files before
+    2026-11-27) that drawing each system's own replicas with replacement added: (K-1)/K of
+    sd^2/K for each, K its number of runs."""
     return sum((k - 1) / k * sd**2 / k for sd, k in ((sd_a, runs_a), (sd_b, runs_b)))
+
+
+def interval_df(sampling_var: float, sd_a: float, runs_a: int, sd_b: float, runs_b: int) -> float:
+    """Welch-Satterthwaite's degrees of freedom of v_s + sd_a^2/K_a + sd_b^2/K_b, the sentences'
+    part v_s counted as known (a bootstrap over thousands of sentences) and each sd as
+    estimated from K runs (K - 1 degrees of freedom): (sum)^2 / sum((sd^2/K)^2 / (K-1)). inf
+    when no spread between runs is measured (every sd 0, or one run)."""
+    parts = [(sd**2 / k, k - 1) for sd, k in ((sd_a, runs_a), (sd_b, runs_b)) if k > 1]
+    spread = sum(v**2 / dof for v, dof in parts)
+    if spread <= 0.0:
+        return math.inf
+    total = sampling_var + sum(v for v, _ in parts)
+    return total**2 / spread
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (the standard normal's for df = inf): scipy's."""
+    from scipy import stats
+
+    return float(stats.norm.ppf(p) if math.isinf(df) else stats.t.ppf(p, df))
+
+
+def t_half_width(c: Components, level: float = 0.95) -> float:
+    """The half-width of the interval :mod:`rescorer.experiments.significance` reports, for the
+    parts ``c``: t(df) * sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b)."""
+    return t_quantile(0.5 + level / 2, c.df) * math.sqrt(c.sampling_var + c.runs_var)
 
 
 def standard_error(
@@ -113,12 +169,12 @@ def standard_error(
     return math.sqrt(sampling_var * ref_words / words + (sd_a**2 + sd_b**2) / runs)
 
 
-def power(gain: float, se: float) -> float:
-    """How often the 95% interval of a true ``gain`` lies above 0 (``se`` 0: always for a
-    gain above 0, never otherwise)."""
+def power(gain: float, se: float, df: float = math.inf) -> float:
+    """How often the 95% interval (t with ``df`` degrees of freedom) of a true ``gain`` lies
+    above 0 (``se`` 0: always for a gain above 0, never otherwise)."""
     if se <= 0.0:
         return 1.0 if gain > 0.0 else 0.0
-    return phi(gain / se - Z95)
+    return phi(gain / se - (Z95 if math.isinf(df) else t_quantile(0.975, df)))
 
 
 Z80 = 0.8416212335729143  # the standard normal's 80th percentile
@@ -126,11 +182,10 @@ Z80 = 0.8416212335729143  # the standard normal's 80th percentile
 
 def detectable_gain(c: Components) -> float:
     """The smallest true gain that the 95% interval finds above 0 in 80% of experiments like
-    ``c``'s: its own v_s, spreads and K, the runs' part sd^2/K (the variance of a mean of K
-    runs). A spread of 0 from runs that collapsed to one weight vector makes it too small; so
-    does one run (no spread measured)."""
-    var = c.sampling_var + c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
-    return (Z95 + Z80) * math.sqrt(var)
+    ``c``'s: its own v_s, spreads and K, (t(df) + z(0.8)) * sqrt(v_s + sd_a^2/K_a +
+    sd_b^2/K_b). A spread of 0 from runs that collapsed to one weight vector makes it too
+    small; so does one run (no spread measured)."""
+    return (t_quantile(0.975, c.df) + Z80) * math.sqrt(c.sampling_var + c.runs_var)
 
 
 def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Components]]:
@@ -144,6 +199,19 @@ def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Componen
             c = component(s, base, ref_words=0)  # this test set: no scaling
             found[s["system"]] = (detectable_gain(c), c)
     return found
+
+
+def current_interval(s: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, bool]:
+    """System ``s``'s interval against ``base`` by the current method: (low, high, re-derived).
+    A file written since 2026-11-27 has it; an older one's is re-derived from its parts
+    (:func:`component`, :func:`t_half_width`), re-derived True."""
+    versus = s["test_vs_baseline"]
+    c = component(s, base, ref_words=0)
+    if not c.legacy:
+        lo, hi = versus["interval"]
+        return float(lo), float(hi), False
+    half = t_half_width(c)
+    return versus["delta"] - half, versus["delta"] + half, True
 
 
 def runs_needed(
@@ -160,7 +228,8 @@ def runs_needed(
     """The smallest K with power >= target, or None if even ``most`` runs fall short."""
     for k in range(1, most + 1):
         se = standard_error(sampling_var, ref_words, words, sd_a, sd_b, k)
-        if power(gain, se) >= target:
+        df = interval_df(sampling_var * ref_words / words, sd_a, k, sd_b, k)
+        if power(gain, se, df) >= target:
             return k
     return None
 
@@ -171,11 +240,11 @@ class Check:
 
     ``predicted_sampling_var`` is the prediction's v_s moved to the outcome's test size (v_s *
     W_ref / W, the 1/W assumption). ``predicted_half_width`` is the half-width the outcome's
-    bootstrap would have given with that v_s: its own spreads and K, in the bootstrap's
-    replica part ((K-1)/K of sd^2/K, :func:`replica_variance`), so that it differs from the
+    interval would have had with that v_s and its own spreads and K, by the outcome's own
+    method (the t-interval, :func:`t_half_width`; for a file before 2026-11-27 the percentile
+    bootstrap's, whose replica part is :func:`replica_variance`), so that it differs from the
     measured ``half_width`` by v_s alone. ``power``: how often a true ``gain`` would be found
-    with the outcome's v_s, spreads and K, the runs' part sd^2/K (the variance of a mean of K
-    runs, as in :func:`standard_error`; the bootstrap's (K-1)/K understates it)."""
+    with the outcome's v_s, spreads and K by the t-interval."""
 
     system: str
     runs: int
@@ -202,8 +271,12 @@ def check(
         if c.ref_words != words:
             raise ValueError(f"{c.system}: measured at {c.ref_words} words, not {words}")
         predicted_vs = sampling_var * ref_words / words
-        runs_var = replica_variance(c.sd_baseline, c.runs_baseline, c.sd_system, c.runs)
-        mean_var = c.sd_baseline**2 / c.runs_baseline + c.sd_system**2 / c.runs
+        predicted = replace(c, sampling_var=predicted_vs)
+        if c.legacy:
+            runs_var = replica_variance(c.sd_baseline, c.runs_baseline, c.sd_system, c.runs)
+            predicted_half = Z95 * math.sqrt(predicted_vs + runs_var)
+        else:
+            predicted_half = t_half_width(predicted)
         rows.append(
             Check(
                 system=c.system,
@@ -214,8 +287,8 @@ def check(
                 sampling_var=c.sampling_var,
                 predicted_sampling_var=predicted_vs,
                 half_width=c.half_width,
-                predicted_half_width=Z95 * math.sqrt(predicted_vs + runs_var),
-                power=power(gain, math.sqrt(c.sampling_var + mean_var)),
+                predicted_half_width=predicted_half,
+                power=power(gain, math.sqrt(c.sampling_var + c.runs_var), c.df),
                 collapsed=c.collapsed,
                 clamped=c.clamped,
                 single_run=c.single_run,

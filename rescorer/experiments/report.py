@@ -149,7 +149,7 @@ def _groups_table(results: dict[str, Any]) -> list[str]:
         "",
         "Where the test gain is: the test sentences by number of source words, and by whether "
         "a source word is unknown to the phrase table; in each group the baseline's mean BLEU, "
-        "then each system's Δ and its bootstrap 95% interval (small groups, wide intervals; "
+        "then each system's Δ and its 95% interval (small groups, wide intervals; "
         "no correction for the several groups):",
         "",
         md_row(["system", *(f"{g['group']} ({g['sentences']:,})" for g in groups)]),
@@ -198,6 +198,28 @@ def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
     return said
 
 
+def _fewer_pairs(results: dict[str, Any]) -> list[str]:
+    """A sentence on every test whose p's paired fewer runs than one of its systems has: both
+    randomisation tests take the first min(K_a, K_b) runs of each (Δ and the interval all)."""
+    by_name = {s["system"]: s for s in results["systems"]}
+    found = []
+    for s in results["systems"]:
+        test, base = s.get("test_vs_baseline"), by_name.get(s.get("baseline") or "")
+        if test and base is not None and test["pairs"] < max(s["runs"], base["runs"]):
+            found.append(
+                f"({s['letter']}) {s['name']}: {test['pairs']} pairs of its {s['runs']} runs "
+                f"and ({base['letter']})'s {base['runs']}"
+            )
+    if not found:
+        return []
+    return [
+        "",
+        "The p's pair the first min(K) runs of the two systems, Δ and the interval every run: "
+        + "; ".join(found)
+        + ".",
+    ]
+
+
 def _detectable(results: dict[str, Any]) -> list[str]:
     """What each test against a baseline could see: the smallest true gain its interval would
     find above 0 in 80% of such experiments (power.detectable_gain), from the comparison's
@@ -215,10 +237,11 @@ def _detectable(results: dict[str, Any]) -> list[str]:
         "",
         "What each test could see: the smallest true gain that its 95% interval would find "
         "above 0 in 80% of experiments like this one, from the comparison's own sampling "
-        "variance over test sentences and its runs' spreads (sd^2/K; "
-        "rescorer/experiments/power.py): " + "; ".join(found) + ". A gain this large or "
-        "larger would most likely have been seen; runs that reached one weight vector make it "
-        "too small.",
+        "variance over test sentences and its runs' spreads ((t(df) + z(0.8)) * "
+        "sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b); rescorer/experiments/power.py): "
+        + "; ".join(found)
+        + ". A gain this large or larger would most likely have been seen; runs that "
+        "reached one weight vector make it too small.",
     ]
 
 
@@ -286,6 +309,7 @@ def results_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append(md_row(cells))
     lines += _collapsed_replicas(results)
+    lines += _fewer_pairs(results)
     lines += _detectable(results)
     lines += _groups_table(results)
     lines += _extended_tables(results)

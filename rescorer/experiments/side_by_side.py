@@ -4,8 +4,12 @@ prose), each system's rows next to the others' and to the paper's.
 
 Every number comes from the results.json it is read from: a Δ, its interval and its p compare a
 system with the baseline of its own work folder (MIRA's systems with MIRA's baseline), never
-across folders. Rows are matched by kind: the letter, the tuner and the models' labels (so
-``b-fwd@6h`` of one folder sits beside ``b-fwd@6h`` of the other).
+across folders. Every interval is the current method's (the t-interval of
+:mod:`rescorer.experiments.significance`): where a results.json written before 2026-11-27 holds
+a percentile bootstrap, it is re-derived from its parts and marked
+(:func:`rescorer.experiments.power.current_interval`). Rows are matched by kind: the letter,
+the tuner and the models' labels (so ``b-fwd@6h`` of one folder sits beside ``b-fwd@6h`` of
+the other).
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rescorer.experiments.power import detectable_gains
-from rescorer.experiments.report import fmt_cell, interval_cell, md_row, p_cell
+from rescorer.experiments.power import current_interval, detectable_gains
+from rescorer.experiments.report import fmt_cell, md_row, p_cell
 
 # The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
 # also has the CSLM; it has no rows for (d)-(f) or for batch MIRA.
@@ -89,8 +93,10 @@ def editions_table(editions: Sequence[Edition]) -> str:
     if not editions:
         raise ValueError("no results to put side by side")
     lines = [
-        "Test BLEU (sacreBLEU) ± the sample sd over the K tuning runs. Each Δ, interval (bootstrap "
-        "95%) and p compares a system with the baseline of its own work folder (batch MIRA's "
+        "Test BLEU (sacreBLEU) ± the sample sd over the K tuning runs. Each Δ, 95% interval "
+        "(mean ± t(df) · sqrt(v_s + sd_a²/K_a + sd_b²/K_b); † re-derived from a results.json "
+        "of before 2026-11-27, whose own interval was a percentile bootstrap, too narrow at "
+        "small K) and p compares a system with the baseline of its own work folder (batch MIRA's "
         "with MIRA's baseline), never across folders. Could see (80%): the smallest true gain "
         "that the interval would find above 0 in 80% of such experiments, from the "
         "comparison's own sampling variance and runs' spreads (rescorer/experiments/power.py). "
@@ -110,9 +116,17 @@ def editions_table(editions: Sequence[Edition]) -> str:
         lines.append(md_row(cells))
     rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
     seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
+    intervals: dict[str, str] = {}  # each row's interval cell, by edition and system
     for e in editions:
+        by_name = {s["system"]: s for s in e.results["systems"]}
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
+            base = by_name.get(s.get("baseline") or "")
+            if s.get("test_vs_baseline") and base is not None:
+                low, high, derived = current_interval(s, base)
+                intervals[f"{e.name}\0{s['system']}"] = f"[{low:+.2f}, {high:+.2f}]" + (
+                    "†" if derived else ""
+                )
         for system, (gain, _) in detectable_gains(e.results).items():
             seen[f"{e.name}\0{system}"] = f"+{gain:.2f}"
     lines += [
@@ -133,7 +147,8 @@ def editions_table(editions: Sequence[Edition]) -> str:
             cells = [
                 kind if first else "", models or "–", name, str(s["runs"]),
                 f"{fmt_cell(s['test_mean'])} ± {fmt_cell(s['test_sd'])}",
-                fmt_cell(test["delta"], "+.2f") if test else "–", interval_cell(test),
+                fmt_cell(test["delta"], "+.2f") if test else "–",
+                intervals.get(f"{name}\0{s['system']}", "–"),
                 seen.get(f"{name}\0{s['system']}", "–"),
                 p_cell(test), p_cell(test, "_shared_coin"), paper if first else "",
             ]  # fmt: skip

@@ -21,23 +21,42 @@ trial costs one matrix product.
   is the difference of the mean BLEU over replicas; replica k of the system is paired with
   replica k of the baseline; one coin per sentence swaps that sentence in every pair at once.
   This was the first edition's only test.
-- :func:`gain_interval`: a bootstrap 95% interval of the mean gain (mean BLEU over the system's
-  replicas minus the baseline's): each trial draws the test sentences with replacement (one draw
-  for every replica of both systems) and each system's replicas with replacement, so the
-  interval holds both the test set's sampling and the tuner's spread.
+- :func:`gain_interval`: a 95% interval of the mean gain (mean BLEU over the system's
+  replicas minus the baseline's), mean +- t(df) * sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b). v_s, the
+  test sentences' part, is the variance of the gain over bootstrap draws of the sentences
+  (one draw for every replica of both systems, so the pairing is kept); sd_a^2/K_a and
+  sd_b^2/K_b, the tuner's part, are the variances of a mean of K tuning runs from each
+  system's sample sd over its runs; df is Welch-Satterthwaite's for that sum (the sentences'
+  part counted as known), so that a spread measured on 3 or 4 runs widens the interval as a
+  t-interval does. It is the only output of the three that takes the tuner's spread in.
 
-The pooled test assumes a sentence's K rows are independent. Replicas of one tuned system are
-not: they translate most sentences alike (in the second edition of Table 1, two (b) replicas
-gave the same test output for 72% of the sentences, and the baseline's six for all of them).
-Swapping rows one by one then varies the statistic less than the null does, so the pooled p is
-too small: on simulated null pairs with replicas that agree on 75% of sentences, K = 6, it is
-below 0.05 for about 4 in 10 pairs, while the shared coin, which swaps a sentence's replicas
-together, and the bootstrap interval stay calibrated (``tests/experiments/test_significance.py``).
-Read the pooled p beside the other two.
+The two randomisation tests hold the tuned replicas fixed and ask whether the sentences'
+outputs could be exchanged: they cover the test set's sampling, not the tuner's spread. A
+system whose runs differ from the baseline's by what another tuning would have changed (a
+length ratio, hence the brevity penalty, across many sentences) gets a small p from both, with
+no difference in method: on simulated null pairs whose replicas each carry their own shift
+(K = 4, 120 sentences), both p's were below 0.05 for 6 pairs in 10 while the interval held 0
+for 97% of them (``tests/experiments/test_significance.py``). Clark et al. (2011) make the
+same point: the p's are read with the runs' sd, here with the interval.
+
+The pooled test also assumes a sentence's K rows are independent. Replicas of one tuned system
+are not: they translate most sentences alike (in the second edition of Table 1, two (b)
+replicas gave the same test output for 72% of the sentences, and the baseline's six for all of
+them). Swapping rows one by one then varies the statistic less than the null does, so the pooled
+p is too small: on simulated null pairs with replicas that agree on 75% of sentences, K = 6, it
+is below 0.05 for about 4 in 10 pairs, while the shared coin, which swaps a sentence's replicas
+together, stays calibrated. Read the pooled p beside the other two.
+
+Until 2026-11-27 the interval was a percentile bootstrap that also drew each system's runs
+with replacement. With K of 3 to 6 runs that is too narrow: the mean of K runs drawn from K
+values varies by (K-1)/K of sd^2/K, and a percentile interval of so few values is a z-interval
+where a t-interval is due (one system's 3 runs alone: it held the true mean 67% of the time).
+Results files written before then say nothing of ``sampling_var``; rescorer/experiments/power.py
+re-derives their t-interval from what they hold.
 
 Both tests pair the first min(K_baseline, K_system) replicas; p = (c + 1) / (R + 1) for c of R
 trials reaching the observed difference, so the smallest p a run can give is 1 / (R + 1)
-(:func:`format_p` prints it as ``< 1/(R+1)``).
+(:func:`format_p` prints it as ``≤ 1/(R+1)``).
 """
 
 from __future__ import annotations
@@ -136,6 +155,19 @@ def mean_gain(baseline: np.ndarray, system: np.ndarray) -> float:
     return float(ours - bleu_from_totals(baseline.sum(axis=1)).mean())
 
 
+@dataclass(frozen=True)
+class GainInterval:
+    """:func:`gain_interval`'s interval of the mean gain and its parts (BLEU, BLEU^2)."""
+
+    delta: float  # :func:`mean_gain`
+    low: float
+    high: float
+    sampling_var: float  # v_s: the gain's variance over bootstrap draws of the test sentences
+    runs_var: float  # sd_a^2/K_a + sd_b^2/K_b: a mean of K runs of each (0 for one run)
+    df: float  # Welch-Satterthwaite's degrees of freedom (inf: no spread between runs)
+    level: float
+
+
 def gain_interval(
     baseline: np.ndarray,
     system: np.ndarray,
@@ -143,20 +175,34 @@ def gain_interval(
     trials: int = 10000,
     seed: int = 1,
     level: float = 0.95,
-) -> tuple[float, float]:
-    """The bootstrap percentile interval of :func:`mean_gain` (sentences and replicas drawn)."""
+) -> GainInterval:
+    """The interval of :func:`mean_gain`: mean +- t(df) * sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b)
+    (the module's docstring). A system of one run brings no spread (none can be measured)."""
+    from rescorer.experiments.power import interval_df, t_quantile
+
     gains = bootstrap_gains(baseline, system, trials=trials, seed=seed)
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(gains, [tail, 1.0 - tail])
-    return float(low), float(high)
+    sampling_var = float(np.var(gains))
+    sd_a, sd_b = run_sd(baseline), run_sd(system)
+    k_a, k_b = len(baseline), len(system)
+    runs_var = sd_a**2 / k_a + sd_b**2 / k_b
+    df = interval_df(sampling_var, sd_a, k_a, sd_b, k_b)
+    half = t_quantile(0.5 + level / 2, df) * float(np.sqrt(sampling_var + runs_var))
+    delta = mean_gain(baseline, system)
+    return GainInterval(delta, delta - half, delta + half, sampling_var, runs_var, df, level)
+
+
+def run_sd(stats: np.ndarray) -> float:
+    """The sample sd of corpus BLEU over the K replicas of ``stats`` [K, S, W] (0 for K = 1)."""
+    bleus = bleu_from_totals(stats.sum(axis=1))  # [K]
+    return float(np.std(bleus, ddof=1)) if len(bleus) > 1 else 0.0
 
 
 def bootstrap_gains(
     baseline: np.ndarray, system: np.ndarray, *, trials: int = 10000, seed: int = 1
 ) -> np.ndarray:
-    """[trials] :func:`mean_gain` on bootstrap samples: each trial draws the S sentences with
-    replacement, and each system's K replicas with replacement (its own K: K_base and K_ours
-    may differ), and takes the mean BLEU of the drawn replicas on the drawn sentences."""
+    """[trials] :func:`mean_gain` on bootstrap samples of the test sentences: each trial draws
+    the S sentences with replacement, one draw for every replica of both systems (K_base and
+    K_ours may differ), and takes each system's mean BLEU over all its replicas."""
     k_base, s, w = baseline.shape
     k_ours = system.shape[0]
     if system.shape[1:] != (s, w) or not k_base or not k_ours:
@@ -178,20 +224,17 @@ def bootstrap_gains(
         ours_tot = (counts @ ours_rows).astype(np.float64)  # [B, Ks*W]
         base_bleu = bleu_from_totals(base_tot.reshape(n, k_base, w))  # [B, Kb]
         ours_bleu = bleu_from_totals(ours_tot.reshape(n, k_ours, w))  # [B, Ks]
-        pick_base = rng.integers(0, k_base, size=(n, k_base))
-        pick_ours = rng.integers(0, k_ours, size=(n, k_ours))
-        gains[done : done + n] = np.take_along_axis(ours_bleu, pick_ours, axis=1).mean(
-            axis=1
-        ) - np.take_along_axis(base_bleu, pick_base, axis=1).mean(axis=1)
+        gains[done : done + n] = ours_bleu.mean(axis=1) - base_bleu.mean(axis=1)
         done += n
     return gains
 
 
 def format_p(p_value: float, trials: int, reached: int, digits: int = 3) -> str:
-    """p for a table: ``< 1/(R+1)`` when none of the R trials reached the observed difference
-    (p = 1/(R+1) then only says that R trials were too few to see a smaller one)."""
+    """p for a table: ``≤ 1/(R+1)`` when none of the R trials reached the observed difference
+    (p = 1/(R+1), the smallest R trials can give, says only that R were too few to see a
+    smaller one)."""
     if reached == 0:
-        return f"< 1/{trials + 1}"
+        return f"≤ 1/{trials + 1}"
     if p_value < 10**-digits:  # 0.0003, not 0.000: a p of 0 is never measured
         return f"{p_value:.1g}"
     return f"{p_value:.{digits}f}"

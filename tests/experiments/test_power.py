@@ -8,22 +8,24 @@ import json
 import math
 import statistics
 
-import numpy as np
 import pytest
 from conftest import ROOT
 
-from rescorer.experiments.bleu import ORDER, STATS_WIDTH, bleu_from_totals
 from rescorer.experiments.power import (
     Z95,
     check,
     components,
+    current_interval,
+    detectable_gain,
+    interval_df,
     phi,
     power,
     replica_variance,
     runs_needed,
     standard_error,
+    t_half_width,
+    t_quantile,
 )
-from rescorer.experiments.significance import bootstrap_gains
 
 SECOND = ROOT / "docs" / "results" / "table1-2nd" / "results.json"
 
@@ -46,9 +48,19 @@ def test_the_standard_error_adds_a_sampling_part_and_a_runs_part() -> None:
 def test_runs_needed_is_the_smallest_k_with_enough_power() -> None:
     k = runs_needed(0.5, 0.8, 0.01, 1000, 1000, 0.3, 0.3)
     assert k is not None
-    se = standard_error(0.01, 1000, 1000, 0.3, 0.3, k)
-    assert power(0.5, se) >= 0.8
-    assert power(0.5, standard_error(0.01, 1000, 1000, 0.3, 0.3, k - 1)) < 0.8
+
+    def power_at(k: int) -> float:  # the t-interval's: df from the parts at K runs each
+        se = standard_error(0.01, 1000, 1000, 0.3, 0.3, k)
+        return power(0.5, se, interval_df(0.01, 0.3, k, 0.3, k))
+
+    assert power_at(k) >= 0.8 > power_at(k - 1)
+    # by hand, the runs' part alone: SE^2 = 0.18/K. The normal's 1.96 finds +0.5 80% of the
+    # time from K = 6 (SE^2 <= (0.5 / 2.80)^2 = 0.0319); t with df = 2(K-1) (Welch, two equal
+    # parts), 2.228 at K = 6, wants SE^2 <= (0.5 / 3.07)^2 = 0.0265: K = 7
+    z_power = [power(0.5, standard_error(0.0, 1000, 1000, 0.3, 0.3, j)) for j in (5, 6)]
+    assert z_power[0] < 0.8 <= z_power[1]
+    assert interval_df(0.0, 0.3, 6, 0.3, 6) == pytest.approx(10.0)
+    assert runs_needed(0.5, 0.8, 0.0, 1000, 1000, 0.3, 0.3) == 7
     # a sampling part alone above the bound: no K is enough
     assert runs_needed(0.5, 0.8, 0.2, 1000, 1000, 0.3, 0.3) is None
 
@@ -81,32 +93,68 @@ def test_the_bootstrap_draws_replicas_with_replacement() -> None:
     assert statistics.stdev(values) ** 2 / k == pytest.approx(exact * k / (k - 1))
 
 
-def test_the_replica_part_matches_the_bootstrap_with_each_systems_own_k() -> None:
-    """The bootstrap of results.json (significance.bootstrap_gains) on replicas whose every
-    sentence is the same: drawing sentences changes nothing, so the gain's variance is the
-    replica part alone, and with K_a = 6 and K_b = 3 it is each system's own (K-1)/K^2 sd^2,
-    not one K's for both (min K would give a third more)."""
-    rng = np.random.default_rng(0)
-    s = 40  # sentences
+def test_welch_satterthwaite_degrees_of_freedom() -> None:
+    """By hand: v_s 0.01, sd 0.3 over 4 runs each: parts 0.0225 each, df = (0.055)^2 /
+    (2 * 0.0225^2 / 3) = 8.96; no spread measured (sd 0, or one run): the normal's (inf)."""
+    assert interval_df(0.01, 0.3, 4, 0.3, 4) == pytest.approx(0.055**2 / (2 * 0.0225**2 / 3))
+    assert interval_df(0.0, 0.3, 4, 0.0, 4) == pytest.approx(3.0)  # one sd, v_s 0: K - 1
+    assert math.isinf(interval_df(0.01, 0.0, 4, 0.0, 4))
+    assert math.isinf(interval_df(0.01, 0.3, 1, 0.3, 1))
 
-    def replicas(k: int) -> np.ndarray:
-        one = np.zeros((k, 1, STATS_WIDTH))  # [K, 1, W]: one sentence's statistics per replica
-        one[:, :, :2] = 10  # hypothesis and reference length
-        one[:, :, 2 : 2 + ORDER] = rng.integers(4, 9, size=(k, 1, ORDER))  # matches
-        one[:, :, 2 + ORDER :] = 10  # n-grams of each order
-        return np.repeat(one, s, axis=1)  # [K, S, W]
 
-    base, ours = replicas(6), replicas(3)
-    bleus = {
-        name: [float(bleu_from_totals(r.sum(axis=0))) for r in stats]
-        for name, stats in (("a", base), ("b", ours))
+def test_a_results_file_of_the_t_interval_gives_its_own_parts() -> None:
+    """A file written since 2026-11-27 holds v_s: components take it as it is, and its
+    interval is t(df) sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b) with nothing re-derived."""
+    v_s, sd_a, sd_b = 0.004, 0.1, 0.2
+    df = interval_df(v_s, sd_a, 4, sd_b, 3)
+    half = t_quantile(0.975, df) * math.sqrt(v_s + sd_a**2 / 4 + sd_b**2 / 3)
+    results = {
+        "systems": [
+            {"system": "a", "runs": 4, "test_sd": sd_a},
+            {
+                "system": "b-m",
+                "runs": 3,
+                "test_sd": sd_b,
+                "baseline": "a",
+                "test_vs_baseline": {
+                    "delta": 0.3,
+                    "interval": [0.3 - half, 0.3 + half],
+                    "interval_method": "t",
+                    "sampling_var": v_s,
+                },
+            },
+        ]
     }
-    sd_a, sd_b = statistics.stdev(bleus["a"]), statistics.stdev(bleus["b"])
-    gains = bootstrap_gains(base, ours, trials=20000, seed=3)
-    expected = replica_variance(sd_a, 6, sd_b, 3)
-    assert float(np.var(gains)) == pytest.approx(expected, rel=0.05)
-    one_k = replica_variance(sd_a, 3, sd_b, 3)  # the old min(K) for both
-    assert abs(one_k - expected) > 0.1 * expected
+    (c,) = components(results, 1000)
+    assert not c.legacy and c.sampling_var == v_s and c.df == pytest.approx(df)
+    assert t_half_width(c) == pytest.approx(half)
+    assert current_interval(results["systems"][1], results["systems"][0]) == (
+        0.3 - half,
+        0.3 + half,
+        False,
+    )
+    # the smallest gain found 80% of the time: (t + z(0.8)) SE
+    se = math.sqrt(v_s + sd_a**2 / 4 + sd_b**2 / 3)
+    assert detectable_gain(c) == pytest.approx((t_quantile(0.975, df) + 0.841621) * se)
+    assert power(detectable_gain(c), se, df) == pytest.approx(0.8, abs=1e-6)
+    with pytest.raises(ValueError, match="its baseline 'z' is not among"):
+        components({"systems": [{**results["systems"][1], "baseline": "z"}]}, 1000)
+
+
+def test_an_older_files_interval_is_re_derived() -> None:
+    """The second edition's percentile bootstrap intervals: v_s as their replica part leaves it,
+    then the t-interval of those parts, symmetric about Δ, and wider."""
+    results = json.loads(SECOND.read_text(encoding="utf-8"))
+    by_name = {s["system"]: s for s in results["systems"]}
+    for c in components(results, 6542):
+        assert c.legacy
+        s = by_name[c.system]
+        lo, hi, derived = current_interval(s, by_name[s["baseline"]])
+        assert derived
+        half = t_quantile(0.975, c.df) * math.sqrt(c.sampling_var + c.runs_var)
+        delta = s["test_vs_baseline"]["delta"]
+        assert (lo, hi) == pytest.approx((delta - half, delta + half))
+        assert hi - lo >= c.half_width * 2 - 1e-9
 
 
 def test_check_sets_an_outcome_beside_the_prediction() -> None:
@@ -127,10 +175,12 @@ def test_check_sets_an_outcome_beside_the_prediction() -> None:
             Z95 * math.sqrt(r.predicted_sampling_var + replicas)
         )
         assert r.half_width == pytest.approx(Z95 * math.sqrt(r.sampling_var + replicas))
-        # power with the variance of a mean of 4 runs, sd^2/4: below the bootstrap's SE's
+        # power by the t-interval, with the variance of a mean of 4 runs, sd^2/4: below the
+        # old bootstrap's
         mean_se = math.sqrt(r.sampling_var + (r.sd_baseline**2 + r.sd_system**2) / 4)
-        assert r.power == pytest.approx(power(0.5, mean_se))
-        assert power(0.3, mean_se) < power(0.3, r.half_width / Z95)
+        df = interval_df(r.sampling_var, r.sd_baseline, 4, r.sd_system, 4)
+        assert r.power == pytest.approx(power(0.5, mean_se, df))
+        assert power(0.3, mean_se, df) < power(0.3, r.half_width / Z95)
         assert r.collapsed and not r.clamped and not r.single_run  # (a)'s runs: one vector
     # help's sentences vary less in the gain than en-fr's per word: v_s about 4x below the
     # prediction, so the interval is narrower than planned

@@ -62,7 +62,9 @@ PROSE = results(5058, [
     system("b-fwd@1h", "mert", ["fwd@1h"], 57.81, test_vs_baseline=versus(-0.06, -0.25, 0.15)),
     system("b-fwd@6h", "mert", ["fwd@6h"], 58.20, test_vs_baseline=versus(0.33, 0.05, 0.61),
            baseline="a"),
-    system("f-fwd@1h", "mert", ["fwd@1h"], 57.82, test_vs_baseline=versus(-0.05, -0.2, 0.11)),
+    system("f-fwd@1h", "mert", ["fwd@1h"], 57.82, baseline="a",
+           test_vs_baseline={**versus(-0.05, -0.2, 0.11), "interval_method": "t",
+                             "sampling_var": 0.001}),
 ])  # fmt: skip
 
 
@@ -84,9 +86,15 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
     ]
     by_row = {(c[1], c[2], c[0] or "same"): c for c in cells}
     help_b6 = by_row[("fwd@6h", "help", "same")]
-    # could see: v_s = (0.28 / 1.96)^2 - 2 * (1/2 * 0.2^2 / 2) = 0.000408 (the interval less
-    # the bootstrap's replicas), plus the runs' 2 * 0.2^2 / 2: (1.96 + 0.84) * 0.2010 = 0.56
-    assert help_b6[3:9] == ["2", "58.20 ± 0.20", "+0.33", "[+0.05, +0.61]", "+0.56", "0.249"]
+    # a file of before 2026-11-27 (no interval_method): v_s = (0.28 / 1.96)^2 - 2 * (1/2 *
+    # 0.2^2 / 2) = 0.000408 (its percentile interval less the bootstrap's replicas); the runs'
+    # part 2 * 0.2^2 / 2 = 0.04, SE = 0.2010, df = 0.040408^2 / (2 * 0.02^2 / 1) = 2.04, t =
+    # 4.25: the interval re-derived, 0.33 +- 0.85, marked; could see (4.25 + 0.84) * 0.2010
+    assert help_b6[3:9] == ["2", "58.20 ± 0.20", "+0.33", "[-0.52, +1.18]†", "+1.02", "0.249"]
+    # a file of the t-interval: its interval as it is, unmarked
+    assert by_row[("fwd@1h", "help", "(f) table filled up with generated pairs")][6] == (
+        "[-0.20, +0.11]"
+    )
     assert by_row[("fwd@1h", "help", "(b) +RNN")][7] == "–"  # no baseline named: not computed
     # the paper's cell once per kind, none for MIRA or the kinds the paper has no row for
     assert by_row[("–", "en-fr", "(a) baseline")][10] == "30.64 / 33.30"

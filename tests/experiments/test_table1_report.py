@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scipy import stats
 
 from rescorer.experiments.curve import curve_points, draw_curve, write_curve
 from rescorer.experiments.report import results_markdown
@@ -67,7 +68,7 @@ def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@3h |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     # the mean gain and its interval, then MultEval's pooled gain and p, then the shared coin's p
-    assert cells[5:10] == ["+0.60", "[+0.10, +1.10]", "+0.65", "< 1/301", "0.500"]
+    assert cells[5:10] == ["+0.60", "[+0.10, +1.10]", "+0.65", "≤ 1/301", "0.500"]
     row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@1h |"))
     assert "| -0.20 | [-0.90, +0.40] | -0.15 | 0.269 | 0.500 |" in row
     models = next(line for line in text.splitlines() if line.startswith("| fwd@3h (best) |"))
@@ -224,9 +225,11 @@ def test_the_gain_by_group_table_has_each_baseline_once_and_each_system() -> Non
 
 
 def test_each_comparison_says_the_smallest_gain_it_could_see() -> None:
-    """From the interval, minus the bootstrap's replica part, plus the runs' sd^2/K: with
-    interval [0.1, 1.1] (SE^2 = 0.0651), sd 0.2 on both sides and K = 2, v_s = 0.0651 - 2 *
-    0.01 = 0.0451 and the variance of the mean gain 0.0451 + 2 * 0.02 = 0.0851."""
+    """From the interval, minus the old bootstrap's replica part (a file without
+    interval_method), plus the runs' sd^2/K: with interval [0.1, 1.1] (SE^2 = 0.0651), sd 0.2
+    on both sides and K = 2, v_s = 0.0651 - 2 * 0.01 = 0.0451 and the variance of the mean
+    gain 0.0451 + 2 * 0.02 = 0.0851, with df = 0.0851^2 / (2 * 0.02^2 / 1) = 9.05 (Welch):
+    (t(9.05) + z(0.8)) * 0.2917 = (2.26 + 0.84) * 0.2917 = 0.90."""
     assert "What each test could see" not in results_markdown(RESULTS)  # no baseline named
     results = dict(RESULTS)
     results["systems"] = [
@@ -238,7 +241,27 @@ def test_each_comparison_says_the_smallest_gain_it_could_see() -> None:
         ),
     ]  # fmt: skip
     line = next(line for line in results_markdown(results).splitlines() if "could see" in line)
-    se_mean = ((0.5 / 1.959963984540054) ** 2 - 0.02 + 0.04) ** 0.5
-    assert f"(b) b-x +{(1.959963984540054 + 0.8416212335729143) * se_mean:.2f};" in line
+    var = (0.5 / 1.959963984540054) ** 2 - 0.02 + 0.04
+    df = var**2 / (2 * 0.02**2 / 1)
+    gain = (stats.t.ppf(0.975, df) + 0.8416212335729143) * var**0.5
+    assert f"(b) b-x +{gain:.2f};" in line
     assert "(c) c-x +" in line and "(one run: no spread)" in line
-    assert f"+{(1.959963984540054 + 0.8416212335729143) * se_mean:.2f}" == "+0.82"
+    assert f"+{gain:.2f}" == "+0.90"
+
+
+def test_a_test_that_paired_fewer_runs_than_a_system_has_says_so() -> None:
+    """Both p's pair the first min(K) runs: (b) with 3 runs against (a)'s 2 is said; (c) with
+    2 against 2 is not."""
+    results = dict(RESULTS)
+    results["systems"] = [
+        system("a", "a", "mert", []),
+        system("b-x", "b", "mert", ["x"], baseline="a", runs=3,
+               test_vs_baseline=versus(0.6, 0.1, 1.1, 0)),
+        system("c-x", "c", "mert", ["x"], baseline="a", test_vs_baseline=versus(0.6, 0.1, 1.1, 0)),
+    ]  # fmt: skip
+    text = results_markdown(results)
+    line = next(line for line in text.splitlines() if line.startswith("The p's pair"))
+    assert "(b) b-x: 2 pairs of its 3 runs and (a)'s 2." in line
+    assert "c-x" not in line
+    results["systems"] = [s for s in results["systems"] if s["system"] != "b-x"]
+    assert "The p's pair" not in results_markdown(results)
