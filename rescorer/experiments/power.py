@@ -116,7 +116,7 @@ def component(s: dict[str, Any], base: dict[str, Any], ref_words: int) -> Compon
         sd_baseline=sd_a,
         sampling_var=sampling_var,
         ref_words=ref_words,
-        collapsed=_collapsed(base) or _collapsed(s),
+        collapsed=one_weight_vector(base) or one_weight_vector(s),
         half_width=(hi - lo) / 2,
         clamped=clamped,
         single_run=min(k_a, k_b) < 2,
@@ -124,7 +124,7 @@ def component(s: dict[str, Any], base: dict[str, Any], ref_words: int) -> Compon
     )
 
 
-def _collapsed(system: dict[str, Any]) -> bool:
+def one_weight_vector(system: dict[str, Any]) -> bool:
     """Two or more runs, one weight vector (results.json files before 2026-11-26 do not say)."""
     return int(system["runs"]) > 1 and system.get("distinct_weights", 0) == 1
 
@@ -199,6 +199,15 @@ def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Componen
             c = component(s, base, ref_words=0)  # this test set: no scaling
             found[s["system"]] = (detectable_gain(c), c)
     return found
+
+
+def interval_with_spread(c: Components, delta: float, sd_baseline: float) -> tuple[float, float]:
+    """The t-interval of ``delta`` had the baseline's runs spread by ``sd_baseline``: the parts
+    ``c`` with that sd for the baseline (results.md gives it where the baseline's runs all
+    reached one weight vector, with the system's own sd, sd_a = sd_b, as power planning
+    assumed)."""
+    half = t_half_width(replace(c, sd_baseline=sd_baseline))
+    return delta - half, delta + half
 
 
 def current_interval(s: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, bool]:

@@ -7,7 +7,12 @@ import re
 from typing import Any
 
 from rescorer.experiments.new_pairs import EXAMPLES
-from rescorer.experiments.power import detectable_gains
+from rescorer.experiments.power import (
+    component,
+    detectable_gains,
+    interval_with_spread,
+    one_weight_vector,
+)
 from rescorer.experiments.significance import format_p
 
 COLUMNS = ("RNN", "RNN inverse", "WP")  # the new columns' weights, in the tables' order
@@ -198,6 +203,32 @@ def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
     return said
 
 
+def _had_the_baseline_varied(results: dict[str, Any]) -> list[str]:
+    """Where a baseline's runs all reached one weight vector (sd_a = 0, which says that MERT
+    started where it had converged, not that the tuner does not vary): each comparison with it
+    again, as if the baseline's runs spread as the system's do (sd_a = sd_b)."""
+    by_name = {s["system"]: s for s in results["systems"]}
+    found = []
+    for s in results["systems"]:
+        base = by_name.get(s.get("baseline") or "")
+        test = s.get("test_vs_baseline")
+        if not test or base is None or not one_weight_vector(base) or not s.get("test_sd"):
+            continue
+        c = component(s, base, ref_words=0)
+        low, high = interval_with_spread(c, test["delta"], c.sd_system)
+        found.append(
+            f"({s['letter']}) {s['name']} [{low:+.2f}, {high:+.2f}] "
+            f"(sd_a = sd_b = {c.sd_system:.2f})"
+        )
+    if not found:
+        return []
+    return [
+        "",
+        "Had the baseline's runs varied as each system's do (its own reached one weight vector), "
+        "the 95% intervals would be: " + "; ".join(found) + ".",
+    ]
+
+
 def _fewer_pairs(results: dict[str, Any]) -> list[str]:
     """A sentence on every test whose p's paired fewer runs than one of its systems has: both
     randomisation tests take the first min(K_a, K_b) runs of each (Δ and the interval all)."""
@@ -309,6 +340,7 @@ def results_markdown(results: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines.append(md_row(cells))
     lines += _collapsed_replicas(results)
+    lines += _had_the_baseline_varied(results)
     lines += _fewer_pairs(results)
     lines += _detectable(results)
     lines += _groups_table(results)

@@ -265,3 +265,24 @@ def test_a_test_that_paired_fewer_runs_than_a_system_has_says_so() -> None:
     assert "c-x" not in line
     results["systems"] = [s for s in results["systems"] if s["system"] != "b-x"]
     assert "The p's pair" not in results_markdown(results)
+
+
+def test_a_collapsed_baseline_gets_the_interval_it_would_have_had_varying() -> None:
+    """(a)'s 2 runs reached one weight vector (sd 0): results.md gives (b)'s interval again with
+    sd_a = sd_b = 0.2. By hand, from a t-interval file: v_s 0.01, parts 0.02 + 0.02, df =
+    0.05^2 / (2 * 0.02^2 / 1) = 3.125, half-width t(3.125) * sqrt(0.05)."""
+    results = dict(RESULTS)
+    t_versus = {**versus(0.6, 0.1, 1.1, 0), "interval_method": "t", "sampling_var": 0.01}
+    results["systems"] = [
+        system("a", "a", "mert", [], test_sd=0.0, distinct_weights=1),
+        system("b-x", "b", "mert", ["x"], baseline="a", test_vs_baseline=t_versus,
+               distinct_weights=2),
+    ]  # fmt: skip
+    line = next(
+        line for line in results_markdown(results).splitlines() if line.startswith("Had the")
+    )
+    half = stats.t.ppf(0.975, 0.05**2 / (2 * 0.02**2)) * 0.05**0.5
+    assert f"(b) b-x [{0.6 - half:+.2f}, {0.6 + half:+.2f}] (sd_a = sd_b = 0.20)" in line
+    assert f"{0.6 - half:+.2f}" == "-0.10"  # t(3.125) = 3.13, half-width 0.70
+    results["systems"][0]["distinct_weights"] = 2  # a baseline that varied: nothing to add
+    assert "Had the" not in results_markdown(results)
