@@ -117,6 +117,14 @@ HERE = Path(__file__).resolve().parent
     help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
 @click.option(
+    "--start-weights",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Tune every system from this moses.ini's weights (e.g. the untuned model/moses.ini "
+    "train-model.perl wrote), so that the baseline's runs vary as a fresh tuning does "
+    "[default: the system's own, tuned, weights: the baseline's runs then start where MERT "
+    "converged].",
+)
+@click.option(
     "--threads",
     default=os.cpu_count() or 1,
     show_default="all cores",

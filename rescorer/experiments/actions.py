@@ -23,16 +23,20 @@ from rescorer.io.inputs import open_text
 from rescorer.io.outputs import write_text
 from rescorer.job.output import RESUME_REFUSED, record_path
 from rescorer.moses.ini import MosesIni, pick_table_feature, read_ini
-from rescorer.moses.ini_rewrite import absolute_paths, with_feature_paths
+from rescorer.moses.ini_rewrite import absolute_paths, with_feature_paths, with_start_weights
 
 REORDERING = "LexicalReordering"
 
 
 def prepare(ctx: Context, step: Step) -> dict[str, Any]:
-    """base.ini with absolute paths; the dev, tuning and test sets; dev+test for filtering."""
+    """base.ini with absolute paths (and the weights of ``start_weights``, when given); the dev,
+    tuning and test sets; dev+test for filtering."""
     cfg, out = ctx.cfg, step.folder
     ini = read_ini(str(cfg.system / "moses.ini"))
     write_text(out / "base.ini", absolute_paths(ini))
+    if cfg.start_weights is not None:  # every tuning starts from these weights
+        start = read_ini(str(cfg.start_weights))
+        write_text(out / "base.ini", with_start_weights(read_ini(str(out / "base.ini")), start))
     sets: dict[str, int] = {}
     for part in ("dev", "test"):
         src = read_lines(cfg.system / f"{part}.{cfg.src}")

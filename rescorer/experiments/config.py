@@ -34,10 +34,11 @@ RESULT_KEYS = (
     "tgt",
     "feature_name",
     "extend_args",
+    "start_weights",
 )
 # Result settings added after work folders were made with this layout: the value an older
 # folder's config.json, which lacks them, was made with.
-ADDED_KEYS: dict[str, Any] = {"extend_args": []}
+ADDED_KEYS: dict[str, Any] = {"extend_args": [], "start_weights": None}
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class Table1Config:
     max_iterations: int = 10  # mert-moses.pl --maximum-iterations
     top_k: int = 5  # system (d): targets kept per source
     new_weight: float = 0.05  # every new column's starting weight (moses-ini --new-weight)
+    # tune from this moses.ini's weights (e.g. train-model.perl's untuned one; None: the
+    # system's own, tuned, weights)
+    start_weights: Path | None = None
     threads: int = 2  # decoder threads
     jobs: int = 1  # tuning runs (each with its decoding) at once
     seed: int = 1  # run r of every system uses tuner seed seed * 1000 + r
@@ -196,4 +200,5 @@ def absolute(cfg: Table1Config) -> Table1Config:
         moses=cfg.moses.resolve(),
         models=tuple(m.resolve() for m in cfg.models),
         inverse_model=cfg.inverse_model.resolve() if cfg.inverse_model else None,
+        start_weights=cfg.start_weights.resolve() if cfg.start_weights else None,
     )

@@ -136,6 +136,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
     n_tune = records["prepare"]["sentences"]["tune"]
+    start = (
+        f"shipped weights of {cfg.system / 'moses.ini'}"
+        if cfg.start_weights is None
+        else f"weights of {cfg.start_weights} (--start-weights), not the system's own,"
+    )
     sources = read_lines(prep / "test.src")
     groups = length_groups(sources) + unknown_groups(
         sources, table_source_words(str(ctx.paths.filter / "phrase-table.gz"))
@@ -155,7 +160,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         "config": cfg.settings(),
         "tuners": {t: TUNERS[t] for t in tuners},
         "start": (
-            f"every tuned system starts from the shipped weights of {cfg.system / 'moses.ini'} "
+            f"every tuned system starts from the {start} "
             f"and {cfg.new_weight:g} for each new column, and tunes on dev sentences 1-{n_tune}"
         ),
         "sentences": records["prepare"]["sentences"],

@@ -1,6 +1,6 @@
-"""moses.ini rewritten: every path= made absolute, or a phrase-table feature pointed at a new
-table (num-features, the new columns' weights, path=), and ``rescorer moses-ini`` itself
-(:func:`write_scored_ini`).
+"""moses.ini rewritten: every path= made absolute, a phrase-table feature pointed at a new
+table (num-features, the new columns' weights, path=), every weight taken from another ini
+(:func:`with_start_weights`), and ``rescorer moses-ini`` itself (:func:`write_scored_ini`).
 
 The format is :mod:`rescorer.moses.ini`'s: this module replaces tokens of the lines parsed
 there, by its grammar, and leaves every other byte alone; every ini it writes names absolute
@@ -188,6 +188,33 @@ def with_feature_paths(ini: MosesIni, paths: Mapping[str, str]) -> str:
     """The ini's text with the path= of each named feature replaced and every other path=
     resolved against ``ini.run_dir`` (other bytes unchanged); every file checked to exist."""
     return ini.text(_absolute_path_lines(ini, paths))
+
+
+def with_start_weights(ini: MosesIni, start: MosesIni) -> str:
+    """The ini's text with every ``[weight]`` line's values taken from ``start``'s line of the
+    same name (e.g. the untuned moses.ini that train-model.perl wrote, to tune from Moses'
+    starting weights rather than from tuned ones); every other byte unchanged. A line of
+    ``ini`` that ``start`` lacks, or holds another number of values for, is an error naming
+    both lines: a feature without a starting weight would keep a tuned one."""
+    lines: dict[int, str] = {}
+    for line in ini.weight_lines:
+        where = f"{ini.path}:{line.lineno}"
+        found = [w for w in start.weight_lines if w.name == line.name]
+        if not found:
+            raise RescorerError(
+                f"{where}: {line.name} has no '{line.name}=' line in {start.path} to start from "
+                "(expected the start ini to weigh every feature of the system)"
+            )
+        values = start.weight_line(line.name).values  # one line, or an error naming them
+        if len(values) != len(line.values):
+            raise RescorerError(
+                f"{where}: {line.name} has {len(line.values)} weights, "
+                f"{start.path}:{found[0].lineno} has {len(values)}: expected as many"
+            )
+        text = ini.lines[line.lineno - 1]
+        ending = text[len(text.rstrip("\r\n")) :]
+        lines[line.lineno] = f"{line.name}= {' '.join(map(repr, values))}{ending}"  # round trip
+    return ini.text(lines)
 
 
 def absolute_paths(ini: MosesIni) -> str:

@@ -721,3 +721,35 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     proc = run_table1(*table1_argv(TINY_SYSTEM, [], fresh, "--train", "1m", "--plan"))
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^train +partial: goes on from its saved state$", proc.stdout, re.M)
+
+
+def test_start_weights_start_every_tuning_from_another_inis_weights(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """--start-weights: base.ini, and so the first MERT iteration of (a) and of (b), holds the
+    untuned ini's weights (train-model.perl's), not the tiny system's tuned ones; results.json
+    says so, and a work folder made so refuses to go on without it."""
+    start = tmp_path / "untuned.ini"
+    start.write_text(
+        "[weight]\nUnknownWordPenalty0= 1\nWordPenalty0= -1\nPhrasePenalty0= 0.2\n"
+        "TranslationModel0= 0.2 0.2 0.2 0.2\nLexicalReordering0= 0.3 0.3 0.3 0.3 0.3 0.3\n"
+        "Distortion0= 0.3\nLM0= 0.5\n",
+        encoding="utf-8",
+    )
+    work = tmp_path / "work"
+    argv = table1_argv(TINY_SYSTEM, [tiny_model_dir], work, "--runs", "1", "--runs-c", "0")
+    proc = run_table1(*argv, "--start-weights", str(start))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    untuned = read_ini(str(start)).weights()
+    assert read_ini(str(work / "prepare" / "base.ini")).weights() == untuned
+    assert read_ini(str(TINY_SYSTEM / "moses.ini")).weights()["LM0"] != untuned["LM0"]
+    first = sorted(work.glob("tune-*-1/**/run1.moses.ini"))
+    assert len(first) == 2  # (a) and (b)
+    for ini in first:
+        weights = read_ini(str(ini)).weights()
+        assert weights["LM0"] == (0.5,) and weights["Distortion0"] == (0.3,), ini
+    results = json.loads((work / "results.json").read_text(encoding="utf-8"))
+    assert f"weights of {start} (--start-weights)" in results["start"]
+    proc = run_table1(*argv)
+    assert proc.returncode == 1
+    assert "was made with other settings (start_weights)" in proc.stderr

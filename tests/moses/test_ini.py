@@ -18,7 +18,11 @@ from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import read_table
 from rescorer.moses.ini import read_ini
-from rescorer.moses.ini_rewrite import update_for_scored_table, write_scored_ini
+from rescorer.moses.ini_rewrite import (
+    update_for_scored_table,
+    with_start_weights,
+    write_scored_ini,
+)
 
 SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 # The real tuned ini of a system whose files are all there (the same lines as REAL_INI but the
@@ -493,3 +497,40 @@ def test_moses_decodes_two_models_through_the_new_ini(
     at = first.index("TranslationModel0=")
     assert len(first[at + 1 : at + 1 + scores]) == scores
     assert all(not v.endswith("=") for v in first[at + 1 : at + 1 + scores])
+
+
+UNTUNED = """[weight]
+UnknownWordPenalty0= 1
+WordPenalty0= -1
+PhrasePenalty0= 0.2
+TranslationModel0= 0.2 0.2 0.2 0.2
+LexicalReordering0= 0.3 0.3 0.3 0.3 0.3 0.3
+Distortion0= 0.3
+LM0= 0.5
+"""  # train-model.perl's starting weights, as it writes them
+
+
+def test_start_weights_replace_every_weight_and_nothing_else(tmp_path: Path) -> None:
+    start = tmp_path / "untuned.ini"
+    start.write_text(UNTUNED, encoding="utf-8")
+    ini = read_ini(str(TINY_INI))
+    text = with_start_weights(ini, read_ini(str(start)))
+    out = tmp_path / "moses.ini"
+    out.write_text(text, encoding="utf-8")
+    assert read_ini(str(out)).weights() == read_ini(str(start)).weights()
+    assert read_ini(str(out)).weights()["TranslationModel0"] == (0.2, 0.2, 0.2, 0.2)
+    weight_lines = {w.lineno for w in ini.weight_lines}
+    kept = [line for i, line in enumerate(ini.lines, 1) if i not in weight_lines]
+    assert [line for line in text.splitlines(keepends=True) if line in kept] == kept
+    assert len(text.splitlines()) == len(ini.lines)
+
+
+def test_start_weights_must_weigh_every_feature_alike(tmp_path: Path) -> None:
+    start = tmp_path / "untuned.ini"
+    start.write_text(UNTUNED.replace("LM0= 0.5\n", ""), encoding="utf-8")
+    lm_line = read_ini(str(TINY_INI)).weight_line("LM0").lineno
+    with pytest.raises(RescorerError, match=rf"moses.ini:{lm_line}: LM0 has no 'LM0=' line in "):
+        with_start_weights(read_ini(str(TINY_INI)), read_ini(str(start)))
+    start.write_text(UNTUNED.replace("Distortion0= 0.3", "Distortion0= 0.3 0.1"), "utf-8")
+    with pytest.raises(RescorerError, match=r"Distortion0 has 1 weights, .*untuned.ini:7 has 2"):
+        with_start_weights(read_ini(str(TINY_INI)), read_ini(str(start)))
