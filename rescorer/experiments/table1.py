@@ -55,6 +55,7 @@ from rescorer.experiments.curve import write_curve
 from rescorer.experiments.evaluate import evaluate
 from rescorer.experiments.layout import TABLE_FILE, Context, Layout
 from rescorer.experiments.models import ModelInfo, model_warnings, read_model, sha256_file
+from rescorer.experiments.power import require_scipy
 from rescorer.experiments.report import results_markdown
 from rescorer.experiments.steps import DONE_FILE, WorkDir, check_work_folder
 from rescorer.experiments.systems import Model, System, plan
@@ -69,6 +70,7 @@ __all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_ta
 def run_table1(cfg: Table1Config) -> dict[str, Any]:
     """Run every step not yet complete, then evaluate; returns what results.json holds."""
     require_sacrebleu()  # the last step's: before the first
+    require_scipy()
     check_config(cfg)
     tools = MosesTools(cfg.moses.resolve())
     tools.check()

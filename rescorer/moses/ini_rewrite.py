@@ -195,7 +195,9 @@ def with_start_weights(ini: MosesIni, start: MosesIni) -> str:
     same name (e.g. the untuned moses.ini that train-model.perl wrote, to tune from Moses'
     starting weights rather than from tuned ones); every other byte unchanged. A line of
     ``ini`` that ``start`` lacks, or holds another number of values for, is an error naming
-    both lines: a feature without a starting weight would keep a tuned one."""
+    both lines: a feature without a starting weight would keep a tuned one. A rewritten line
+    is ``Name= v1 v2 ...`` (its indentation and a trailing comment dropped); lines ``start``
+    has for features ``ini`` lacks are ignored; a ``[weight-file]`` is left as it is."""
     lines: dict[int, str] = {}
     for line in ini.weight_lines:
         where = f"{ini.path}:{line.lineno}"

@@ -155,6 +155,15 @@ def test_an_older_files_interval_is_re_derived() -> None:
         delta = s["test_vs_baseline"]["delta"]
         assert (lo, hi) == pytest.approx((delta - half, delta + half))
         assert hi - lo >= c.half_width * 2 - 1e-9
+    # one pinned by hand: (b) fwd@1h, +0.12, its percentile interval [-0.70, +1.01], K = 6
+    # each; the runs' part is small beside v_s, so df is large and t near 1.96
+    b1 = by_name["b-fwd@1h"]
+    lo, hi, _ = current_interval(b1, by_name[b1["baseline"]])
+    assert (round(lo, 2), round(hi, 2)) == (-0.74, 0.98)
+    # an interval_method it does not know is refused, not read as the old one
+    unknown = {**b1, "test_vs_baseline": {**b1["test_vs_baseline"], "interval_method": "bca"}}
+    with pytest.raises(ValueError, match="interval_method 'bca', expected 't'"):
+        current_interval(unknown, by_name[b1["baseline"]])
 
 
 def test_check_sets_an_outcome_beside_the_prediction() -> None:

@@ -73,6 +73,19 @@ def test_a_folder_made_before_extend_args_existed_goes_on_without_them(tmp_path:
         check_work_dir(replace(cfg, extend_args=("-n", "10")), {})
 
 
+def test_a_folder_made_before_start_weights_existed_goes_on_from_the_tuned_weights(
+    tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path)
+    cfg.work.mkdir()
+    older = {k: v for k, v in cfg.recorded().items() if k != "start_weights"}
+    (cfg.work / "config.json").write_text(json.dumps({**older, "layout": 2, "models": {}}))
+    check_work_dir(cfg, {})  # its tunings started from the system's weights, as these do
+    assert json.loads((cfg.work / "config.json").read_text())["start_weights"] is None
+    with pytest.raises(RescorerError, match=r"other settings \(start_weights\)"):
+        check_work_dir(replace(cfg, start_weights=tmp_path / "untuned.ini"), {})
+
+
 def test_a_first_edition_work_folder_is_refused(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     cfg.work.mkdir()
