@@ -534,3 +534,18 @@ def test_start_weights_must_weigh_every_feature_alike(tmp_path: Path) -> None:
     start.write_text(UNTUNED.replace("Distortion0= 0.3", "Distortion0= 0.3 0.1"), "utf-8")
     with pytest.raises(RescorerError, match=r"Distortion0 has 1 weights, .*untuned.ini:7 has 2"):
         with_start_weights(read_ini(str(TINY_INI)), read_ini(str(start)))
+
+
+def test_start_weights_keep_crlf_endings_and_refuse_two_lines_in_the_start(tmp_path: Path) -> None:
+    """A CRLF ini stays CRLF where its weights are replaced; a start ini with two lines for a
+    feature (Moses takes the last) is refused, naming both, as moses-ini refuses them."""
+    crlf = tmp_path / "crlf.ini"
+    crlf.write_bytes(TINY_INI.read_bytes().replace(b"\n", b"\r\n"))
+    start = tmp_path / "untuned.ini"
+    start.write_text(UNTUNED, encoding="utf-8")
+    text = with_start_weights(read_ini(str(crlf)), read_ini(str(start)))
+    assert "\r\n" in text and text.count("\n") == text.count("\r\n")
+    assert "LM0= 0.5\r\n" in text
+    start.write_text(UNTUNED + "LM0= 0.4\n", encoding="utf-8")
+    with pytest.raises(RescorerError, match=r"untuned.ini:8 and .*untuned.ini:9: 2 'LM0='"):
+        with_start_weights(read_ini(str(crlf)), read_ini(str(start)))
