@@ -34,6 +34,7 @@ gives the interval the current method would have reported.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -210,16 +211,23 @@ def detectable_gain(c: Components) -> float:
     return (t_quantile(0.975, c.df) + Z80) * math.sqrt(c.sampling_var + c.runs_var)
 
 
-def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Components]]:
-    """:func:`detectable_gain` of every system of a ``results.json`` compared with a baseline
-    that is among its systems, by system name, with its variance parts."""
+def compared(results: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(system, its baseline) for every system of a ``results.json`` tested against a baseline
+    that is among its systems (others are passed over: :func:`components` refuses them)."""
     by_name = {s["system"]: s for s in results["systems"]}
-    found = {}
     for s in results["systems"]:
         base = by_name.get(s.get("baseline") or "")
         if s.get("test_vs_baseline") and base is not None:
-            c = component(s, base, ref_words=0)  # this test set: no scaling
-            found[s["system"]] = (detectable_gain(c), c)
+            yield s, base
+
+
+def detectable_gains(results: dict[str, Any]) -> dict[str, tuple[float, Components]]:
+    """:func:`detectable_gain` of every system of a ``results.json`` compared with a baseline
+    that is among its systems, by system name, with its variance parts."""
+    found = {}
+    for s, base in compared(results):
+        c = component(s, base, ref_words=0)  # this test set: no scaling
+        found[s["system"]] = (detectable_gain(c), c)
     return found
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from rescorer.experiments.new_pairs import EXAMPLES
 from rescorer.experiments.power import (
+    compared,
     component,
     detectable_gains,
     interval_with_spread,
@@ -207,15 +208,12 @@ def _had_the_baseline_varied(results: dict[str, Any]) -> list[str]:
     """Where a baseline's runs all reached one weight vector (sd_a = 0, which says that MERT
     started where it had converged, not that the tuner does not vary): each comparison with it
     again, as if the baseline's runs spread as the system's do (sd_a = sd_b)."""
-    by_name = {s["system"]: s for s in results["systems"]}
     found = []
-    for s in results["systems"]:
-        base = by_name.get(s.get("baseline") or "")
-        test = s.get("test_vs_baseline")
-        if not test or base is None or not one_weight_vector(base) or not s.get("test_sd"):
+    for s, base in compared(results):
+        if not one_weight_vector(base) or not s.get("test_sd"):
             continue
         c = component(s, base, ref_words=0)
-        low, high = interval_with_spread(c, test["delta"], c.sd_system)
+        low, high = interval_with_spread(c, s["test_vs_baseline"]["delta"], c.sd_system)
         found.append(
             f"({s['letter']}) {s['name']} [{low:+.2f}, {high:+.2f}] "
             f"(sd_a = sd_b = {c.sd_system:.2f})"
@@ -232,11 +230,10 @@ def _had_the_baseline_varied(results: dict[str, Any]) -> list[str]:
 def _fewer_pairs(results: dict[str, Any]) -> list[str]:
     """A sentence on every test whose p's paired fewer runs than one of its systems has: both
     randomisation tests take the first min(K_a, K_b) runs of each (Δ and the interval all)."""
-    by_name = {s["system"]: s for s in results["systems"]}
     found = []
-    for s in results["systems"]:
-        test, base = s.get("test_vs_baseline"), by_name.get(s.get("baseline") or "")
-        if test and base is not None and test["pairs"] < max(s["runs"], base["runs"]):
+    for s, base in compared(results):
+        test = s["test_vs_baseline"]
+        if test["pairs"] < max(s["runs"], base["runs"]):
             found.append(
                 f"({s['letter']}) {s['name']}: {test['pairs']} pairs of its {s['runs']} runs "
                 f"and ({base['letter']})'s {base['runs']}"

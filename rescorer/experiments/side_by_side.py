@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rescorer.experiments.power import current_interval, detectable_gains
+from rescorer.experiments.power import compared, current_interval, detectable_gains
 from rescorer.experiments.report import fmt_cell, md_row, p_cell
 
 # The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
@@ -118,15 +118,12 @@ def editions_table(editions: Sequence[Edition]) -> str:
     seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
     intervals: dict[str, str] = {}  # each row's interval cell, by edition and system
     for e in editions:
-        by_name = {s["system"]: s for s in e.results["systems"]}
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
-            base = by_name.get(s.get("baseline") or "")
-            if s.get("test_vs_baseline") and base is not None:
-                low, high, derived = current_interval(s, base)
-                intervals[f"{e.name}\0{s['system']}"] = f"[{low:+.2f}, {high:+.2f}]" + (
-                    "†" if derived else ""
-                )
+        for s, base in compared(e.results):
+            low, high, derived = current_interval(s, base)
+            mark = "†" if derived else ""
+            intervals[f"{e.name}\0{s['system']}"] = f"[{low:+.2f}, {high:+.2f}]{mark}"
         for system, (gain, _) in detectable_gains(e.results).items():
             seen[f"{e.name}\0{system}"] = f"+{gain:.2f}"
     lines += [
