@@ -9,7 +9,9 @@ Thin over rescorer.experiments.table1: every step runs in its own folder of --wo
 skipped when complete, so re-running the same command after a kill goes on where it stopped;
 more snapshots, runs or systems can be added to the same folder later. Ctrl-C or SIGTERM ends
 the command running (and what it started) and exits 130 or 143 with one line. --jobs N runs N
-tuning runs at once, each with its decoding.
+tuning runs at once, each with its decoding. --plan lists every step and how far it is;
+--interim evaluates the runs finished so far into WORK/interim.md (both run nothing, beside a
+running driver).
 
 Example (the en-fr system, three snapshots of one training run, an inverse model):
 
@@ -42,7 +44,14 @@ from rescorer.cli.common import (
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
 from rescorer.experiments.steps import check_work_folder
-from rescorer.experiments.table1 import PlannedStep, Table1Config, plan_table1, run_table1
+from rescorer.experiments.table1 import (
+    INTERIM_FILES,
+    PlannedStep,
+    Table1Config,
+    interim_table1,
+    plan_table1,
+    run_table1,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -151,6 +160,13 @@ HERE = Path(__file__).resolve().parent
     help="Print every step of this command and how far it is (done, partial, to do), then "
     "exit: nothing runs, safe beside a running driver.",
 )
+@click.option(
+    "--interim",
+    is_flag=True,
+    help="Evaluate the runs finished so far (each system on its first r finished runs) into "
+    "WORK/interim.md and interim.json, print it, then exit: nothing runs, safe beside a "
+    "running driver; results.md is the whole run's alone.",
+)
 def main(
     system: Path | None,
     bitext: Path | None,
@@ -160,21 +176,28 @@ def main(
     extend_args: str,
     moses: Path,
     plan_only: bool,
+    interim: bool,
     **opts: object,
 ) -> None:
     """Tune and evaluate the systems of Table 1 on SYSTEM (a Moses system folder)."""
     if (system is None) == (bitext is None):
         raise click.UsageError("give SYSTEM (a Moses system folder) or --bitext CORPUS, not both")
+    if plan_only and interim:
+        raise click.UsageError("--plan and --interim: give one (both run nothing)")
     if bitext is not None:
         work = Path(str(opts["work"]))
         system = work / "baseline" / "system"
-        if not plan_only:
+        if not (plan_only or interim):
             system = build_system(bitext, work, moses, opts)
         elif not baseline_built(work / "baseline"):
             try:
                 check_work_folder(work)
             except RescorerError as exc:
                 click.echo(f"table1: error: {exc}", err=True)
+                sys.exit(1)
+            if interim:
+                click.echo(f"table1: error: {work}: the baseline is not built yet: no run to "
+                           "report", err=True)  # fmt: skip
                 sys.exit(1)
             click.echo(
                 f"baseline  to do: built first from {bitext} in {work / 'baseline'} "
@@ -198,6 +221,14 @@ def main(
             click.echo(f"table1: error: {exc}", err=True)
             sys.exit(1)
         click.echo(plan_text(steps, note))
+        return
+    if interim:
+        try:
+            interim_table1(config)
+        except RescorerError as exc:
+            click.echo(f"table1: error: {exc}", err=True)
+            sys.exit(1)
+        click.echo((config.work / INTERIM_FILES[1]).read_text(encoding="utf-8"))
         return
     try:
         run_table1(config)

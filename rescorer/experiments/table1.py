@@ -23,10 +23,12 @@ Moses' decoder, tuners and BLEU script are the real ones.
 System folder (like ``../shared/data/en-fr``): ``moses.ini`` (relative paths resolved against
 its folder), the tables and LM it names, ``dev.SRC dev.TGT test.SRC test.TGT``.
 
-This module runs the steps in order; the rest lives beside it: the settings (``config``), the
-systems (``systems``), the commands of Moses and rescorer (``tools``), the work folder
-(``layout``), the steps (``actions``), what a model directory says (``models``), the evaluation
-(``evaluate``, ``bleu``, ``significance``), results.md (``report``) and the curve (``curve``).
+This module runs the steps in order, plans them (``plan_table1``: how far each is) and
+evaluates the runs finished so far (``interim_table1``), both beside a running driver; the
+rest lives beside it: the settings (``config``), the systems (``systems``), the commands of
+Moses and rescorer (``tools``), the work folder (``layout``), the steps (``actions``), what a
+model directory says (``models``), the evaluation (``evaluate``, ``bleu``,
+``significance``), results.md (``report``) and the curve (``curve``).
 """
 
 from __future__ import annotations
@@ -64,7 +66,17 @@ from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
 from rescorer.job.output import record_path
 
-__all__ = ["PlannedStep", "Table1Config", "check_config", "plan_table1", "run_table1"]
+__all__ = [
+    "INTERIM_FILES",
+    "PlannedStep",
+    "Table1Config",
+    "check_config",
+    "interim_table1",
+    "plan_table1",
+    "run_table1",
+]
+
+INTERIM_FILES = ("interim.json", "interim.md")  # never results.json/md: those are the whole run
 
 
 def run_table1(cfg: Table1Config) -> dict[str, Any]:
@@ -231,6 +243,126 @@ def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:
                     actions.decoded_damage, Layout(cfg.work), key=system.key, run=run
                 )
     return [_step_state(cfg.work, name, damage.get(name)) for name in names], "; ".join(notes)
+
+
+def interim_table1(cfg: Table1Config) -> dict[str, Any]:
+    """What results.json would hold if the run stopped now: every system evaluated on its
+    replicas finished so far (runs 1..r with both the tuning, or (d)'s pruning, and the
+    decoding done and undamaged), written to interim.json and interim.md in the work folder.
+    Nothing runs and no lock is taken: safe beside a running driver. A system appears once it
+    and the systems it is tested against have a finished run; results.json is left alone.
+
+    An interim table is a look, not a result: K was fixed before tuning (the power analysis),
+    and fewer runs give wider intervals, or at K = 1 none of the tuner's spread."""
+    require_sacrebleu()
+    require_scipy()
+    check_config(cfg)
+    tools = MosesTools(cfg.moses.resolve())
+    tools.check()
+    cfg = absolute(cfg)
+    check_work_folder(cfg.work)
+    if not cfg.work.is_dir():
+        raise RescorerError(f"{cfg.work}: no work folder yet (nothing has run)")
+    ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
+    for path in cfg.models:
+        _add_model(ctx, path, "forward", "--model")
+    if cfg.inverse_model is not None:
+        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
+    check_work_dir(
+        cfg,
+        {label: info.weights_sha256 for label, info in ctx.infos.items()},
+        record_new=False,
+    )
+    for name in ("prepare", "filter"):
+        record = _done_record(cfg.work, name)
+        if record is None:
+            raise RescorerError(f"{cfg.work}: step {name} has not finished: no run to report")
+        ctx.records[name] = record
+    if cfg.train_budget is not None:
+        trained = _done_record(cfg.work, "train")
+        if trained is not None:
+            _add_model(ctx, Path(trained["model"]), "forward", "--train", TRAINED_LABEL)
+    _warn_about_models(ctx)
+    ctx.best = cfg.best or _best_model(ctx)
+    planned = plan(cfg, list(ctx.models.values()), ctx.best)
+    finished = {s.key: _finished_runs(ctx, s) for s in planned}
+    systems: list[System] = []
+    for system in planned:
+        tested = [k for k in (system.baseline, system.second_baseline) if k is not None]
+        if finished[system.key] and all(finished[k] for k in tested):
+            systems.append(replace(system, runs=finished[system.key]))
+    if not systems:
+        raise RescorerError(f"{cfg.work}: no system has a finished tuning and decoding yet")
+    ctx.systems = systems
+    results = evaluate(ctx)
+    results["curve"] = None
+    results["interim"] = {
+        "planned_runs": {s.key: s.runs for s in planned},
+        "finished_runs": finished,
+        "tunings_done": sum(
+            _done_record(cfg.work, _tuning_step(s, run)) is not None
+            for s in planned
+            if s.tuned
+            for run in range(1, s.runs + 1)
+        ),
+        "tunings_planned": sum(s.runs for s in planned if s.tuned),
+    }
+    json_file, md_file = INTERIM_FILES
+    write_json(cfg.work / json_file, results)
+    write_text(cfg.work / md_file, interim_header(results) + results_markdown(results))
+    return results
+
+
+def interim_header(results: dict[str, Any]) -> str:
+    """interim.md's first paragraph: which replicas it holds, and why it is no result."""
+    interim = results["interim"]
+    shown = {s["system"] for s in results["systems"]}
+    finished, planned = interim["finished_runs"], interim["planned_runs"]
+    counts = ", ".join(f"{key} {finished[key]} of {k}" for key, k in planned.items())
+    absent = [key for key in planned if key not in shown]
+    return (
+        f"**Interim: not this run's result.** The replicas finished so far ({counts}; "
+        f"{interim['tunings_done']} of {interim['tunings_planned']} tunings). K was fixed "
+        "before tuning: fewer runs give wider intervals, and one run none of the tuner's "
+        "spread; do not stop the run on what this shows."
+        + (
+            f" Not shown yet (no finished run of theirs, or of a system they are tested "
+            f"against): {', '.join(absent)}."
+            if absent
+            else ""
+        )
+        + "\n\n"
+    )
+
+
+def _finished_runs(ctx: Context, system: System) -> int:
+    """How many of ``system``'s runs, from run 1 on, have their tuning (or (d)'s pruning) and
+    decoding finished and undamaged; the records of those steps go into ``ctx.records``."""
+    if system.score_step is not None:
+        for name in (system.score_step, system.extend_step):
+            if name is None:
+                continue
+            record = _done_record(ctx.cfg.work, name)
+            if record is None:
+                return 0
+            ctx.records[name] = record
+    done = 0
+    for run in range(1, system.runs + 1):
+        names = [f"tune-{system.pruned_from or system.key}-{run}", _decode_step(system, run)]
+        if system.pruned_from is not None:
+            names.insert(1, _tuning_step(system, run))  # prune-KEY-RUN
+        found = {name: _done_record(ctx.cfg.work, name) for name in names}
+        records = {name: r for name, r in found.items() if r is not None}
+        if len(records) < len(names):
+            break
+        try:  # a damaged or unreadable output: the driver decodes it again
+            if actions.decoded_damage(ctx.paths, records[names[-1]], key=system.key, run=run):
+                break
+        except RescorerError:
+            break
+        ctx.records.update(records)
+        done = run
+    return done
 
 
 def _add_planned_model(

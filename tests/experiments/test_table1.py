@@ -35,6 +35,7 @@ from rescorer.experiments.bleu import bleu_from_totals, corpus_stats
 from rescorer.experiments.breakdown import length_groups, table_source_words, unknown_groups
 from rescorer.experiments.models import read_model, sha256_file
 from rescorer.experiments.new_pairs import strip_segmentation
+from rescorer.experiments.table1 import INTERIM_FILES
 from rescorer.moses.ini import read_ini
 
 TABLE = TINY_SYSTEM / "phrase-table.gz"
@@ -753,3 +754,63 @@ def test_start_weights_start_every_tuning_from_another_inis_weights(
     proc = run_table1(*argv)
     assert proc.returncode == 1
     assert "was made with other settings (start_weights)" in proc.stderr
+
+
+def test_interim_evaluates_the_runs_finished_so_far_and_touches_nothing_else(
+    tmp_path: Path, tiny_table1_work: Path, tiny_model_dir: Path, snapshots: list[Path]
+) -> None:
+    """--interim on a run of K = 2 with one run of (a) and (b) finished: each system on its
+    finished run, the figures results.json had for the same replicas, its own files only; a
+    system without a finished run, or tested against one without, is left out and named."""
+    work, label = relocated_copy(tiny_table1_work, tmp_path / "work"), tiny_model_dir.name
+    finished = json.loads((work / "results.json").read_text())
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*")}
+    models = [tiny_model_dir, snapshots[0]]  # the second has no scored table yet
+    argv = table1_argv(TINY_SYSTEM, models, work, "--runs", "2", "--runs-c", "0", "--interim")
+    proc = run_table1(*argv)
+    assert proc.returncode == 0, proc.stderr
+    interim = json.loads((work / "interim.json").read_text())
+    assert [s["system"] for s in interim["systems"]] == ["a", f"b-{label}"]
+    assert interim["interim"]["planned_runs"] == {"a": 2, f"b-{label}": 2, "b-tiny@10": 2}
+    assert interim["interim"]["finished_runs"] == {"a": 1, f"b-{label}": 1, "b-tiny@10": 0}
+    assert (interim["interim"]["tunings_done"], interim["interim"]["tunings_planned"]) == (2, 6)
+    for ours, theirs in zip(interim["systems"], finished["systems"], strict=True):
+        for key in ("runs", "dev_mean", "test_mean", "table_lines", "new_weight_means"):
+            assert ours[key] == theirs[key], key
+    b = interim["systems"][1]["test_vs_baseline"]
+    assert b["delta"] == finished["systems"][1]["test_vs_baseline"]["delta"]
+    assert b["interval"] == finished["systems"][1]["test_vs_baseline"]["interval"]
+    md = (work / "interim.md").read_text()
+    assert md.startswith(
+        "**Interim: not this run's result.** The replicas finished so far "
+        f"(a 1 of 2, b-{label} 1 of 2, b-tiny@10 0 of 2; 2 of 6 tunings)."
+    )
+    assert "Not shown yet (no finished run of theirs" in md and ": b-tiny@10." in md
+    assert f"| (b) +RNN {label} | 1 |" in md
+    assert proc.stdout.strip() == md.strip()  # printed
+    after = {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.name not in INTERIM_FILES}
+    assert after == before  # results.md/json, records, the lock: as they were
+
+    # (b)'s decoding lost a line: its run is no finished run, so (b) is not shown
+    hyp = work / f"decode-b-{label}-1" / "test.hyp"
+    hyp.write_bytes(b"".join(hyp.read_bytes().splitlines(keepends=True)[:-1]))
+    proc = run_table1(*argv)
+    assert proc.returncode == 0, proc.stderr
+    interim = json.loads((work / "interim.json").read_text())
+    assert [s["system"] for s in interim["systems"]] == ["a"]
+    # (a)'s tuning record gone too: nothing to report, said in one line
+    (work / "tune-a-1" / "done.json").unlink()
+    proc = run_table1(*argv)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"table1: error: {work}: no system has a finished tuning and decoding yet"
+    )
+    proc = run_table1(*argv, "--plan")
+    assert proc.returncode == 2 and "--plan and --interim: give one" in proc.stderr
+    proc = run_table1(*table1_argv(TINY_SYSTEM, [tiny_model_dir], tmp_path / "none", "--interim"))
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        == f"table1: error: {tmp_path / 'none'}: no work folder yet (nothing has run)"
+    )
+    assert not (tmp_path / "none").exists()
