@@ -100,9 +100,12 @@ def components(results: dict[str, Any], ref_words: int) -> list[Components]:
     return found
 
 
-def component(s: dict[str, Any], base: dict[str, Any], ref_words: int) -> Components:
-    """The variance parts of system ``s`` of a ``results.json`` against its baseline ``base``."""
-    versus = s["test_vs_baseline"]
+def component(
+    s: dict[str, Any], base: dict[str, Any], ref_words: int, versus_key: str = "test_vs_baseline"
+) -> Components:
+    """The variance parts of system ``s`` of a ``results.json`` against its baseline ``base``
+    (or, with ``versus_key="test_vs_second_baseline"``, (f) against its second baseline (b))."""
+    versus = s[versus_key]
     lo, hi = versus["interval"]
     k_a, k_b = int(base["runs"]), int(s["runs"])
     sd_a, sd_b = base["test_sd"] or 0.0, s["test_sd"] or 0.0  # None: one run
@@ -240,12 +243,15 @@ def interval_with_spread(c: Components, delta: float, sd_baseline: float) -> tup
     return delta - half, delta + half
 
 
-def current_interval(s: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, bool]:
+def current_interval(
+    s: dict[str, Any], base: dict[str, Any], versus_key: str = "test_vs_baseline"
+) -> tuple[float, float, bool]:
     """System ``s``'s interval against ``base`` by the current method: (low, high, re-derived).
     A file written since 2026-11-27 has it; an older one's is re-derived from its parts
-    (:func:`component`, :func:`t_half_width`), re-derived True."""
-    versus = s["test_vs_baseline"]
-    c = component(s, base, ref_words=0)
+    (:func:`component`, :func:`t_half_width`), re-derived True. ``versus_key`` as for
+    :func:`component`."""
+    versus = s[versus_key]
+    c = component(s, base, ref_words=0, versus_key=versus_key)
     if not c.legacy:
         lo, hi = versus["interval"]
         return float(lo), float(hi), False

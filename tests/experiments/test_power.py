@@ -14,6 +14,7 @@ from conftest import ROOT
 from rescorer.experiments.power import (
     Z95,
     check,
+    component,
     components,
     current_interval,
     detectable_gain,
@@ -160,6 +161,20 @@ def test_an_older_files_interval_is_re_derived() -> None:
     b1 = by_name["b-fwd@1h"]
     lo, hi, _ = current_interval(b1, by_name[b1["baseline"]])
     assert (round(lo, 2), round(hi, 2)) == (-0.74, 0.98)
+    # (f) against its second baseline (b), help's first build with K = 4 each: the same parts,
+    # read from test_vs_second_baseline (its percentile interval was [-0.20, +0.18])
+    k4 = json.loads((ROOT / "docs/results/table1-3rd/fwd@1h-k4/results.json").read_text())
+    f, b = (next(s for s in k4["systems"] if s["system"] == k) for k in ("f-fwd@1h", "b-fwd@1h"))
+    lo, hi, derived = current_interval(f, b, "test_vs_second_baseline")
+    assert derived and (round(lo, 2), round(hi, 2)) == (-0.24, 0.22)
+    c = component(f, b, 0, "test_vs_second_baseline")
+    assert (c.runs, c.runs_baseline, c.sd_baseline) == (4, 4, b["test_sd"])
+    assert (
+        (round(lo, 2), round(hi, 2))
+        != tuple(  # not the comparison with (a)
+            round(x, 2) for x in current_interval(f, k4["systems"][0])[:2]
+        )
+    )
     # an interval_method it does not know is refused, not read as the old one
     unknown = {**b1, "test_vs_baseline": {**b1["test_vs_baseline"], "interval_method": "bca"}}
     with pytest.raises(ValueError, match="interval_method 'bca', expected 't'"):
