@@ -10,8 +10,8 @@ skipped when complete, so re-running the same command after a kill goes on where
 more snapshots, runs or systems can be added to the same folder later. Ctrl-C or SIGTERM ends
 the command running (and what it started) and exits 130 or 143 with one line. --jobs N runs N
 tuning runs at once, each with its decoding. --plan lists every step and how far it is;
---interim evaluates the runs finished so far into WORK/interim.md (both run nothing, beside a
-running driver).
+--interim evaluates the runs finished so far into WORK/interim.md (neither runs a step:
+both are safe beside a running driver).
 
 Example (the en-fr system, three snapshots of one training run, an inverse model):
 
@@ -163,9 +163,10 @@ HERE = Path(__file__).resolve().parent
 @click.option(
     "--interim",
     is_flag=True,
-    help="Evaluate the runs finished so far (each system on its first r finished runs) into "
-    "WORK/interim.md and interim.json, print it, then exit: nothing runs, safe beside a "
-    "running driver; results.md is the whole run's alone.",
+    help="Evaluate the runs finished so far (each system on its runs 1..r whose tuning and "
+    "decoding are done) into WORK/interim.md and interim.json, print it, then exit: no step "
+    "runs and no lock is taken, safe beside a running driver; results.md is the whole run's "
+    "alone.",
 )
 def main(
     system: Path | None,
@@ -183,7 +184,7 @@ def main(
     if (system is None) == (bitext is None):
         raise click.UsageError("give SYSTEM (a Moses system folder) or --bitext CORPUS, not both")
     if plan_only and interim:
-        raise click.UsageError("--plan and --interim: give one (both run nothing)")
+        raise click.UsageError("--plan and --interim: give one of them")
     if bitext is not None:
         work = Path(str(opts["work"]))
         system = work / "baseline" / "system"

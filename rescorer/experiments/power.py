@@ -112,7 +112,8 @@ def component(
     method = versus.get("interval_method")
     if method not in (None, T_METHOD):
         raise ValueError(
-            f"system {s['system']!r}: interval_method {method!r}, expected {T_METHOD!r} (or "
+            f"system {s['system']!r}, {versus_key}: interval_method {method!r}, expected "
+            f"{T_METHOD!r} (or "
             "none: a file of before 2026-11-27, whose interval is a percentile bootstrap)"
         )
     legacy = method is None

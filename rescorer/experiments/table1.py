@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -263,6 +264,8 @@ def interim_table1(cfg: Table1Config) -> dict[str, Any]:
     check_work_folder(cfg.work)
     if not cfg.work.is_dir():
         raise RescorerError(f"{cfg.work}: no work folder yet (nothing has run)")
+    for name in INTERIM_FILES:  # an older look must not outlive a failed one
+        (cfg.work / name).unlink(missing_ok=True)
     ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
     for path in cfg.models:
         _add_model(ctx, path, "forward", "--model")
@@ -281,11 +284,14 @@ def interim_table1(cfg: Table1Config) -> dict[str, Any]:
     if cfg.train_budget is not None:
         trained = _done_record(cfg.work, "train")
         if trained is not None:
+            ctx.records["train"] = trained
             _add_model(ctx, Path(trained["model"]), "forward", "--train", TRAINED_LABEL)
+            weights = {TRAINED_LABEL: ctx.infos[TRAINED_LABEL].weights_sha256}
+            check_work_dir(cfg, weights, record_new=False)
     _warn_about_models(ctx)
     ctx.best = cfg.best or _best_model(ctx)
     planned = plan(cfg, list(ctx.models.values()), ctx.best)
-    finished = {s.key: _finished_runs(ctx, s) for s in planned}
+    finished = {s.key: _finished_runs(ctx, s) for s in planned}  # and damage in ctx.warnings
     systems: list[System] = []
     for system in planned:
         tested = [k for k in (system.baseline, system.second_baseline) if k is not None]
@@ -297,6 +303,7 @@ def interim_table1(cfg: Table1Config) -> dict[str, Any]:
     results = evaluate(ctx)
     results["curve"] = None
     results["interim"] = {
+        "utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "planned_runs": {s.key: s.runs for s in planned},
         "finished_runs": finished,
         "tunings_done": sum(
@@ -321,13 +328,14 @@ def interim_header(results: dict[str, Any]) -> str:
     counts = ", ".join(f"{key} {finished[key]} of {k}" for key, k in planned.items())
     absent = [key for key in planned if key not in shown]
     return (
-        f"**Interim: not this run's result.** The replicas finished so far ({counts}; "
+        f"**Interim ({interim['utc']}): not this run's result.** The replicas finished so "
+        f"far ({counts}; "
         f"{interim['tunings_done']} of {interim['tunings_planned']} tunings). K was fixed "
         "before tuning: fewer runs give wider intervals, and one run none of the tuner's "
         "spread; do not stop the run on what this shows."
         + (
-            f" Not shown yet (no finished run of theirs, or of a system they are tested "
-            f"against): {', '.join(absent)}."
+            " Not shown yet (no finished run of theirs, or none of a system they are "
+            f"tested against): {', '.join(absent)}."
             if absent
             else ""
         )
@@ -337,7 +345,9 @@ def interim_header(results: dict[str, Any]) -> str:
 
 def _finished_runs(ctx: Context, system: System) -> int:
     """How many of ``system``'s runs, from run 1 on, have their tuning (or (d)'s pruning) and
-    decoding finished and undamaged; the records of those steps go into ``ctx.records``."""
+    decoding finished and undamaged; the records of those steps go into ``ctx.records``. A
+    finished decoding whose output is damaged ends the count and is named in
+    ``ctx.warnings``: a driver already past it would fail on it at the end."""
     if system.score_step is not None:
         for name in (system.score_step, system.extend_step):
             if name is None:
@@ -355,10 +365,15 @@ def _finished_runs(ctx: Context, system: System) -> int:
         records = {name: r for name, r in found.items() if r is not None}
         if len(records) < len(names):
             break
-        try:  # a damaged or unreadable output: the driver decodes it again
-            if actions.decoded_damage(ctx.paths, records[names[-1]], key=system.key, run=run):
-                break
-        except RescorerError:
+        try:
+            problem = actions.decoded_damage(ctx.paths, records[names[-1]], key=system.key, run=run)
+        except RescorerError as exc:  # an output it cannot read
+            problem = str(exc)
+        if problem is not None:
+            ctx.warnings.append(
+                f"{problem}: step {names[-1]} is decoded again when the same command runs "
+                "again (a driver already past it stops on it at the end)"
+            )
             break
         ctx.records.update(records)
         done = run
@@ -410,7 +425,8 @@ def _done_record(work: Path, name: str) -> dict[str, Any] | None:
         record = read_json_object(work / name / DONE_FILE, what=f"the record of step {name}")
     except RescorerError:
         return None
-    return record if isinstance(record.get("seconds"), (int, float)) else None
+    seconds = record.get("seconds")
+    return record if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
 
 
 def _step_state(

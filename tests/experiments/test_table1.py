@@ -781,30 +781,41 @@ def test_interim_evaluates_the_runs_finished_so_far_and_touches_nothing_else(
     assert b["delta"] == finished["systems"][1]["test_vs_baseline"]["delta"]
     assert b["interval"] == finished["systems"][1]["test_vs_baseline"]["interval"]
     md = (work / "interim.md").read_text()
-    assert md.startswith(
-        "**Interim: not this run's result.** The replicas finished so far "
+    head = re.match(r"\*\*Interim \((\d{4}-\d\d-\d\d \d\d:\d\d UTC)\): not this run's result", md)
+    assert head and head[1] == interim["interim"]["utc"], md[:200]
+    assert (
+        "The replicas finished so far "
         f"(a 1 of 2, b-{label} 1 of 2, b-tiny@10 0 of 2; 2 of 6 tunings)."
-    )
+    ) in md.split("\n")[0]
     assert "Not shown yet (no finished run of theirs" in md and ": b-tiny@10." in md
     assert f"| (b) +RNN {label} | 1 |" in md
     assert proc.stdout.strip() == md.strip()  # printed
     after = {p: p.stat().st_mtime_ns for p in work.rglob("*") if p.name not in INTERIM_FILES}
     assert after == before  # results.md/json, records, the lock: as they were
 
-    # (b)'s decoding lost a line: its run is no finished run, so (b) is not shown
+    # (b)'s decoding lost a line: its run is not finished, (b) is not shown, and the damage
+    # is named (a driver already past that step would stop on it at the end)
     hyp = work / f"decode-b-{label}-1" / "test.hyp"
-    hyp.write_bytes(b"".join(hyp.read_bytes().splitlines(keepends=True)[:-1]))
+    whole = hyp.read_bytes()
+    hyp.write_bytes(b"".join(whole.splitlines(keepends=True)[:-1]))
     proc = run_table1(*argv)
     assert proc.returncode == 0, proc.stderr
     interim = json.loads((work / "interim.json").read_text())
     assert [s["system"] for s in interim["systems"]] == ["a"]
-    # (a)'s tuning record gone too: nothing to report, said in one line
-    (work / "tune-a-1" / "done.json").unlink()
+    damage = f"{hyp}: 9 lines, expected 10 (one per test sentence): step decode-b-{label}-1"
+    assert any(w.startswith(damage) for w in interim["warnings"]), interim["warnings"]
+    assert f"**Warning:** {damage}" in (work / "interim.md").read_text()
+    # (b) whole again, (a)'s output damaged: (b) has its finished run, but not the system it
+    # is tested against, so it is not shown either; nothing to report, said in one line, and
+    # the earlier interim files are gone rather than left to be read as current
+    hyp.write_bytes(whole)
+    (work / "decode-a-1" / "dev.hyp").write_text("")
     proc = run_table1(*argv)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"table1: error: {work}: no system has a finished tuning and decoding yet"
     )
+    assert not any((work / name).exists() for name in INTERIM_FILES)
     proc = run_table1(*argv, "--plan")
     assert proc.returncode == 2 and "--plan and --interim: give one" in proc.stderr
     proc = run_table1(*table1_argv(TINY_SYSTEM, [tiny_model_dir], tmp_path / "none", "--interim"))
