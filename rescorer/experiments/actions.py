@@ -8,11 +8,14 @@ Each action runs in its step's folder (:mod:`rescorer.experiments.steps`) and re
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from rescorer.constants import FIELD_SEP, TRAIN_STATE_FILE
+from rescorer.errors import RescorerError
 from rescorer.experiments.layout import Context, Layout, count_lines, read_lines
 from rescorer.experiments.models import sha256_file
 from rescorer.experiments.new_pairs import read_generated_pairs, strip_segmentation, write_pairs
@@ -295,6 +298,60 @@ def finished_iterations(mert: Path) -> int:
     if (mert / "moses.ini").exists() or not finished.is_file():
         return 0
     return int(finished.read_text().strip() or 0)
+
+
+_ITERATION_LINE = re.compile(r"^run (\d+) (start|end) at (.+?)\s*$")
+
+
+def earlier_iteration_seconds(log: Path, iterations: int) -> float:
+    """The seconds that MERT iterations 1..``iterations`` took in a tuning step's ``log``, by
+    mert-moses.pl's own "run N start at DATE" and "run N end at DATE" lines (the step's log is
+    appended across invocations): what a continued run's done.json, which times its last
+    invocation only, leaves out. The time of an iteration a kill cut short is not counted.
+    RescorerError names the log and the iteration when a finished iteration's lines are
+    missing or unreadable."""
+    starts: dict[int, datetime] = {}
+    spans: dict[int, float] = {}
+    try:
+        # a log of decoder output: a byte a kill cut in two must not stop the reading
+        with open(log, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                found = _ITERATION_LINE.match(line)
+                if found is None:
+                    continue
+                n, what = int(found[1]), found[2]
+                when = _log_time(found[3])
+                if when is None:
+                    raise RescorerError(
+                        f"{log}: line {line!r}: expected a date like 'Fri Nov 27 09:05:38 UTC "
+                        "2026' after 'at'"
+                    )
+                if what == "start":
+                    starts[n] = when  # a later start of N (after a kill) replaces it
+                elif n in starts and n not in spans:
+                    spans[n] = (when - starts[n]).total_seconds()
+    except OSError as exc:
+        raise RescorerError(f"{log}: cannot read the tuning's log: {exc.strerror}") from exc
+    missing = [n for n in range(1, iterations + 1) if n not in spans]
+    if missing:
+        raise RescorerError(
+            f"{log}: no 'run {missing[0]} start at' and 'run {missing[0]} end at' lines "
+            f"(expected one for each of the {iterations} iterations an earlier invocation "
+            "finished)"
+        )
+    return sum(spans[n] for n in range(1, iterations + 1))
+
+
+def _log_time(text: str) -> datetime | None:
+    """`date`'s default output ("Fri Nov 27 09:05:38 UTC 2026"), its zone name left out (the
+    lines of one log share it: only differences are taken)."""
+    parts = text.split()
+    if len(parts) != 6:
+        return None
+    try:
+        return datetime.strptime(" ".join(parts[:4] + parts[5:]), "%a %b %d %H:%M:%S %Y")
+    except ValueError:
+        return None
 
 
 def training_resumes(folder: Path) -> bool:

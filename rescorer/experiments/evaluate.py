@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.actions import phrase_table_feature
+from rescorer.experiments.actions import earlier_iteration_seconds, phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.breakdown import (
     Group,
@@ -133,6 +133,11 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             else:
                 row["table_lines"] = records["filter"]["filtered_lines"]
             row["tune_seconds"] = tune["seconds"] if system.tuned else None
+            earlier = tune.get("continued_after_iteration")
+            if system.tuned and earlier:  # done.json times the last invocation only
+                log = ctx.paths.root / f"tune-{system.key}-{run}" / "log"
+                row["tune_seconds"] += earlier_iteration_seconds(log, earlier)
+                row["continued_after_iteration"] = earlier
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
     n_tune = records["prepare"]["sentences"]["tune"]

@@ -371,13 +371,22 @@ def results_markdown(results: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["runs"]:
+        continued = "*" if r.get("continued_after_iteration") else ""  # its note: below
         cells = [
             r["system"], str(r["run"]), str(r["seed"]), str(r["iterations"]),
             f"{r['dev_bleu']:.2f}", f"{r['test_bleu']:.2f}",
             f"{r['dev_multi_bleu']:.2f}", f"{r['test_multi_bleu']:.2f}",
             *(fmt_cell(r["new_weights"].get(c), ".4f") for c in COLUMNS),
-            f"{r['table_lines']:,}", fmt_cell(r["tune_seconds"], ".0f"),
+            f"{r['table_lines']:,}",
+            fmt_cell(r["tune_seconds"], ".0f") + continued,
             fmt_cell(r["decode_seconds"], ".0f"),
         ]  # fmt: skip
         lines.append(md_row(cells))
+    if any(r.get("continued_after_iteration") for r in results["runs"]):
+        lines += [
+            "",
+            "\\* A tuning run continued after a kill (`mert-moses.pl --continue`): its seconds "
+            "are its last invocation's plus the iterations it continued from, timed by "
+            "mert-moses.pl's log; an iteration the kill cut short is not counted.",
+        ]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rescorer.experiments.actions import _resumed, _run_resuming
+from rescorer.errors import RescorerError
+from rescorer.experiments.actions import _resumed, _run_resuming, earlier_iteration_seconds
 from rescorer.experiments.steps import Step, StepError, WorkDir
 from rescorer.experiments.tools import rescorer_argv
 from rescorer.io.inputs import open_text
@@ -122,3 +123,34 @@ def test_a_killed_run_goes_on_to_the_bytes_of_an_uninterrupted_one(
     log = step.log.read_text(encoding="utf-8")
     assert "--resume" in log and "--restart" not in log and said == []
     assert gzip.decompress(out.read_bytes()) == gzip.decompress(whole.read_bytes())
+
+
+def test_a_continued_tunings_earlier_iterations_are_timed_by_its_log(tmp_path: Path) -> None:
+    """mert-moses.pl's "run N start/end at DATE" lines, as a tuning killed in its iteration 3
+    and continued after iteration 2 leaves them in its appended log: iterations 1-2 are
+    counted, the cut-short start of 3 is not, and the later run of 3 does not count as an
+    earlier one."""
+    log = tmp_path / "log"
+    log.write_bytes(
+        b"Executing: moses ...\n"
+        b"run 1 start at Fri Nov 27 08:37:28 UTC 2026\n"
+        b"Line 1: Translation took 0.076 seconds total\n"
+        b"run 1 end at Fri Nov 27 08:40:12 UTC 2026\n"
+        b"run 2 start at Fri Nov 27 08:40:12 UTC 2026\n"
+        b"run 2 end at Fri Nov 27 08:43:44 UTC 2026\n"
+        b"run 3 start at Fri Nov 27 08:43:44 UTC 2026\n"
+        b"BEST TRANSLATION: l\xc3"  # a character the kill cut in two, then the next invocation
+        b"Executing: mert-moses.pl ... --continue\n"
+        b"run 3 start at Fri Nov 27 09:20:58 UTC 2026\n"
+        b"run 3 end at Fri Nov 27 09:25:20 UTC 2026\n"
+    )
+    assert earlier_iteration_seconds(log, 2) == 164 + 212
+    assert earlier_iteration_seconds(log, 3) == 164 + 212 + 262  # the later start of 3
+    with pytest.raises(RescorerError, match=r"log: no 'run 4 start at' and 'run 4 end at' lines"):
+        earlier_iteration_seconds(log, 4)
+    bad = tmp_path / "bad"
+    bad.write_text("run 1 start at yesterday\n")
+    with pytest.raises(RescorerError, match=r"bad: line 'run 1 start at yesterday\\n': expected"):
+        earlier_iteration_seconds(bad, 1)
+    with pytest.raises(RescorerError, match="cannot read the tuning's log"):
+        earlier_iteration_seconds(tmp_path / "none", 1)

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -272,7 +273,20 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     assert tuned["continued_after_iteration"] == 1 and tuned["iterations"] == 2, tuned
     log = lines(work / "tune-a-1" / "log")
     assert any("Trying to continue an interrupted optimization" in line for line in log)
-    assert json.loads((work / "results.json").read_text())["systems"][0]["runs"] == 1
+    results = json.loads((work / "results.json").read_text())
+    assert results["systems"][0]["runs"] == 1
+    # its time: this invocation's, plus iteration 1 of the killed one, by mert-moses.pl's log
+    when = {
+        what: datetime.strptime(line.split(" at ")[1].replace(" UTC", ""), "%a %b %d %H:%M:%S %Y")
+        for line in log
+        for what in ("start", "end")
+        if line.startswith(f"run 1 {what} at ")
+    }
+    first = (when["end"] - when["start"]).total_seconds()
+    row = results["runs"][0]
+    assert row["continued_after_iteration"] == 1
+    assert row["tune_seconds"] == pytest.approx(tuned["seconds"] + first)
+    assert "\\* A tuning run continued after a kill" in (work / "results.md").read_text()
 
     third = run_table1(*argv)
     assert third.returncode == 0
