@@ -221,7 +221,7 @@ def main(
         except RescorerError as exc:
             click.echo(f"table1: error: {exc}", err=True)
             sys.exit(1)
-        click.echo(plan_text(steps, note))
+        click.echo(plan_text(steps, note, config.jobs))
         return
     if interim:
         try:
@@ -247,13 +247,14 @@ def main(
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
 
 
-def plan_text(steps: list[PlannedStep], note: str) -> str:
-    """One line a step, then the counts (tunings apart: they are the hours)."""
+def plan_text(steps: list[PlannedStep], note: str, jobs: int = 1) -> str:
+    """One line a step, then the counts (tunings apart: they are the hours), then what is left
+    at the pace of the finished steps."""
     width = max(len(s.name) for s in steps)
     lines = []
     for s in steps:
         if s.state == "done":
-            state = f"done ({s.seconds:.0f} s)"
+            state = f"done ({s.seconds:.0f} s{'; ' + s.detail if s.detail else ''})"
         else:
             state = s.state + (f": {s.detail}" if s.detail else "")
         lines.append(f"{s.name:<{width}}  {state}")
@@ -266,9 +267,35 @@ def plan_text(steps: list[PlannedStep], note: str) -> str:
             f"{what}: {len(group)}, {counts['done']} done, {counts['partial']} partial, "
             f"{left} to do"
         )
+    estimate = time_left(steps, jobs)
+    if estimate:
+        lines.append(estimate)
     if note:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def time_left(steps: list[PlannedStep], jobs: int) -> str:
+    """The tunings and decodings not done, each at the mean of the finished ones of its kind,
+    over ``jobs`` at once: a rough figure (the systems' tunings differ; a partial one is
+    counted whole), or "" before a tuning and a decoding have finished."""
+    kinds = {"tune-": "tunings", "decode-": "decodings"}
+    total, means = 0.0, []
+    for prefix, label in kinds.items():
+        group = [s for s in steps if s.name.startswith(prefix)]
+        done = [s.seconds for s in group if s.state == "done" and s.seconds is not None]
+        if not done:
+            return ""
+        mean = sum(done) / len(done)
+        total += mean * sum(s.state != "done" for s in group)
+        means.append(f"{label} {mean:,.0f} s")
+    if not total:
+        return ""
+    return (
+        f"left: about {total / 3600 / jobs:.1f} h with --jobs {jobs}, at the mean of the "
+        f"finished steps ({', '.join(means)}; a rough figure: systems differ, and a partial "
+        "tuning counts whole)"
+    )
 
 
 def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object]) -> Path:

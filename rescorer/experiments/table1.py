@@ -444,7 +444,14 @@ def _step_state(
             problem = str(exc)
         if problem is not None:
             return PlannedStep(name, "partial", detail=f"{problem}: runs again from its start")
-        return PlannedStep(name, "done", float(record["seconds"]))
+        seconds = float(record["seconds"])
+        earlier = record.get("continued_after_iteration")
+        if name.startswith("tune-") and earlier:  # done.json times the last invocation only
+            try:
+                seconds += actions.earlier_iteration_seconds(work / name / "log", earlier)
+            except RescorerError:
+                return PlannedStep(name, "done", seconds, detail="its last invocation's time")
+        return PlannedStep(name, "done", seconds)
     folder = work / name
     if not folder.exists():
         return PlannedStep(name, "to do")

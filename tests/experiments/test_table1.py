@@ -287,6 +287,8 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     assert row["continued_after_iteration"] == 1
     assert row["tune_seconds"] == pytest.approx(tuned["seconds"] + first)
     assert "\\* A tuning run continued after a kill" in (work / "results.md").read_text()
+    plan = run_table1(*argv, "--plan")  # times it whole too
+    assert re.search(rf"^tune-a-1 +done \({row['tune_seconds']:.0f} s\)$", plan.stdout, re.M)
 
     third = run_table1(*argv)
     assert third.returncode == 0
@@ -703,6 +705,16 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert states[f"score-{label}"] == "partial: goes on from table line 1,234"
     assert "steps: 11, 4 done, 5 partial, 2 to do" in proc.stdout
     assert "tunings: 4, 1 done, 3 partial, 0 to do" in proc.stdout
+    # what is left at the finished steps' pace: 3 tunings at tune-a-1's, 3 decodings at
+    # decode-a-1's (the damaged one counts as left), one job
+    tune_s, decode_s = (
+        json.loads((work / name / "done.json").read_text())["seconds"]
+        for name in ("tune-a-1", "decode-a-1")
+    )
+    assert (
+        f"left: about {(3 * tune_s + 3 * decode_s) / 3600:.1f} h with --jobs 1, at the mean of "
+        f"the finished steps (tunings {tune_s:,.0f} s, decodings {decode_s:,.0f} s;"
+    ) in proc.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
     proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")
