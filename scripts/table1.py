@@ -277,25 +277,38 @@ def plan_text(steps: list[PlannedStep], note: str, jobs: int = 1) -> str:
 
 def time_left(steps: list[PlannedStep], jobs: int) -> str:
     """The tunings and decodings not done, each at the mean of the finished ones of its kind,
-    over ``jobs`` at once: a rough figure (the systems' tunings differ; a partial one is
-    counted whole), or "" before a tuning and a decoding have finished."""
+    over ``jobs`` at once (never less than one step's mean): a rough figure (the systems'
+    tunings differ; a partial one counts whole; score, extend and train steps left are not
+    in it), or "" before a tuning and a decoding have finished."""
     kinds = {"tune-": "tunings", "decode-": "decodings"}
-    total, means = 0.0, []
+    total, longest, means = 0.0, 0.0, []
     for prefix, label in kinds.items():
         group = [s for s in steps if s.name.startswith(prefix)]
         done = [s.seconds for s in group if s.state == "done" and s.seconds is not None]
         if not done:
             return ""
         mean = sum(done) / len(done)
-        total += mean * sum(s.state != "done" for s in group)
+        left = sum(s.state != "done" for s in group)
+        total += mean * left
+        longest = max(longest, mean if left else 0.0)
         means.append(f"{label} {mean:,.0f} s")
     if not total:
         return ""
+    others = [s.name for s in steps if s.state != "done" and not s.name.startswith(tuple(kinds))]
     return (
-        f"left: about {total / 3600 / jobs:.1f} h with --jobs {jobs}, at the mean of the "
-        f"finished steps ({', '.join(means)}; a rough figure: systems differ, and a partial "
-        "tuning counts whole)"
+        f"tunings and decodings left: about {_duration(max(total / jobs, longest))} with --jobs "
+        f"{jobs}, at the mean of the finished ones ({', '.join(means)}); a rough figure: "
+        "systems differ, and a partial tuning counts whole"
+        + (f"; not counted: {', '.join(others)}" if others else "")
     )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object]) -> Path:

@@ -135,9 +135,13 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             row["tune_seconds"] = tune["seconds"] if system.tuned else None
             earlier = tune.get("continued_after_iteration")
             if system.tuned and earlier:  # done.json times the last invocation only
-                log = ctx.paths.root / f"tune-{system.key}-{run}" / "log"
-                row["tune_seconds"] += earlier_iteration_seconds(log, earlier)
                 row["continued_after_iteration"] = earlier
+                log = ctx.paths.root / f"tune-{system.key}-{run}" / "log"
+                try:
+                    row["tune_seconds"] += earlier_iteration_seconds(log, earlier)
+                except RescorerError as exc:  # its last invocation's time: a lower bound
+                    row["tune_seconds_lower_bound"] = True
+                    ctx.warnings.append(f"{exc}: its tuning time is its last invocation's")
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
     n_tune = records["prepare"]["sentences"]["tune"]

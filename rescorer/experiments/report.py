@@ -372,13 +372,14 @@ def results_markdown(results: dict[str, Any]) -> str:
     ]
     for r in results["runs"]:
         continued = "*" if r.get("continued_after_iteration") else ""  # its note: below
+        at_least = "≥ " if r.get("tune_seconds_lower_bound") else ""
         cells = [
             r["system"], str(r["run"]), str(r["seed"]), str(r["iterations"]),
             f"{r['dev_bleu']:.2f}", f"{r['test_bleu']:.2f}",
             f"{r['dev_multi_bleu']:.2f}", f"{r['test_multi_bleu']:.2f}",
             *(fmt_cell(r["new_weights"].get(c), ".4f") for c in COLUMNS),
             f"{r['table_lines']:,}",
-            fmt_cell(r["tune_seconds"], ".0f") + continued,
+            at_least + fmt_cell(r["tune_seconds"], ".0f") + continued,
             fmt_cell(r["decode_seconds"], ".0f"),
         ]  # fmt: skip
         lines.append(md_row(cells))
@@ -386,7 +387,9 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines += [
             "",
             "\\* A tuning run continued after a kill (`mert-moses.pl --continue`): its seconds "
-            "are its last invocation's plus the iterations it continued from, timed by "
-            "mert-moses.pl's log; an iteration the kill cut short is not counted.",
+            "are its last invocation's plus the finished iterations it continued from, timed by "
+            "mert-moses.pl's log (≥: the log could not say, see the warnings). The time of an "
+            "iteration a kill cut short is not counted, nor that of a run killed in its first "
+            "iteration, which starts over.",
         ]
     return "\n".join(lines) + "\n"

@@ -449,8 +449,8 @@ def _step_state(
         if name.startswith("tune-") and earlier:  # done.json times the last invocation only
             try:
                 seconds += actions.earlier_iteration_seconds(work / name / "log", earlier)
-            except RescorerError:
-                return PlannedStep(name, "done", seconds, detail="its last invocation's time")
+            except RescorerError as exc:
+                return PlannedStep(name, "done", seconds, detail=f"at least: {exc}")
         return PlannedStep(name, "done", seconds)
     folder = work / name
     if not folder.exists():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.actions import _resumed, _run_resuming, earlier_iteration_seconds
+from rescorer.experiments.actions import (
+    _resumed,
+    _run_resuming,
+    date_env,
+    earlier_iteration_seconds,
+)
 from rescorer.experiments.steps import Step, StepError, WorkDir
 from rescorer.experiments.tools import rescorer_argv
 from rescorer.io.inputs import open_text
@@ -148,9 +154,37 @@ def test_a_continued_tunings_earlier_iterations_are_timed_by_its_log(tmp_path: P
     assert earlier_iteration_seconds(log, 3) == 164 + 212 + 262  # the later start of 3
     with pytest.raises(RescorerError, match=r"log: no 'run 4 start at' and 'run 4 end at' lines"):
         earlier_iteration_seconds(log, 4)
+    # a run started afresh after its record was lost (the log appended, not cleared), then
+    # killed in iteration 2: iteration 1 counts by its last run, and 2 has no end
+    with log.open("ab") as more:
+        more.write(b"run 1 start at Fri Nov 27 10:00:00 UTC 2026\n")
+        more.write(b"run 1 end at Fri Nov 27 10:01:40 UTC 2026\n")
+        more.write(b"run 2 start at Fri Nov 27 10:01:40 UTC 2026\n")
+    assert earlier_iteration_seconds(log, 1) == 100
+    with pytest.raises(RescorerError, match=r"log: no a 'run 2 end at' line after its last start"):
+        earlier_iteration_seconds(log, 2)
     bad = tmp_path / "bad"
-    bad.write_text("run 1 start at yesterday\n")
-    with pytest.raises(RescorerError, match=r"bad: line 'run 1 start at yesterday\\n': expected"):
+    bad.write_text("run 1 start at Fri Nov 27 10:00:00 UTC 2026\nrun 1 end at yesterday\n")
+    with pytest.raises(RescorerError, match=r"bad:2: 'run 1 end at yesterday': expected a date"):
+        earlier_iteration_seconds(bad, 1)
+    # a log of before `date` was set to UTC, across the end of summer time: named, not summed
+    bad.write_text(
+        "run 1 start at Sun Oct 25 02:59:00 CEST 2026\nrun 1 end at Sun Oct 25 02:01:00 CET 2026\n"
+    )
+    with pytest.raises(RescorerError, match=r"bad:2: iteration 1 ends before it starts \(-3480"):
         earlier_iteration_seconds(bad, 1)
     with pytest.raises(RescorerError, match="cannot read the tuning's log"):
         earlier_iteration_seconds(tmp_path / "none", 1)
+
+
+def test_mert_moses_dates_its_iterations_in_the_c_locale_and_utc() -> None:
+    """date_env sets LC_TIME and TZ only; an LC_ALL (which would override LC_TIME) is spread
+    over the other categories, so nothing else about the tuner's locale changes."""
+    assert date_env({"PATH": "/bin", "LANG": "de_DE.UTF-8", "TZ": "Europe/Berlin"}) == {
+        "PATH": "/bin", "LANG": "de_DE.UTF-8", "TZ": "UTC", "LC_TIME": "C",
+    }  # fmt: skip
+    env = date_env({"LC_ALL": "de_DE.UTF-8", "LC_TIME": "de_DE.UTF-8"})
+    assert "LC_ALL" not in env and env["LC_TIME"] == "C" and env["TZ"] == "UTC"
+    assert env["LC_NUMERIC"] == env["LC_CTYPE"] == env["LC_COLLATE"] == "de_DE.UTF-8"
+    out = subprocess.run(["date"], env=date_env({"LC_ALL": "C.UTF-8"}), capture_output=True)
+    assert re.fullmatch(rb"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d UTC \d{4}\n", out.stdout), out.stdout

@@ -711,10 +711,15 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
         json.loads((work / name / "done.json").read_text())["seconds"]
         for name in ("tune-a-1", "decode-a-1")
     )
+    left = 3 * tune_s + 3 * decode_s
     assert (
-        f"left: about {(3 * tune_s + 3 * decode_s) / 3600:.1f} h with --jobs 1, at the mean of "
-        f"the finished steps (tunings {tune_s:,.0f} s, decodings {decode_s:,.0f} s;"
+        f"tunings and decodings left: about {left:.0f} s with --jobs 1, at the mean of the "
+        f"finished ones (tunings {tune_s:,.0f} s, decodings {decode_s:,.0f} s); a rough figure"
     ) in proc.stdout
+    assert "; not counted: score-" in proc.stdout  # the scoring left: named, not timed
+    two = run_table1(*argv, "--plan", "--jobs", "2")
+    slowest = max(tune_s, decode_s)  # never less than one step left
+    assert f"about {max(left / 2, slowest):.0f} s with --jobs 2" in two.stdout, two.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
     proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")
