@@ -301,6 +301,21 @@ def finished_iterations(mert: Path) -> int:
     return int(finished.read_text().strip() or 0)
 
 
+def tuning_seconds(folder: Path, record: dict[str, Any]) -> tuple[float, str | None]:
+    """A finished tuning step's time, whole: its done.json's seconds (its last invocation's),
+    plus, for a run continued after a kill, the finished iterations it went on from
+    (:func:`earlier_iteration_seconds` on the step's log). Returns the seconds and, when the
+    log cannot say, why (the seconds are then the last invocation's: a lower bound)."""
+    seconds = float(record["seconds"])
+    earlier = record.get("continued_after_iteration")
+    if not earlier:
+        return seconds, None
+    try:
+        return seconds + earlier_iteration_seconds(folder / "log", earlier), None
+    except RescorerError as exc:
+        return seconds, str(exc)
+
+
 _ITERATION_LINE = re.compile(r"^run (\d+) (start|end) at (.+?)\s*$")
 _LOCALE_CATEGORIES = (
     "LC_CTYPE", "LC_NUMERIC", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES", "LC_PAPER",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.actions import earlier_iteration_seconds, phrase_table_feature
+from rescorer.experiments.actions import phrase_table_feature, tuning_seconds
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.breakdown import (
     Group,
@@ -132,16 +132,15 @@ def evaluate(ctx: Context) -> dict[str, Any]:
                 row["table_lines"] = records[system.extend_step]["table_lines"]
             else:
                 row["table_lines"] = records["filter"]["filtered_lines"]
-            row["tune_seconds"] = tune["seconds"] if system.tuned else None
-            earlier = tune.get("continued_after_iteration")
-            if system.tuned and earlier:  # done.json times the last invocation only
-                row["continued_after_iteration"] = earlier
-                log = ctx.paths.root / f"tune-{system.key}-{run}" / "log"
-                try:
-                    row["tune_seconds"] += earlier_iteration_seconds(log, earlier)
-                except RescorerError as exc:  # its last invocation's time: a lower bound
+            row["tune_seconds"] = None
+            if system.tuned:
+                folder = ctx.paths.root / f"tune-{system.key}-{run}"
+                row["tune_seconds"], problem = tuning_seconds(folder, tune)
+                if tune.get("continued_after_iteration"):
+                    row["continued_after_iteration"] = tune["continued_after_iteration"]
+                if problem is not None:  # its last invocation's time: a lower bound
                     row["tune_seconds_lower_bound"] = True
-                    ctx.warnings.append(f"{exc}: its tuning time is its last invocation's")
+                    ctx.warnings.append(f"{problem}: its tuning time is its last invocation's")
             row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
             runs.append(row)
     n_tune = records["prepare"]["sentences"]["tune"]

@@ -90,11 +90,7 @@ def run_table1(cfg: Table1Config) -> dict[str, Any]:
     cfg = absolute(cfg)
     ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
     ctx.work.lock()  # one driver per work folder
-    for path in cfg.models:
-        _add_model(ctx, path, "forward", "--model")
-    if cfg.inverse_model is not None:
-        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
-    check_work_dir(cfg, {label: info.weights_sha256 for label, info in ctx.infos.items()})
+    _add_models(ctx, record_new=True)
     step = ctx.work.step
     ctx.records["prepare"] = step("prepare", partial(actions.prepare, ctx))
     if cfg.train_budget is not None:
@@ -267,15 +263,7 @@ def interim_table1(cfg: Table1Config) -> dict[str, Any]:
     for name in INTERIM_FILES:  # an older look must not outlive a failed one
         (cfg.work / name).unlink(missing_ok=True)
     ctx = Context(cfg, tools, Layout(cfg.work), WorkDir(cfg.work))
-    for path in cfg.models:
-        _add_model(ctx, path, "forward", "--model")
-    if cfg.inverse_model is not None:
-        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
-    check_work_dir(
-        cfg,
-        {label: info.weights_sha256 for label, info in ctx.infos.items()},
-        record_new=False,
-    )
+    _add_models(ctx, record_new=False)
     for name in ("prepare", "filter"):
         record = _done_record(cfg.work, name)
         if record is None:
@@ -444,14 +432,10 @@ def _step_state(
             problem = str(exc)
         if problem is not None:
             return PlannedStep(name, "partial", detail=f"{problem}: runs again from its start")
-        seconds = float(record["seconds"])
-        earlier = record.get("continued_after_iteration")
-        if name.startswith("tune-") and earlier:  # done.json times the last invocation only
-            try:
-                seconds += actions.earlier_iteration_seconds(work / name / "log", earlier)
-            except RescorerError as exc:
-                return PlannedStep(name, "done", seconds, detail=f"at least: {exc}")
-        return PlannedStep(name, "done", seconds)
+        if not name.startswith("tune-"):
+            return PlannedStep(name, "done", float(record["seconds"]))
+        seconds, why = actions.tuning_seconds(work / name, record)
+        return PlannedStep(name, "done", seconds, detail=f"at least: {why}" if why else "")
     folder = work / name
     if not folder.exists():
         return PlannedStep(name, "to do")
@@ -505,6 +489,18 @@ def _add_model(
     label = label or model_label(path)
     ctx.models[label] = Model(label, path, direction)
     ctx.infos[label] = info
+
+
+def _add_models(ctx: Context, *, record_new: bool) -> None:
+    """The --model and --inverse-model folders of ``ctx.cfg``, checked against the weights the
+    work folder knew under their labels (new labels recorded when ``record_new``)."""
+    cfg = ctx.cfg
+    for path in cfg.models:
+        _add_model(ctx, path, "forward", "--model")
+    if cfg.inverse_model is not None:
+        _add_model(ctx, cfg.inverse_model, "inverse", "--inverse-model")
+    weights = {label: info.weights_sha256 for label, info in ctx.infos.items()}
+    check_work_dir(cfg, weights, record_new=record_new)
 
 
 def _warn_about_models(ctx: Context) -> None:
