@@ -9,7 +9,7 @@ Example (the en-fr software messages, en-fr's (f), and the help prose):
 
     python scripts/side_by_side.py --edition en-fr=docs/results/table1-2nd/results.json \
         --edition "en-fr (f)=docs/results/table1-enfr-f/results.json" \
-        --edition help=docs/results/table1-3rd/f-fwd@1h/results.json
+        --edition help=docs/results/table1-3rd/results.json
 """
 
 from __future__ import annotations

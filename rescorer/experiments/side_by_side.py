@@ -4,21 +4,27 @@ prose), each system's rows next to the others' and to the paper's.
 
 Every number comes from the results.json it is read from: a Δ, its interval and its p compare a
 system with the baseline of its own work folder (MIRA's systems with MIRA's baseline), never
-across folders. Every interval is the current method's (the t-interval of
-:mod:`rescorer.experiments.significance`): where a results.json written before 2026-11-27 holds
-a percentile bootstrap, it is re-derived from its parts and marked
-(:func:`rescorer.experiments.power.current_interval`). Rows are matched by kind: the letter,
-the tuner and the models' labels (so ``b-fwd@6h`` of one folder sits beside ``b-fwd@6h`` of
-the other).
+across folders; (f) has a second row, against (b) of its own folder. Every interval is the
+current method's (the t-interval of :mod:`rescorer.experiments.significance`): where a
+results.json written before 2026-11-27 holds a percentile bootstrap, it is re-derived from its
+parts and marked (:func:`rescorer.experiments.power.current_interval`). Rows are matched by
+kind: the letter, the tuner and the models' labels (so ``b-fwd@6h`` of one folder sits beside
+``b-fwd@6h`` of the other).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rescorer.experiments.power import compared, current_interval, detectable_gains
+from rescorer.experiments.power import (
+    compared,
+    component,
+    current_interval,
+    detectable_gain,
+    detectable_gains,
+)
 from rescorer.experiments.report import fmt_cell, md_row, p_cell
 
 # The paper's Table 1 (BLEU, dev / test), Cho et al. 2014, English-French news. Its WP row
@@ -87,6 +93,35 @@ def check_results(results: object, where: str) -> dict[str, Any]:
     return results
 
 
+SECOND = "test_vs_second_baseline"  # (f) against (b), the same models without generated pairs
+
+
+def second_compared(results: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(system, its second baseline) for every system of a ``results.json`` that was also tested
+    against a second baseline among its systems: (f) against (b)."""
+    by_name = {s["system"]: s for s in results["systems"]}
+    for s in results["systems"]:
+        second = by_name.get(s.get("second_baseline") or "")
+        if s.get(SECOND) and second is not None:
+            yield s, second
+
+
+def _against_second(
+    name: str, s: dict[str, Any], intervals: dict[str, str], seen: dict[str, str]
+) -> list[str]:
+    """The row under (f)'s: its Δ, interval, what it could see and p against (b), the same
+    models without the generated pairs (each (f) row's own Δ is against (a))."""
+    key = f"{name}\0{s['system']}\0{SECOND}"
+    test = s[SECOND]
+    second = s["second_baseline"]
+    return [
+        f"↳ ({s['letter']}) against ({second.split('-', 1)[0]})",
+        "+".join(s["models"]) or "–", name, str(s["runs"]), "(as above)",
+        fmt_cell(test["delta"], "+.2f"), intervals[key], seen[key], p_cell(test),
+        p_cell(test, "_shared_coin"), "–",
+    ]  # fmt: skip
+
+
 def editions_table(editions: Sequence[Edition]) -> str:
     """The editions' sizes and baselines, then every system beside the others', in Markdown.
     Raises ValueError when there are none."""
@@ -100,6 +135,8 @@ def editions_table(editions: Sequence[Edition]) -> str:
         "with MIRA's baseline), never across folders. Could see (80%): the smallest true gain "
         "that the interval would find above 0 in 80% of such experiments, from the "
         "comparison's own sampling variance and runs' spreads (rescorer/experiments/power.py). "
+        "A ↳ row compares (f) with (b) of its own folder: the same models without the "
+        "generated pairs. "
         "The paper's rows (Cho et al. 2014, Table 1) are English-French news, dev / test.",
         "",
         "| system folder | dev sentences | test sentences | filtered table lines "
@@ -126,6 +163,12 @@ def editions_table(editions: Sequence[Edition]) -> str:
             intervals[f"{e.name}\0{s['system']}"] = f"[{low:+.2f}, {high:+.2f}]{mark}"
         for system, (gain, _) in detectable_gains(e.results).items():
             seen[f"{e.name}\0{system}"] = f"+{gain:.2f}"
+        for s, second in second_compared(e.results):
+            low, high, derived = current_interval(s, second, SECOND)
+            mark = "†" if derived else ""
+            intervals[f"{e.name}\0{s['system']}\0{SECOND}"] = f"[{low:+.2f}, {high:+.2f}]{mark}"
+            c = component(s, second, ref_words=0, versus_key=SECOND)
+            seen[f"{e.name}\0{s['system']}\0{SECOND}"] = f"+{detectable_gain(c):.2f}"
     lines += [
         "",
         "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
@@ -150,4 +193,6 @@ def editions_table(editions: Sequence[Edition]) -> str:
                 p_cell(test), p_cell(test, "_shared_coin"), paper if first else "",
             ]  # fmt: skip
             lines.append(md_row(cells))
+            if f"{name}\0{s['system']}\0{SECOND}" in intervals:
+                lines.append(md_row(_against_second(name, s, intervals, seen)))
     return "\n".join(lines) + "\n"

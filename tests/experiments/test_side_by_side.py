@@ -64,13 +64,16 @@ PROSE = results(5058, [
            baseline="a"),
     system("f-fwd@1h", "mert", ["fwd@1h"], 57.82, baseline="a",
            test_vs_baseline={**versus(-0.05, -0.2, 0.11), "interval_method": "t",
-                             "sampling_var": 0.001}),
+                             "sampling_var": 0.001},
+           second_baseline="b-fwd@1h",
+           test_vs_second_baseline={**versus(0.01, -0.3, 0.32), "interval_method": "t",
+                                    "sampling_var": 0.004, "p": 0.45}),
 ])  # fmt: skip
 
 
 def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
     text = editions_table([Edition("en-fr", SOFTWARE), Edition("help", PROSE)])
-    rows = [line for line in text.splitlines() if line.startswith("| (") or line.startswith("|  |")]
+    rows = [line for line in text.splitlines() if line.startswith(("| (", "|  |", "| ↳"))]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
     order = [(c[0], c[1], c[2]) for c in cells]
     assert order == [
@@ -81,6 +84,7 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
         ("", "fwd@6h", "help"),
         ("(d) +RNN, top-3 table", "fwd@6h", "en-fr"),
         ("(f) table filled up with generated pairs", "fwd@1h", "help"),
+        ("↳ (f) against (b)", "fwd@1h", "help"),
         ("(a) baseline, batch MIRA", "–", "en-fr"),
         ("(b) +RNN, batch MIRA", "fwd@6h", "en-fr"),
     ]
@@ -95,6 +99,12 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
     assert by_row[("fwd@1h", "help", "(f) table filled up with generated pairs")][6] == (
         "[-0.20, +0.11]"
     )
+    # (f) against (b) too, from its own variance parts: both sd 0.2 over 2 runs, v_s 0.004:
+    # SE^2 = 0.004 + 0.02 + 0.02 = 0.044, df = 0.044^2 / (2 * 0.02^2) = 2.42, t = 3.66; could
+    # see (3.69 + 0.84) * 0.2098
+    against_b = by_row[("fwd@1h", "help", "↳ (f) against (b)")]
+    assert against_b[3:10] == ["2", "(as above)", "+0.01", "[-0.30, +0.32]", "+0.94", "0.450",
+                               "0.500"]  # fmt: skip
     assert by_row[("fwd@1h", "help", "(b) +RNN")][7] == "–"  # no baseline named: not computed
     # the paper's cell once per kind, none for MIRA or the kinds the paper has no row for
     assert by_row[("–", "en-fr", "(a) baseline")][10] == "30.64 / 33.30"
