@@ -3,13 +3,17 @@
 One point per system (b) tuned by MERT: its model's training hours (to the saved weights, from
 the model's own training log) against the mean test-BLEU gain over (a) with its 95%
 interval, each point labelled with its model and validation perplexity, the unigram model's in
-the title. ``curve.png`` is drawn with matplotlib's Agg backend, an optional dependency
-(``pip install 'rescorer[analysis]'``) imported only here; the points themselves are written
-beside it (``curve.json``), so what the picture shows can be read and checked.
+the title. A line joins the points of one model size only (hidden size, embedding and maxout
+shapes): a paper-size model trained for minutes on a GPU is a point of its own, not
+a step of the hidden-256 models' curve, and hours on different hardware are not comparable.
+``curve.png`` is drawn with matplotlib's Agg backend, an optional dependency (``pip install
+'rescorer[analysis]'``) imported only here; the points themselves are written beside it
+(``curve.json``), so what the picture shows can be read and checked.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,21 @@ class CurvePoint:
     p: float  # MultEval's
     valid_ppl: float | None
     unigram_ppl: float | None
+    series: str = ""  # the model's size ("hidden 256"); "" when results.json does not say
+
+
+def _series(model: dict[str, Any]) -> str:
+    """The model's size in words, its line on the curve: ``hidden 1000``, with the embedding
+    and maxout shapes where they are not the paper's (100, 500 x 2)."""
+    config = model.get("model_config")
+    if not isinstance(config, dict) or "hidden_size" not in config:
+        return ""
+    words = [f"hidden {config['hidden_size']}"]
+    if config.get("embed_size", 100) != 100:
+        words.append(f"embeddings {config['embed_size']}")
+    if (config.get("maxout_units", 500), config.get("maxout_pool", 2)) != (500, 2):
+        words.append(f"maxout {config.get('maxout_units')}x{config.get('maxout_pool')}")
+    return ", ".join(words)
 
 
 def curve_points(results: dict[str, Any]) -> list[CurvePoint]:
@@ -49,7 +68,7 @@ def curve_points(results: dict[str, Any]) -> list[CurvePoint]:
             CurvePoint(
                 s["system"], model["label"], model["train_hours"], sig["delta"],
                 sig["interval"][0], sig["interval"][1], sig["p"], model["valid_ppl"],
-                model["unigram_ppl"],
+                model["unigram_ppl"], _series(model),
             )
         )  # fmt: skip
     return sorted(points, key=lambda p: p.hours)
@@ -65,9 +84,17 @@ def draw_curve(points: list[CurvePoint]) -> Any:
     fig = Figure(figsize=(7, 4.5), dpi=DPI)
     ax = fig.add_subplot()
     hours = [p.hours for p in points]
-    gains = [p.gain for p in points]
-    errors = [[p.gain - p.low for p in points], [p.high - p.gain for p in points]]
-    ax.errorbar(hours, gains, yerr=errors, fmt="o-", capsize=4, label="(b) +RNN")
+    series = list(dict.fromkeys(p.series for p in points))  # in order of their first point
+    for name, marker in zip(series, itertools.cycle("osD^v<>p*h")):
+        line = [p for p in points if p.series == name]
+        errors = [[p.gain - p.low for p in line], [p.high - p.gain for p in line]]
+        label = "(b) +RNN" + (f", {name}" if name and len(series) > 1 else "")
+        ax.errorbar(
+            [p.hours for p in line], [p.gain for p in line], yerr=errors, fmt=f"{marker}-",
+            capsize=4, label=label,
+        )  # fmt: skip
+    if len(series) > 1:
+        ax.legend(fontsize=8, loc="best")
     ax.axhline(0.0, color="grey", linestyle="--", linewidth=1)
     for p in points:
         ppl = "–" if p.valid_ppl is None else f"{p.valid_ppl:.1f}"

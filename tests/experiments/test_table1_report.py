@@ -149,6 +149,44 @@ def test_the_curve_has_a_point_per_timed_mert_snapshot(tmp_path: Path) -> None:
     ]
 
 
+def test_the_curve_joins_only_the_points_of_one_model_size() -> None:
+    """A paper-size model trained for minutes on a GPU beside hidden-256 snapshots: its own
+    point and legend entry, not a step of their line."""
+    size = {"embed_size": 100, "maxout_units": 500, "maxout_pool": 2}
+    small = {"model_config": {"hidden_size": 256, **size}}
+    results = {
+        **RESULTS,
+        "models": [
+            {**model("fwd@1h", 1.05, 7.8), **small},
+            {**model("paper-gpu", 0.07, 14.5), "model_config": {"hidden_size": 1000, **size}},
+            {**model("fwd@6h", 6.2, 2.2), **small},
+        ],
+        "systems": [
+            system("a", "a", "mert", []),
+            *(
+                system(f"b-{m}", "b", "mert", [m], test_vs_baseline=versus(g, g - 0.5, g + 0.5, 9))
+                for m, g in (("fwd@1h", 0.1), ("paper-gpu", 0.0), ("fwd@6h", 0.2))
+            ),
+        ],
+    }
+    points = curve_points(results)
+    assert [(p.model, p.series) for p in points] == [
+        ("paper-gpu", "hidden 1000"), ("fwd@1h", "hidden 256"), ("fwd@6h", "hidden 256"),
+    ]  # fmt: skip
+    pytest.importorskip("matplotlib")
+    ax = draw_curve(points).axes[0]
+    joined = [line for line in ax.lines if line.get_linestyle() == "-"]  # not the caps
+    lines = [(list(line.get_xdata()), list(line.get_ydata())) for line in joined]
+    assert lines == [([0.07], [0.0]), ([1.05, 6.2], [0.1, 0.2])]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "(b) +RNN, hidden 1000", "(b) +RNN, hidden 256",
+    ]  # fmt: skip
+    # a results.json without the models' shapes: one series, one line, no legend, as before
+    assert {p.series for p in curve_points(RESULTS)} == {""}
+    assert draw_curve(curve_points(RESULTS)).axes[0].get_legend() is None
+
+
 def test_system_f_is_shown_against_b_with_the_new_pairs_it_used() -> None:
     example = {
         "sentence": 7, "source": "the | pipe *", "reference": "le &#124; tube", "bleu": 50.0,
