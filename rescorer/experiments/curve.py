@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rescorer.experiments.models import model_size
 from rescorer.io.jsonfiles import write_json
 from rescorer.io.outputs import atomic_path
 
@@ -39,20 +40,6 @@ class CurvePoint:
     series: str = ""  # the model's size ("hidden 256"); "" when results.json does not say
 
 
-def _series(model: dict[str, Any]) -> str:
-    """The model's size in words, its line on the curve: ``hidden 1000``, with the embedding
-    and maxout shapes where they are not the paper's (100, 500 x 2)."""
-    config = model.get("model_config")
-    if not isinstance(config, dict) or "hidden_size" not in config:
-        return ""
-    words = [f"hidden {config['hidden_size']}"]
-    if config.get("embed_size", 100) != 100:
-        words.append(f"embeddings {config['embed_size']}")
-    if (config.get("maxout_units", 500), config.get("maxout_pool", 2)) != (500, 2):
-        words.append(f"maxout {config.get('maxout_units')}x{config.get('maxout_pool')}")
-    return ", ".join(words)
-
-
 def curve_points(results: dict[str, Any]) -> list[CurvePoint]:
     """The (b) systems tuned by MERT whose model recorded its training time, by hours."""
     models = {m["label"]: m for m in results["models"]}
@@ -68,7 +55,7 @@ def curve_points(results: dict[str, Any]) -> list[CurvePoint]:
             CurvePoint(
                 s["system"], model["label"], model["train_hours"], sig["delta"],
                 sig["interval"][0], sig["interval"][1], sig["p"], model["valid_ppl"],
-                model["unigram_ppl"], _series(model),
+                model["unigram_ppl"], model_size(model),
             )
         )  # fmt: skip
     return sorted(points, key=lambda p: p.hours)

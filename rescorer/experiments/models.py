@@ -31,6 +31,21 @@ CLEARLY_BELOW = LEARNED_RATIO  # the verdict of train and info (rescorer/verdict
 DIRECTIONS = ("forward", "inverse")
 
 
+def model_size(model: dict[str, Any]) -> str:
+    """A model record's size in words (results.json's ``models``): ``hidden 1000``, with the
+    embedding and maxout shapes where they are not the paper's (100, 500 x 2); "" when the
+    record has no ``model_config`` (a results.json of an older table1.py)."""
+    config = model.get("model_config")
+    if not isinstance(config, dict) or "hidden_size" not in config:
+        return ""
+    words = [f"hidden {config['hidden_size']}"]
+    if config.get("embed_size", 100) != 100:
+        words.append(f"embeddings {config['embed_size']}")
+    if (config.get("maxout_units", 500), config.get("maxout_pool", 2)) != (500, 2):
+        words.append(f"maxout {config.get('maxout_units')}x{config.get('maxout_pool')}")
+    return ", ".join(words)
+
+
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes (hex)."""
     digest = hashlib.sha256()

@@ -6,6 +6,7 @@ import math
 import re
 from typing import Any
 
+from rescorer.experiments.models import model_size
 from rescorer.experiments.new_pairs import EXAMPLES
 from rescorer.experiments.power import (
     compared,
@@ -44,14 +45,15 @@ def md_row(cells: list[str]) -> str:
 
 def _models_table(results: dict[str, Any]) -> list[str]:
     lines = [
-        "| model | direction | updates | epochs | valid ppl | unigram ppl | training h "
+        "| model | direction | size | updates | epochs | valid ppl | unigram ppl | training h "
         "| weights sha256 | systems |",
-        "|---|---|---:|---:|---:|---:|---:|---|---|",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for m in results["models"]:
         best = " (best)" if m["label"] == results["best"] else ""
         cells = [
-            f"{m['label']}{best}", m["direction"], fmt_cell(m["updates"], ","),
+            f"{m['label']}{best}", m["direction"], model_size(m) or "–",
+            fmt_cell(m["updates"], ","),
             fmt_cell(m["epochs"]), fmt_cell(m["valid_ppl"]), fmt_cell(m["unigram_ppl"]),
             fmt_cell(m["train_hours"]), f"`{m['weights_sha256']}`", ", ".join(m["systems"]),
         ]  # fmt: skip

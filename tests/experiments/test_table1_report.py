@@ -72,7 +72,7 @@ def test_the_summary_table_shows_both_tests_and_the_interval() -> None:
     row = next(line for line in text.splitlines() if line.startswith("| (b) b-fwd@1h |"))
     assert "| -0.20 | [-0.90, +0.40] | -0.15 | 0.269 | 0.500 |" in row
     models = next(line for line in text.splitlines() if line.startswith("| fwd@3h (best) |"))
-    assert "| forward | 1,000 | 0.50 | 9.50 | 322.90 | 3.10 |" in models
+    assert "| forward | – | 1,000 | 0.50 | 9.50 | 322.90 | 3.10 |" in models
     assert f"`{RESULTS['models'][0]['weights_sha256']}`" in models
     assert "![test BLEU gain against training hours](curve.png)" in text
 
@@ -182,6 +182,11 @@ def test_the_curve_joins_only_the_points_of_one_model_size() -> None:
     assert [t.get_text() for t in legend.get_texts()] == [
         "(b) +RNN, hidden 1000", "(b) +RNN, hidden 256",
     ]  # fmt: skip
+    # results.md's models table says each model's size too
+    text = results_markdown(results)
+    assert "| paper-gpu | forward | hidden 1000 | 1,000 |" in text
+    assert "| fwd@1h | forward | hidden 256 | 1,000 |" in text
+    assert "| fwd@3h (best) | forward | – | 1,000 |" in results_markdown(RESULTS)
     # a results.json without the models' shapes: one series, one line, no legend, as before
     assert {p.series for p in curve_points(RESULTS)} == {""}
     assert draw_curve(curve_points(RESULTS)).axes[0].get_legend() is None
