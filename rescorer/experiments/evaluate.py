@@ -103,11 +103,13 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     stats: dict[tuple[str, str], list[np.ndarray]] = {}  # (system, part) -> K x [S, W]
     signature = ""
+    tuning_times: dict[str, float] = {}  # a tuning step's whole time, continued ones included
     for system in ctx.systems:
         tuned_from = system.pruned_from or system.key
         names = column_names(system, ctx.models)
         for run in range(1, system.runs + 1):
-            tune = records[f"tune-{tuned_from}-{run}"]
+            tune_step = f"tune-{tuned_from}-{run}"
+            tune = records[tune_step]
             row: dict[str, Any] = {"system": system.key, "run": run, "seed": tune["seed"]}
             for part in PARTS:
                 hyp_path = ctx.paths.hyp(system.key, run, part)
@@ -133,9 +135,9 @@ def evaluate(ctx: Context) -> dict[str, Any]:
             else:
                 row["table_lines"] = records["filter"]["filtered_lines"]
             row["tune_seconds"] = None
-            if system.tuned:
-                folder = ctx.paths.root / f"tune-{system.key}-{run}"
-                row["tune_seconds"], problem = tuning_seconds(folder, tune)
+            if system.tuned:  # tuned_from is its own key
+                row["tune_seconds"], problem = tuning_seconds(ctx.paths.root / tune_step, tune)
+                tuning_times[tune_step] = row["tune_seconds"]
                 if tune.get("continued_after_iteration"):
                     row["continued_after_iteration"] = tune["continued_after_iteration"]
                 if problem is not None:  # its last invocation's time: a lower bound
@@ -183,7 +185,9 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         "sacrebleu_signature": signature,
         "systems": systems,
         "runs": runs,
-        "step_seconds": {name: rec["seconds"] for name, rec in records.items()},
+        "step_seconds": {
+            name: tuning_times.get(name, rec["seconds"]) for name, rec in records.items()
+        },
         "significance": (
             "p: MultEval's approximate randomisation (Clark et al. 2011), each system's "
             "replicas pooled, one coin per (sentence, replica), pooled BLEU; p shared coin (ours): "

@@ -286,6 +286,7 @@ def test_a_killed_driver_resumed_does_not_redo_finished_steps_and_takes_a_new_sn
     row = results["runs"][0]
     assert row["continued_after_iteration"] == 1
     assert row["tune_seconds"] == pytest.approx(tuned["seconds"] + first)
+    assert results["step_seconds"]["tune-a-1"] == row["tune_seconds"]  # one time for the step
     assert "\\* A tuning run continued after a kill" in (work / "results.md").read_text()
     plan = run_table1(*argv, "--plan")  # times it whole too
     assert re.search(rf"^tune-a-1 +done \({row['tune_seconds']:.0f} s\)$", plan.stdout, re.M)
