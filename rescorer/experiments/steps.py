@@ -234,6 +234,27 @@ def check_work_folder(root: Path) -> None:
         raise RescorerError(f"{root}: not a folder (expected a work folder, made if missing)")
 
 
+def read_done(
+    root: Path, name: str, damaged: Callable[[dict[str, Any]], str | None] | None = None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Step ``name``'s record in ``root``, the one reader of done.json: (record, None) for a
+    complete step, (None, None) for one without a record, (None, what is wrong) when the record
+    is damaged or ``damaged`` finds a problem with the step's outputs (it may raise
+    RescorerError for an output it cannot read)."""
+    marker = root / name / DONE_FILE
+    if not marker.is_file():
+        return None, None
+    try:
+        record = read_json_object(marker, what=f"the record of step {name}")
+        seconds = record.get("seconds")
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise RescorerError(f"{marker}: no step record (its 'seconds' is {seconds!r})")
+        problem = damaged(record) if damaged is not None else None
+    except RescorerError as exc:
+        problem = str(exc)
+    return (record, None) if problem is None else (None, problem)
+
+
 class WorkDir:
     """The work directory of an experiment: runs steps once, reports progress on stderr."""
 
@@ -316,21 +337,10 @@ class WorkDir:
     ) -> dict[str, Any] | None:
         """The record of a complete step, or None: also (with a warning naming the file) when
         done.json is damaged or ``damaged`` finds a problem with the step's outputs."""
-        marker = self.root / name / DONE_FILE
-        if not marker.is_file():
-            return None
-        try:
-            record = read_json_object(marker, what=f"the record of step {name}")
-            seconds = record.get("seconds")
-            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-                raise RescorerError(f"{marker}: no step record (its 'seconds' is {seconds!r})")
-            problem = damaged(record) if damaged is not None else None
-        except RescorerError as exc:
-            problem = str(exc)
-        if problem is None:
-            return record
-        self.say(f"{self.prog}: warning: {problem}: step {name} runs again")
-        return None
+        record, problem = read_done(self.root, name, damaged)
+        if problem is not None:
+            self.say(f"{self.prog}: warning: {problem}: step {name} runs again")
+        return record
 
     def step(
         self,

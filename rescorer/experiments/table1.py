@@ -60,7 +60,7 @@ from rescorer.experiments.layout import TABLE_FILE, Context, Layout
 from rescorer.experiments.models import ModelInfo, model_warnings, read_model, sha256_file
 from rescorer.experiments.power import require_scipy
 from rescorer.experiments.report import results_markdown
-from rescorer.experiments.steps import DONE_FILE, WorkDir, check_work_folder
+from rescorer.experiments.steps import WorkDir, check_work_folder, read_done
 from rescorer.experiments.systems import Model, System, plan
 from rescorer.experiments.tools import MosesTools
 from rescorer.io.jsonfiles import read_json_object, write_json
@@ -409,12 +409,8 @@ def _check_snapshot_to_come(path: Path, option: str) -> None:
 
 
 def _done_record(work: Path, name: str) -> dict[str, Any] | None:
-    try:
-        record = read_json_object(work / name / DONE_FILE, what=f"the record of step {name}")
-    except RescorerError:
-        return None
-    seconds = record.get("seconds")
-    return record if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+    """Step ``name``'s record if it is complete (steps.read_done, silently: a look)."""
+    return read_done(work, name)[0]
 
 
 def _step_state(
