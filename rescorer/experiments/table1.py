@@ -319,8 +319,10 @@ def interim_header(results: dict[str, Any]) -> str:
         f"**Interim ({interim['utc']}): not this run's result.** The replicas finished so "
         f"far ({counts}; "
         f"{interim['tunings_done']} of {interim['tunings_planned']} tunings). K was fixed "
-        "before tuning: fewer runs give wider intervals, and one run none of the tuner's "
-        "spread; do not stop the run on what this shows."
+        "before tuning: fewer runs give wider intervals, and a system with one run "
+        "brings none of the tuner's spread, so its interval is too narrow; each p pairs only "
+        "the first min(K) runs of a system and its baseline, while Δ and the interval use "
+        "every finished run. Do not stop the run on what this shows."
         + (
             " Not shown yet (no finished run of theirs, or none of a system they are "
             f"tested against): {', '.join(absent)}."
