@@ -277,11 +277,12 @@ def plan_text(steps: list[PlannedStep], note: str, jobs: int = 1) -> str:
 
 def time_left(steps: list[PlannedStep], jobs: int) -> str:
     """The tunings and decodings not done, each at the mean of the finished ones of its kind,
-    over ``jobs`` at once (never less than one step's mean): a rough figure (the systems'
-    tunings differ; a partial one counts whole; score, extend and train steps left are not
-    in it), or "" before a tuning and a decoding have finished."""
+    over ``jobs`` at once (never less than a tuning and its decoding one after the other, the
+    chain a job runs, where both are left): a rough figure (the systems' tunings differ; a
+    partial one counts whole; score, extend and train steps left are not in it), or "" before
+    a tuning and a decoding have finished."""
     kinds = {"tune-": "tunings", "decode-": "decodings"}
-    total, longest, means = 0.0, 0.0, []
+    total, chain, means = 0.0, 0.0, []
     for prefix, label in kinds.items():
         group = [s for s in steps if s.name.startswith(prefix)]
         done = [s.seconds for s in group if s.state == "done" and s.seconds is not None]
@@ -290,13 +291,13 @@ def time_left(steps: list[PlannedStep], jobs: int) -> str:
         mean = sum(done) / len(done)
         left = sum(s.state != "done" for s in group)
         total += mean * left
-        longest = max(longest, mean if left else 0.0)
+        chain += mean if left else 0.0
         means.append(f"{label} {mean:,.0f} s")
     if not total:
         return ""
     others = [s.name for s in steps if s.state != "done" and not s.name.startswith(tuple(kinds))]
     return (
-        f"tunings and decodings left: about {_duration(max(total / jobs, longest))} with --jobs "
+        f"tunings and decodings left: about {_duration(max(total / jobs, chain))} with --jobs "
         f"{jobs}, at the mean of the finished ones ({', '.join(means)}); a rough figure: "
         "systems differ, and a partial tuning counts whole"
         + (f"; not counted: {', '.join(others)}" if others else "")

@@ -719,8 +719,10 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     ) in proc.stdout
     assert "; not counted: score-" in proc.stdout  # the scoring left: named, not timed
     two = run_table1(*argv, "--plan", "--jobs", "2")
-    slowest = max(tune_s, decode_s)  # never less than one step left
-    assert f"about {max(left / 2, slowest):.0f} s with --jobs 2" in two.stdout, two.stdout
+    chain = tune_s + decode_s  # never less than one tuning and its decoding, one job's chain
+    assert f"about {max(left / 2, chain):.0f} s with --jobs 2" in two.stdout, two.stdout
+    four = run_table1(*argv, "--plan", "--jobs", "4")  # 3 chains left: the floor decides
+    assert f"about {max(left / 4, chain):.0f} s with --jobs 4" in four.stdout, four.stdout
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
     proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")
