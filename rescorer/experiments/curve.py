@@ -3,9 +3,11 @@
 One point per system (b) tuned by MERT: its model's training hours (to the saved weights, from
 the model's own training log) against the mean test-BLEU gain over (a) with its 95%
 interval, each point labelled with its model and validation perplexity, the unigram model's in
-the title. A line joins the points of one model size only (hidden size, embedding and maxout
-shapes): a paper-size model trained for minutes on a GPU is a point of its own, not
-a step of the hidden-256 models' curve, and hours on different hardware are not comparable.
+the title. A line joins the points of one model size only (:func:`model_size`): a paper-size
+model trained for minutes on a GPU is a point of its own, not the first step of the hidden-256
+models' curve. The hardware is not recorded: models of one size trained on different machines
+share a line, though their hours are not comparable (results.md's models table and the
+edition's text say where each was trained).
 ``curve.png`` is drawn with matplotlib's Agg backend, an optional dependency (``pip install
 'rescorer[analysis]'``) imported only here; the points themselves are written beside it
 (``curve.json``), so what the picture shows can be read and checked.

@@ -29,20 +29,32 @@ from rescorer.verdict import LEARNED_RATIO
 # first edition's 1-hour model was at 6.6 against 323; a model at 425 against 303 cost 0.87 BLEU.
 CLEARLY_BELOW = LEARNED_RATIO  # the verdict of train and info (rescorer/verdict.py)
 DIRECTIONS = ("forward", "inverse")
+# model_config's shapes besides the hidden size: how model_size names them, and the paper's
+# values, rescorer.model.config.ModelConfig's defaults (this package may not import
+# rescorer.model, tests/test_layout.py; tests/experiments/test_experiment_models.py checks the
+# two agree)
+SIZE_WORDS = {
+    "embed_size": ("embeddings", 100),
+    "maxout_units": ("maxout units", 500),
+    "maxout_pool": ("maxout pieces", 2),
+    "src_vocab_size": ("source shortlist", 15000),
+    "tgt_vocab_size": ("target shortlist", 15000),
+}
 
 
 def model_size(model: dict[str, Any]) -> str:
-    """A model record's size in words (results.json's ``models``): ``hidden 1000``, with the
-    embedding and maxout shapes where they are not the paper's (100, 500 x 2); "" when the
-    record has no ``model_config`` (a results.json of an older table1.py)."""
+    """A model record's size in words (results.json's ``models``): ``hidden 1000``, then every
+    other shape that is not the paper's (``SIZE_WORDS``), e.g. ``hidden 256, target shortlist
+    30,000``; "" when the record has no ``model_config`` (a results.json of an older
+    table1.py)."""
     config = model.get("model_config")
     if not isinstance(config, dict) or "hidden_size" not in config:
         return ""
     words = [f"hidden {config['hidden_size']}"]
-    if config.get("embed_size", 100) != 100:
-        words.append(f"embeddings {config['embed_size']}")
-    if (config.get("maxout_units", 500), config.get("maxout_pool", 2)) != (500, 2):
-        words.append(f"maxout {config.get('maxout_units')}x{config.get('maxout_pool')}")
+    for key, (name, paper) in SIZE_WORDS.items():
+        value = config.get(key, paper)
+        if value != paper:
+            words.append(f"{name} {value:,}")
     return ", ".join(words)
 
 

@@ -13,12 +13,15 @@ from conftest import SLICE, TINY_SYSTEM
 
 from rescorer.errors import InputError, RescorerError
 from rescorer.experiments.models import (
+    SIZE_WORDS,
+    model_size,
     model_warnings,
     read_model,
     read_train_log,
     sha256_file,
     train_seconds,
 )
+from rescorer.model.config import ModelConfig
 
 SYSTEM_TABLE = TINY_SYSTEM / "phrase-table.gz"
 
@@ -121,3 +124,17 @@ def test_a_damaged_training_log_names_the_file_and_line(
     log.write_text(json.dumps([1, 2]) + "\n")
     with pytest.raises(InputError, match=rf"{log}:1: expected a JSON object"):
         read_train_log(model)
+
+
+def test_a_models_size_in_words_names_what_differs_from_the_paper() -> None:
+    paper = ModelConfig().to_dict()
+    assert {key: value for key, (_, value) in SIZE_WORDS.items()} == {
+        key: value for key, value in paper.items() if key != "hidden_size"
+    }  # the paper's shapes, as the model's own config has them
+    assert model_size({"model_config": paper}) == "hidden 1000"
+    small = {**paper, "hidden_size": 256, "tgt_vocab_size": 30000, "maxout_pool": 3}
+    assert model_size({"model_config": small}) == (
+        "hidden 256, maxout pieces 3, target shortlist 30,000"
+    )
+    assert model_size({"model_config": {"hidden_size": 500}}) == "hidden 500"  # the rest default
+    assert model_size({"label": "old"}) == ""  # a record of an older table1.py
