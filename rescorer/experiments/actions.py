@@ -376,7 +376,7 @@ def earlier_iteration_seconds(log: Path, iterations: int) -> float:
     missing = [n for n in range(1, iterations + 1) if n not in spans]
     if missing:
         n = missing[0]
-        lacks = f"a 'run {n} end at' line after its last start" if n in starts else (
+        lacks = f"'run {n} end at' line after its last start" if n in starts else (
             f"'run {n} start at' and 'run {n} end at' lines"
         )  # fmt: skip
         raise RescorerError(

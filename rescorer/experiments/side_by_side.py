@@ -107,16 +107,17 @@ def second_compared(results: dict[str, Any]) -> Iterator[tuple[dict[str, Any], d
 
 
 def _against_second(
-    name: str, s: dict[str, Any], intervals: dict[str, str], seen: dict[str, str]
+    name: str, s: dict[str, Any], intervals: dict[str, str], seen: dict[str, str], runs: str
 ) -> list[str]:
     """The row under (f)'s: its Δ, interval, what it could see and p against (b), the same
-    models without the generated pairs (each (f) row's own Δ is against (a))."""
+    models without the generated pairs (each (f) row's own Δ is against (a)); ``runs``: K of
+    (f) / K of (b)."""
     key = f"{name}\0{s['system']}\0{SECOND}"
     test = s[SECOND]
     second = s["second_baseline"]
     return [
         f"↳ ({s['letter']}) against ({second.split('-', 1)[0]})",
-        "+".join(s["models"]) or "–", name, str(s["runs"]), "(as above)",
+        "+".join(s["models"]) or "–", name, runs, "(as above)",
         fmt_cell(test["delta"], "+.2f"), intervals[key], seen[key], p_cell(test),
         p_cell(test, "_shared_coin"), "–",
     ]  # fmt: skip
@@ -136,7 +137,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
         "that the interval would find above 0 in 80% of such experiments, from the "
         "comparison's own sampling variance and runs' spreads (rescorer/experiments/power.py). "
         "A ↳ row compares (f) with (b) of its own folder: the same models without the "
-        "generated pairs. "
+        "generated pairs; its K is (f)'s / (b)'s. "
         "The paper's rows (Cho et al. 2014, Table 1) are English-French news, dev / test.",
         "",
         "| system folder | dev sentences | test sentences | filtered table lines "
@@ -154,6 +155,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
     rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
     seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
     intervals: dict[str, str] = {}  # each row's interval cell, by edition and system
+    second_runs: dict[str, str] = {}  # a ↳ row's K cell: the system's runs / (b)'s
     for e in editions:
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
@@ -169,6 +171,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
             intervals[f"{e.name}\0{s['system']}\0{SECOND}"] = f"[{low:+.2f}, {high:+.2f}]{mark}"
             c = component(s, second, ref_words=0, versus_key=SECOND)
             seen[f"{e.name}\0{s['system']}\0{SECOND}"] = f"+{detectable_gain(c):.2f}"
+            second_runs[f"{e.name}\0{s['system']}"] = f"{s['runs']}/{second['runs']}"
     lines += [
         "",
         "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
@@ -194,5 +197,6 @@ def editions_table(editions: Sequence[Edition]) -> str:
             ]  # fmt: skip
             lines.append(md_row(cells))
             if f"{name}\0{s['system']}\0{SECOND}" in intervals:
-                lines.append(md_row(_against_second(name, s, intervals, seen)))
+                runs = second_runs[f"{name}\0{s['system']}"]
+                lines.append(md_row(_against_second(name, s, intervals, seen, runs)))
     return "\n".join(lines) + "\n"

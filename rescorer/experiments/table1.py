@@ -176,7 +176,7 @@ class PlannedStep:
     name: str
     state: Literal["done", "partial", "to do"]
     seconds: float | None = None  # a finished step's
-    detail: str = ""  # a partial tuning's finished iterations
+    detail: str = ""  # why partial (finished iterations, damage), or why a time is a bound
 
 
 def plan_table1(cfg: Table1Config) -> tuple[list[PlannedStep], str]:

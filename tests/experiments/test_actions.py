@@ -161,7 +161,7 @@ def test_a_continued_tunings_earlier_iterations_are_timed_by_its_log(tmp_path: P
         more.write(b"run 1 end at Fri Nov 27 10:01:40 UTC 2026\n")
         more.write(b"run 2 start at Fri Nov 27 10:01:40 UTC 2026\n")
     assert earlier_iteration_seconds(log, 1) == 100
-    with pytest.raises(RescorerError, match=r"log: no a 'run 2 end at' line after its last start"):
+    with pytest.raises(RescorerError, match=r"log: no 'run 2 end at' line after its last start"):
         earlier_iteration_seconds(log, 2)
     bad = tmp_path / "bad"
     bad.write_text("run 1 start at Fri Nov 27 10:00:00 UTC 2026\nrun 1 end at yesterday\n")

@@ -101,9 +101,9 @@ def test_rows_of_one_kind_sit_together_each_against_its_own_baseline() -> None:
     )
     # (f) against (b) too, from its own variance parts: both sd 0.2 over 2 runs, v_s 0.004:
     # SE^2 = 0.004 + 0.02 + 0.02 = 0.044, df = 0.044^2 / (2 * 0.02^2) = 2.42, t = 3.66; could
-    # see (3.69 + 0.84) * 0.2098
+    # see (3.66 + 0.84) * 0.2098 and p as the file has it; K: (f)'s runs / (b)'s
     against_b = by_row[("fwd@1h", "help", "↳ (f) against (b)")]
-    assert against_b[3:10] == ["2", "(as above)", "+0.01", "[-0.30, +0.32]", "+0.94", "0.450",
+    assert against_b[3:10] == ["2/2", "(as above)", "+0.01", "[-0.30, +0.32]", "+0.94", "0.450",
                                "0.500"]  # fmt: skip
     assert by_row[("fwd@1h", "help", "(b) +RNN")][7] == "–"  # no baseline named: not computed
     # the paper's cell once per kind, none for MIRA or the kinds the paper has no row for
