@@ -56,6 +56,19 @@ from rescorer.experiments.table1 import (
 HERE = Path(__file__).resolve().parent
 
 
+def runs_of_option(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, int], ...]:
+    """--runs-of KEY=K, each as (KEY, K)."""
+    pairs = []
+    for value in values:
+        key, sep, runs = value.rpartition("=")
+        if not sep or not key or not runs.strip().isdigit():
+            raise click.BadParameter(f"{value!r}: expected KEY=K, e.g. b-fwd@6h=6", ctx, param)
+        pairs.append((key, int(runs)))
+    return tuple(pairs)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("system", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
@@ -108,6 +121,15 @@ HERE = Path(__file__).resolve().parent
     show_default=True,
     help="K of (f): the best model's table filled up with its own pairs for the dev and test "
     "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
+)
+@click.option(
+    "--runs-of",
+    "runs_of",
+    multiple=True,
+    callback=runs_of_option,
+    metavar="KEY=K",
+    help="K of one system by its key (a, b-fwd@6h, ...: --plan lists its steps), over the "
+    "options above; repeatable. For more runs of a system where a rule asks for them.",
 )
 @click.option(
     "--extend-args",

@@ -59,6 +59,9 @@ class Table1Config:
     runs_c: int | None = None  # K of (c) and (d) (None: runs)
     runs_mira: int = 0  # K of (a) and the best (b) tuned by batch MIRA (0: none)
     runs_f: int = 0  # K of (f), the best model's table filled up by `rescorer extend` (0: none)
+    # K of single systems by key, over the above (--runs-of KEY=K): more runs of one system,
+    # e.g. where a rule written before tuning asks for them after the first K
+    runs_of: tuple[tuple[str, int], ...] = ()
     dev_lines: int | None = None  # tune on the first N dev sentences (None: all)
     max_iterations: int = 10  # mert-moses.pl --maximum-iterations
     top_k: int = 5  # system (d): targets kept per source
@@ -117,6 +120,13 @@ def check_config(cfg: Table1Config) -> None:
         raise RescorerError(f"--runs-mira {cfg.runs_mira}: expected 0 or more")
     if cfg.runs_f < 0:
         raise RescorerError(f"--runs-f {cfg.runs_f}: expected 0 or more")
+    for key, runs in cfg.runs_of:
+        if runs < 1:
+            raise RescorerError(f"--runs-of {key}={runs}: expected at least 1 tuning run")
+    keys = [key for key, _ in cfg.runs_of]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise RescorerError(f"--runs-of {key}: given twice")
     if cfg.dev_lines is not None and cfg.dev_lines < 1:
         raise RescorerError(f"--dev-lines {cfg.dev_lines}: expected a positive count")
     counts = {

@@ -18,9 +18,10 @@ that table in a step of its own (``extend-COLUMNS``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rescorer.errors import RescorerError
 from rescorer.experiments.config import Table1Config
 
 TUNERS = {"mert": "MERT (mert-moses.pl, mert)", "mira": "batch MIRA (mert-moses.pl, kbmira)"}
@@ -84,7 +85,33 @@ def column_names(system: System, models: dict[str, Model]) -> list[str]:
 
 def plan(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
     """The systems of ``cfg``, in the order their runs are made (a system before those that
-    use its tuned weights)."""
+    use its tuned weights), each with its K (``cfg.runs_of`` over the --runs options)."""
+    return _with_runs_of(_systems(cfg, models, best), dict(cfg.runs_of))
+
+
+def _with_runs_of(systems: list[System], runs_of: dict[str, int]) -> list[System]:
+    """``systems`` with the K that ``runs_of`` gives single ones; a RescorerError for a key
+    that is not planned, or for (d) with more runs than the (b) whose runs it prunes."""
+    keys = [s.key for s in systems]
+    for key in runs_of:
+        if key not in keys:
+            raise RescorerError(
+                f"--runs-of {key}: no such system in this plan (its systems: {', '.join(keys)})"
+            )
+    systems = [replace(s, runs=runs_of.get(s.key, s.runs)) for s in systems]
+    runs = {s.key: s.runs for s in systems}
+    for s in systems:
+        if s.pruned_from is not None and s.runs > runs[s.pruned_from]:
+            raise RescorerError(
+                f"{s.key}: {s.runs} runs, more than the {runs[s.pruned_from]} of "
+                f"{s.pruned_from}, whose tuned weights of the same run it decodes with "
+                "(--runs-of, --runs-c)"
+            )
+    return systems
+
+
+def _systems(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
+    """The systems of ``cfg`` with the K of the --runs options."""
     forward = [m for m in models if m.direction == "forward"]
     inverse = [m for m in models if m.direction == "inverse"]
     systems = [System("a", "a", "baseline", "mert", cfg.runs, None)]

@@ -723,6 +723,13 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     assert f"about {max(left / 2, chain):.0f} s with --jobs 2" in two.stdout, two.stdout
     four = run_table1(*argv, "--plan", "--jobs", "4")  # 3 chains left: the floor decides
     assert f"about {max(left / 4, chain):.0f} s with --jobs 4" in four.stdout, four.stdout
+    # a third run of (a) alone (--runs-of): its steps follow the others', nothing else added
+    third = run_table1(*argv, "--plan", "--runs-of", "a=3")
+    assert third.returncode == 0, third.stderr
+    listed = [line.split()[0] for line in third.stdout.split("\n\n")[0].splitlines()]
+    assert listed == [*states, "tune-a-3", "decode-a-3"]
+    bad = run_table1(*argv, "--plan", "--runs-of", "a")
+    assert bad.returncode == 2 and "'a': expected KEY=K" in bad.stderr, bad.stderr
     # another model and (f): planned, and nothing recorded, nothing run
     more = table1_argv(TINY_SYSTEM, [tiny_model_dir, snapshots[0]], work, "--runs", "1")
     proc = run_table1(*more, "--runs-c", "0", "--runs-f", "1", "--plan")

@@ -34,6 +34,8 @@ def config(tmp_path: Path, **change: object) -> Table1Config:
         ({"runs_c": 4}, "--runs-c 4: expected 0 to --runs (3)"),
         ({"runs_mira": -1}, "--runs-mira -1: expected 0 or more"),
         ({"runs_f": -1}, "--runs-f -1: expected 0 or more"),
+        ({"runs_of": (("a", 0),)}, "--runs-of a=0: expected at least 1 tuning run"),
+        ({"runs_of": (("a", 5), ("a", 6))}, "--runs-of a: given twice"),
         ({"jobs": 0}, "--jobs 0: expected a positive count"),
         ({"threads": -2}, "--threads -2: expected a positive count"),
         ({"trials": 0}, "--trials 0: expected a positive count"),
@@ -128,6 +130,15 @@ def test_the_systems_of_the_second_edition(tmp_path: Path) -> None:
     assert by_key["b-fwd@3h"].score_step == by_key["b-mira-fwd@3h"].score_step == "score-fwd@3h"
     assert by_key["d-fwd@3h"].pruned_from == "b-fwd@3h" and not by_key["d-fwd@3h"].tuned
     assert by_key["d-fwd@3h"].name == "+RNN fwd@3h, top-5 table"
+    # more runs of single systems (a rule that asks for them after the first K)
+    more = replace(cfg, runs_of=(("a", 8), ("b-fwd@3h", 7), ("d-fwd@3h", 5)))
+    runs = {s.key: s.runs for s in plan(more, models, "fwd@3h")}
+    assert runs == {**{s.key: s.runs for s in systems}, "a": 8, "b-fwd@3h": 7, "d-fwd@3h": 5}
+    with pytest.raises(RescorerError, match=r"--runs-of b-fwd@6h: no such system in this plan "
+                       r"\(its systems: a, b-fwd@1h, b-fwd@3h, c-fwd@3h, "):  # fmt: skip
+        plan(replace(cfg, runs_of=(("b-fwd@6h", 5),)), models, "fwd@3h")
+    with pytest.raises(RescorerError, match=r"d-fwd@3h: 7 runs, more than the 6 of b-fwd@3h"):
+        plan(replace(cfg, runs_of=(("d-fwd@3h", 7),)), models, "fwd@3h")
     assert [
         s.key for s in plan(replace(cfg, runs_c=0, runs_mira=0, runs_f=0), models[:2], "fwd@1h")
     ] == [
