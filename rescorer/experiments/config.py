@@ -120,13 +120,13 @@ def check_config(cfg: Table1Config) -> None:
         raise RescorerError(f"--runs-mira {cfg.runs_mira}: expected 0 or more")
     if cfg.runs_f < 0:
         raise RescorerError(f"--runs-f {cfg.runs_f}: expected 0 or more")
+    given: set[str] = set()
     for key, runs in cfg.runs_of:
         if runs < 1:
             raise RescorerError(f"--runs-of {key}={runs}: expected at least 1 tuning run")
-    keys = [key for key, _ in cfg.runs_of]
-    for key in keys:
-        if keys.count(key) > 1:
+        if key in given:
             raise RescorerError(f"--runs-of {key}: given twice")
+        given.add(key)
     if cfg.dev_lines is not None and cfg.dev_lines < 1:
         raise RescorerError(f"--dev-lines {cfg.dev_lines}: expected a positive count")
     counts = {

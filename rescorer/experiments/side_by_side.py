@@ -106,20 +106,18 @@ def second_compared(results: dict[str, Any]) -> Iterator[tuple[dict[str, Any], d
             yield s, second
 
 
-def _against_second(
-    name: str, s: dict[str, Any], intervals: dict[str, str], seen: dict[str, str], runs: str
-) -> list[str]:
-    """The row under (f)'s: its Δ, interval, what it could see and p against (b), the same
-    models without the generated pairs (each (f) row's own Δ is against (a)); ``runs``: K of
-    (f) / K of (b)."""
-    key = f"{name}\0{s['system']}\0{SECOND}"
+def _against_second(name: str, s: dict[str, Any], second: dict[str, Any]) -> list[str]:
+    """The row under (f)'s: its Δ, interval, what it could see and p against ``second``, (b)
+    of its own folder, the same models without the generated pairs (each (f) row's own Δ is
+    against (a)); its K cell is (f)'s runs / (b)'s."""
     test = s[SECOND]
-    second = s["second_baseline"]
+    low, high, derived = current_interval(s, second, SECOND)
+    gain = detectable_gain(component(s, second, ref_words=0, versus_key=SECOND))
     return [
-        f"↳ ({s['letter']}) against ({second.split('-', 1)[0]})",
-        "+".join(s["models"]) or "–", name, runs, "(as above)",
-        fmt_cell(test["delta"], "+.2f"), intervals[key], seen[key], p_cell(test),
-        p_cell(test, "_shared_coin"), "–",
+        f"↳ ({s['letter']}) against ({second['letter']})",
+        "+".join(s["models"]) or "–", name, f"{s['runs']}/{second['runs']}", "(as above)",
+        fmt_cell(test["delta"], "+.2f"), f"[{low:+.2f}, {high:+.2f}]{'†' if derived else ''}",
+        f"+{gain:.2f}", p_cell(test), p_cell(test, "_shared_coin"), "–",
     ]  # fmt: skip
 
 
@@ -155,7 +153,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
     rows: dict[tuple[int, str, str], list[tuple[str, dict[str, Any]]]] = {}
     seen: dict[str, str] = {}  # each row's "could see" cell, by edition and system
     intervals: dict[str, str] = {}  # each row's interval cell, by edition and system
-    second_runs: dict[str, str] = {}  # a ↳ row's K cell: the system's runs / (b)'s
+    against_second: dict[str, list[str]] = {}  # (f)'s ↳ row against (b), by edition and system
     for e in editions:
         for s in e.results["systems"]:
             rows.setdefault(_key(s), []).append((e.name, s))
@@ -166,12 +164,7 @@ def editions_table(editions: Sequence[Edition]) -> str:
         for system, (gain, _) in detectable_gains(e.results).items():
             seen[f"{e.name}\0{system}"] = f"+{gain:.2f}"
         for s, second in second_compared(e.results):
-            low, high, derived = current_interval(s, second, SECOND)
-            mark = "†" if derived else ""
-            intervals[f"{e.name}\0{s['system']}\0{SECOND}"] = f"[{low:+.2f}, {high:+.2f}]{mark}"
-            c = component(s, second, ref_words=0, versus_key=SECOND)
-            seen[f"{e.name}\0{s['system']}\0{SECOND}"] = f"+{detectable_gain(c):.2f}"
-            second_runs[f"{e.name}\0{s['system']}"] = f"{s['runs']}/{second['runs']}"
+            against_second[f"{e.name}\0{s['system']}"] = _against_second(e.name, s, second)
     lines += [
         "",
         "| system | models | system folder | K | test BLEU | Δ test | 95% interval "
@@ -196,7 +189,6 @@ def editions_table(editions: Sequence[Edition]) -> str:
                 p_cell(test), p_cell(test, "_shared_coin"), paper if first else "",
             ]  # fmt: skip
             lines.append(md_row(cells))
-            if f"{name}\0{s['system']}\0{SECOND}" in intervals:
-                runs = second_runs[f"{name}\0{s['system']}"]
-                lines.append(md_row(_against_second(name, s, intervals, seen, runs)))
+            if f"{name}\0{s['system']}" in against_second:
+                lines.append(md_row(against_second[f"{name}\0{s['system']}"]))
     return "\n".join(lines) + "\n"
