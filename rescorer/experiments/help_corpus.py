@@ -404,7 +404,10 @@ pages used ({record["pages"]:,} per language; its own sha256 is in `corpus.json`
    before (the first wins, pages in sorted order). Kept: {record["kept"]:,} pairs.
 4. Split by distinct source (lowercased, spaces collapsed), shuffled with Python's
    `random.Random({config.seed})`: the first {config.test:,} to test, the next {config.dev:,}
-   to dev, the rest to train. `*.origin` gives each line's page and id.
+   to dev, the rest to train, every pair with its source. A distinct source can be several
+   paragraphs that differ only in case or spacing:
+   test has {sets["test"][s]["lines"]:,} lines, dev {sets["dev"][s]["lines"]:,}.
+   `*.origin` gives each line's page and id.
 
 Tokenising (Moses' `tokenizer.perl`), lowercasing and `clean-corpus-n.perl` are the
 baseline's steps (`scripts/baseline.py`), not this folder's: these files are raw text.

@@ -140,5 +140,6 @@ def test_the_readme_states_provenance_licence_and_statistics(tmp_path: Path) -> 
     text = readme(CorpusConfig(out=tmp_path), record)
     assert "MPL-2.0" in text and "ab" * 32 in text and "4:7.4.7-1" in text
     assert "| train.en | 3 | 10 | 3 |" in text
+    assert "the first 5,000 to test" in text and "test has 3 lines, dev 3." in text
     assert "apt-get download" in text and "dpkg -x" in text
     json.dumps(record)  # what corpus.json holds is JSON
