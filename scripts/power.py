@@ -85,21 +85,23 @@ def main(
         raise click.UsageError("--check and --check-words go together")
     if not segments and outcome is None:
         raise click.UsageError("give --segments (the test sizes to try), or --check")
-    measured = _components(results, ref_words)
-    measured = [c for c in measured if "mira" not in c.system]
+    every = _components(results, ref_words)
+    # v_s and the plan's spreads from MERT's comparisons; the per-system K for every tuner's
+    measured = [c for c in every if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
     click.echo("|---|---:|---:|---:|")
     for c in measured:
         click.echo(f"| {c.system} | {c.runs} | {c.sd_system:.2f} | {c.sampling_var:.3f} |")
     v_s = statistics.median(c.sampling_var for c in measured)
     if segments and words_per_segment is not None:
-        _plan(measured, v_s, ref_words, segments, words_per_segment, sds, ks, gain, target)
+        _plan(measured, every, v_s, ref_words, segments, words_per_segment, sds, ks, gain, target)
     if outcome is not None and check_words is not None:
         _check(outcome, check_words, v_s, ref_words, gain)
 
 
 def _plan(
     measured: list[Components],
+    every: list[Components],
     v_s: float,
     ref_words: int,
     segments: tuple[int, ...],
@@ -127,12 +129,12 @@ def _plan(
             click.echo(f"| {sd:.2f} | {n:,} | {words:,} | {' | '.join(cells)} | {need or '>100'} |")
     click.echo(
         f"\nK for {target:.0%} at each system's own measured spreads and v_s (sd_a: its "
-        "baseline's; *: runs that all reached one weight vector, so that sd is no measure of "
-        "the tuner's spread)\n"
+        "baseline's, batch MIRA's for a MIRA system; *: runs that all reached one weight "
+        "vector, so that sd is no measure of the tuner's spread)\n"
     )
     click.echo("| system | sd_a | sd_b | v_s | segments | words | K |")
     click.echo("|---|---:|---:|---:|---:|---:|---:|")
-    for c in measured:
+    for c in every:
         mark = "*" if c.collapsed else ""
         for n in segments:
             words = round(n * words_per_segment)
