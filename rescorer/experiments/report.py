@@ -40,7 +40,9 @@ def fmt_cell(value: float | int | None, spec: str = ".2f") -> str:
 
 
 def md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
+    """A Markdown table row; a ``|`` inside a cell (``+RNN p(f|e) ...``) is escaped, so that
+    it does not split the cell, unless it already is."""
+    return "| " + " | ".join(re.sub(r"(?<!\\)\|", r"\\|", c) for c in cells) + " |"
 
 
 def _models_table(results: dict[str, Any]) -> list[str]:
@@ -79,7 +81,7 @@ def _weights_table(results: dict[str, Any]) -> list[str]:
     ]
     for name in names:
         cells = [fmt_cell(s["weight_means"].get(name), "+.4f") for s in systems]
-        lines.append(md_row([name.replace("|", "\\|"), *cells]))
+        lines.append(md_row([name, *cells]))
     return lines
 
 

@@ -329,3 +329,19 @@ def test_a_collapsed_baseline_gets_the_interval_it_would_have_had_varying() -> N
     assert f"{0.6 - half:+.2f}" == "-0.10"  # t(3.125) = 3.13, half-width 0.70
     results["systems"][0]["distinct_weights"] = 2  # a baseline that varied: nothing to add
     assert "Had the" not in results_markdown(results)
+
+
+def test_a_pipe_in_a_system_name_does_not_split_its_cells() -> None:
+    """(e)'s name holds "p(f|e)": every table row with it escapes the pipe, so a Markdown
+    reader keeps the row's cells where the header has them."""
+    e = system("e-x", "e", "mert", ["fwd@3h"], test_vs_baseline=versus(0.1, -0.5, 0.7, 9))
+    e["name"] = "+RNN p(f|e) fwd@3h and p(e|f) inv"
+    text = results_markdown({**RESULTS, "systems": [*RESULTS["systems"], e]})
+    rows = [line for line in text.splitlines() if "p(f" in line and line.startswith("|")]
+    assert rows, text
+    header = next(line for line in text.splitlines() if line.startswith("| system | K |"))
+    for row in rows:
+        assert "p(f\\|e)" in row and "p(e\\|f)" in row
+    summary = next(row for row in rows if "| 2 |" in row)
+    unescaped = summary.replace("\\|", "")
+    assert unescaped.count("|") == header.count("|"), (summary, header)
