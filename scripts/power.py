@@ -86,7 +86,7 @@ def main(
     if not segments and outcome is None:
         raise click.UsageError("give --segments (the test sizes to try), or --check")
     every = _components(results, ref_words)
-    # v_s and the plan's spreads from MERT's comparisons; the per-system K for every tuner's
+    # v_s and the plan's spreads come from MERT's comparisons; the per-system K covers both tuners
     measured = [c for c in every if "mira" not in c.system]
     click.echo("| system | K | sd between runs | sampling variance v_s |")
     click.echo("|---|---:|---:|---:|")
