@@ -14,6 +14,7 @@ from rescorer.cli.common import (
     parse_shard,
     progress_option,
     score_precision_option,
+    threads_option,
     user_errors,
 )
 from rescorer.cli.score import parse_workers
@@ -88,6 +89,7 @@ EXTEND = ExtendConfig()  # each default is written once, there
 )
 @device_option
 @score_precision_option
+@threads_option
 @click.option(
     "--batch-sources",
     type=click.IntRange(min=1),

@@ -35,6 +35,7 @@ import torch
 
 from rescorer.batching import pad_batch
 from rescorer.constants import FIRST_WORD_ID, PAD_ID, UNK_ID
+from rescorer.errors import RescorerError
 from rescorer.model.encdec import EncoderDecoder
 from rescorer.vocab import Vocab
 
@@ -45,6 +46,16 @@ class Found:
 
     ids: tuple[int, ...]
     logp: float
+
+
+class NotFiniteError(RescorerError):
+    """The model's next-word scores for source ``source`` (its index in the batch) were not
+    finite at some step (``value``, nan or inf: weights that overflow), so none of its
+    hypotheses could be ranked: the search would find nothing and say nothing."""
+
+    def __init__(self, source: int, value: float) -> None:
+        self.source, self.value = source, value
+        super().__init__(f"source {source}: next-word scores of {value}, not finite")
 
 
 def _rows(t: torch.Tensor, live: torch.Tensor | None) -> torch.Tensor:
@@ -67,6 +78,7 @@ class _Beam:
     done_len: torch.Tensor  # (B,K) their words before EOS
     done_n: torch.Tensor  # (B,) how many each source has finished
     rank: torch.Tensor  # (K,) 0..K-1
+    not_finite: torch.Tensor  # (BK,) float32: a row's last non-finite log-sum-exp, else 0
 
     @classmethod
     def start(cls, B: int, K: int, L: int, device: torch.device) -> _Beam:
@@ -83,7 +95,26 @@ class _Beam:
             torch.zeros((B, K), dtype=i64, device=device),
             torch.zeros((B,), dtype=i64, device=device),
             torch.arange(K, device=device),
+            torch.zeros((B * K,), dtype=torch.float32, device=device),
         )
+
+    def note(self, lse: torch.Tensor, live: torch.Tensor | None) -> None:
+        """Keep the rows ``live`` (n,) (None: all) whose scores' log-sum-exp ``lse`` (n,1) is
+        not finite (read once, at the end: no wait for the device at each step)."""
+        lse = lse.squeeze(1)
+        mine = _rows(self.not_finite, live)
+        kept = torch.where(torch.isfinite(lse), mine, lse)  # (n,)
+        if live is None:
+            self.not_finite = kept
+        else:
+            self.not_finite.index_copy_(0, live, kept)
+
+    def refuse_not_finite(self) -> None:
+        """NotFiniteError for the first source a row of which had scores not finite."""
+        bad = (~torch.isfinite(self.not_finite)).nonzero()
+        if len(bad):
+            row = int(bad[0, 0])
+            raise NotFiniteError(row // len(self.rank), float(self.not_finite[row]))
 
     def finish(
         self, ended: torch.Tensor, new_cost: torch.Tensor, history: torch.Tensor, k: int
@@ -150,12 +181,14 @@ def beam_search_batched(
         going, live = _live_rows(beam.cost, compact)
         if not going:
             break
-        cand, words_k, logp_k = _candidates(
+        cand, words_k, logp_k, lse = _candidates(
             model, ctx, s, prev, live, beam.cost, k < _rows(min_eos, live), tgt_vocab
         )
+        beam.note(lse, live)
         word, flat_parent, open_rows = _advance(beam, cand, words_k, logp_k, k, tgt_vocab.eos_id)
         s = _next_states(model, ctx, s, flat_parent, word, open_rows if compact else None)
         prev = word.view(-1)
+    beam.refuse_not_finite()
     return beam.found()
 
 
@@ -180,9 +213,10 @@ def _candidates(
     cost: torch.Tensor,
     early: torch.Tensor,
     tgt_vocab: Vocab,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each row's kk best next words: their costs (the row's cost less their ln p), the words,
-    their ln p, each (BK,kk); a dead row's candidates cost inf. The model runs on the rows
+    their ln p, each (BK,kk), a dead row's candidates costing inf; and the rows' log-sum-exp
+    (n,1) (not finite: the model's scores overflow). The model runs on the rows
     ``live`` only (None: all), and each keeps its K best words: a source's K best extensions
     are among its hypotheses' K best words, so the ranking never touches a (B*K, V) tensor
     beyond the logits themselves. ``early`` (n,): rows where EOS may not come yet."""
@@ -203,7 +237,7 @@ def _candidates(
     top_logp = top - lse  # (n,kk) their ln p
     row_cost = _rows(cost.view(-1), live).float().unsqueeze(1)  # (n,1)
     if live is None:
-        return row_cost - top_logp, top_word, top_logp  # (BK,kk) each
+        return row_cost - top_logp, top_word, top_logp, lse  # (BK,kk) each, (n,1)
     f32, i64 = torch.float32, torch.long
     cand = torch.full((B * K, kk), INF, dtype=f32, device=device)
     cand.index_copy_(0, live, row_cost - top_logp)
@@ -211,7 +245,7 @@ def _candidates(
     words_k.index_copy_(0, live, top_word)
     logp_k = torch.zeros((B * K, kk), dtype=f32, device=device)
     logp_k.index_copy_(0, live, top_logp)
-    return cand, words_k, logp_k
+    return cand, words_k, logp_k, lse
 
 
 def _advance(

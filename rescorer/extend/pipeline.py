@@ -23,6 +23,10 @@ manifests) is the job's, as for ``score``.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import os
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,10 +34,11 @@ from typing import Any
 
 from rescorer.constants import FORWARD
 from rescorer.errors import RescorerError
-from rescorer.extend.beam import beam_search_batched
+from rescorer.extend.beam import NotFiniteError, beam_search_batched
 from rescorer.extend.config import FILL_UP, ExtendConfig, ExtendStats
 from rescorer.extend.features import Layout, layout_for, pair_scores
 from rescorer.extend.stages import ExtendChunk, format_chunk, init_worker, new_line, parse_chunk
+from rescorer.io.inputs import display_name
 from rescorer.job.run import StreamedJob
 from rescorer.model.sampling import sample_phrases
 from rescorer.moses.lex import LexicalTable, lexical_weights, read_lex
@@ -47,15 +52,20 @@ def extend_table(
     """Write ``out``: the new pairs the first model proposes for ``table``'s source phrases,
     in ``config.form`` (module docstring). Raises InputError at the first malformed line
     (unless ``skip_bad_lines``), leaving no output."""
-    from rescorer.device import resolve_device, resolve_precision
-    from rescorer.job.run import first_num_scores
+    from rescorer.cpus import choose_threads
+    from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.filter import input_ngrams
     from rescorer.score.scorer import Scorer
 
+    threads = set_threads(choose_threads(config.threads))
     job = StreamedJob("extend", table, out, config)  # its checks come before any work
     if not model_dirs:
         raise RescorerError("extend: no model given (-m)")
+    num_scores = _fill_up_score_count(table, job.regular) if config.form == FILL_UP else None
+    config = replace(config, side_inputs=side_input_digests(config))
+    if config.resume:
+        refuse_changed_side_inputs(out, config.side_inputs)
     lex: tuple[LexicalTable, LexicalTable] | None = None
     if config.lex_f2e is not None and config.lex_e2f is not None:
         lex = (read_lex(config.lex_f2e), read_lex(config.lex_e2f))
@@ -68,42 +78,154 @@ def extend_table(
             f"{model_dirs[0]}: an inverse model; the first -m generates the targets, so it must "
             "be a forward one (train without --direction inverse)"
         )
-    num_scores = first_num_scores(table) if job.regular else None
-    if num_scores is None and config.form == FILL_UP:
-        raise RescorerError(f"{table}: no line to read the score count from (empty, or a pipe)")
     layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
     batch_tokens = 4096 if device.type == "cpu" else 65536
-    scorers = [Scorer(m.model, precision, batch_tokens) for m in loaded]
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
     chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
     workers = resolve_workers(config.workers, device, chunks)
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     stats = ExtendStats(device=str(device), precision=precision)
-    gz = out.endswith(".gz")
-    manifest_options = {
+    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
+    models = [
+        _Model(
+            m.model,
+            m.src_vocab,
+            m.tgt_vocab,
+            m.direction,
+            Scorer(m.model, precision, batch_tokens),
+            f,
+        )
+        for m, f in zip(loaded, model_dirs, strict=True)
+    ]
+    work = Extending(models, layout, lex, config, stats, wanted, batch, display_name(table))
+    # said when the input opens: how the run computes, and whether its models learned
+    opening = [f"rescorer extend: {device}, {precision}, {threads.describe()}"]
+    for k, (m, folder) in enumerate(zip(loaded, model_dirs, strict=True)):
+        warning = unlearned(m.provenance, folder, generates=k == 0)
+        if warning and config.quiet:  # a warning, said even with -q (as score says it)
+            print(f"rescorer extend: {warning}", file=sys.stderr)
+        elif warning:
+            opening.append(f"rescorer extend: {warning}")
+    options = _manifest_options(config, precision, device.type, out.endswith(".gz"))
+    job.run(work, config, stats, model_dirs, options, device, opening=opening)
+    return stats
+
+
+def unlearned(provenance: dict[str, Any], folder: str, generates: bool) -> str | None:
+    """The warning for a model that has not clearly learned (rescorer/verdict.py), as train,
+    info and score give it; the first -m's proposes the new pairs, so they are said to be
+    what may be noise."""
+    from rescorer.verdict import training_verdict, unlearned_warning
+
+    if not generates:
+        return unlearned_warning(provenance, folder)
+    verdict = training_verdict(provenance)
+    if verdict is None or verdict.learned:
+        return None
+    return (
+        f"warning: {folder}: the model is {verdict.text}; the pairs it proposes may be noise, "
+        "and its column may cost BLEU"
+    )
+
+
+def _manifest_options(
+    config: ExtendConfig, precision: str, device_type: str, gz: bool
+) -> dict[str, Any]:
+    """Every option that changes the output's bytes, as a shard's manifest states them (merge
+    refuses parts that differ): the side inputs by their content's sha256."""
+    digests = dict(config.side_inputs)
+    lex = [digests.get("--lex-f2e"), digests.get("--lex-e2f")]
+    return {
         "form": config.form,
         "beam": config.beam,
         "samples": config.samples,
         "seed": config.seed if config.samples else None,
         "floor": config.floor,
-        "lex": lex is not None,
-        "input": wanted is not None,
+        "lex": lex if config.lex_f2e is not None else None,
+        "input": digests.get("--input") if config.input is not None else None,
         "precision": precision,
-        "device_type": device.type,
+        "device_type": device_type,
         "chunk_bytes": config.chunk_bytes,
         "gzip": gz,
         "compresslevel": config.compresslevel if gz else None,
         "skip_bad_lines": config.skip_bad_lines is not None,
     }
-    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
-    models = [
-        _Model(m.model, m.src_vocab, m.tgt_vocab, m.direction, s)
-        for m, s in zip(loaded, scorers, strict=True)
-    ]
-    work = Extending(models, layout, lex, config, stats, wanted, batch)
-    job.run(work, config, stats, model_dirs, manifest_options, device)
-    return stats
+
+
+def _fill_up_score_count(table: str, regular: bool) -> int:
+    """The score count of a fill-up's table, from its first good line (the new lines need it
+    before the first chunk is read), or the error that names why there is none: the table is
+    missing, a folder, a device or a pipe, has no good line (the first bad line's error), or
+    is empty."""
+    import stat
+
+    from rescorer.io.table import read_table
+    from rescorer.job.run import first_num_scores
+
+    if regular:
+        found = first_num_scores(table)
+        if found is not None:
+            return found
+    elif table == "-" or (os.path.exists(table) and stat.S_ISFIFO(os.stat(table).st_mode)):
+        raise RescorerError(
+            f"{display_name(table)}: a pipe; --form fill-up reads the table's score count "
+            "before it starts: give the table as a file (or use --form second-table)"
+        )
+    elif os.path.exists(table) and not os.path.isdir(table):
+        raise RescorerError(
+            f"{table}: not a regular file (a device?); --form fill-up reads a phrase table: "
+            "give it as a file"
+        )
+    for _ in read_table(table):  # missing, a folder, no good line: its own error
+        break
+    raise RescorerError(
+        f"{table}: no phrase-table line to read the score count from (an empty table): "
+        "a fill-up needs one"
+    )
+
+
+def side_input_digests(config: ExtendConfig) -> tuple[tuple[str, str], ...]:
+    """(flag, sha256 of the file's bytes) for each side input given (--input, --lex-f2e,
+    --lex-e2f): they go in the run key, as the table's fingerprint does, so that a --resume
+    after one changed under its name is refused rather than joining chunks of both."""
+    found = []
+    for flag, path in (
+        ("--input", config.input),
+        ("--lex-f2e", config.lex_f2e),
+        ("--lex-e2f", config.lex_e2f),
+    ):
+        if path is not None and os.path.isfile(path):
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+            found.append((flag, digest.hexdigest()))
+    return tuple(found)
+
+
+def refuse_changed_side_inputs(out: str, digests: tuple[tuple[str, str], ...]) -> None:
+    """A --resume whose interrupted run read another content under a side input's name: the
+    error names the file (the run key's check would say only "other options")."""
+    from rescorer.io.jsonfiles import read_json_object
+    from rescorer.job.output import record_path
+
+    if out == "-" or not os.path.isfile(record_path(out)):
+        return
+    try:
+        recorded = read_json_object(record_path(out), what="a progress record")
+        old = dict(recorded["run"]["config"]["side_inputs"])
+    except (RescorerError, KeyError, TypeError, ValueError):
+        return  # the job's own checks say what is wrong with it
+    config = recorded["run"]["config"]
+    for flag, digest in digests:
+        if old.get(flag) is not None and old[flag] != digest:
+            path = config.get(flag[2:].replace("-", "_"))
+            raise RescorerError(
+                f"{flag} {path}: its content changed since the interrupted run (sha256 "
+                f"{old[flag][:12]} then, {digest[:12]} now): its chunks and the new ones would "
+                "not match; put the old file back, or start over with --restart"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,6 +235,7 @@ class _Model:
     tgt_vocab: Any
     direction: str
     scorer: Any
+    folder: str  # its -m, for messages
 
 
 class Extending:
@@ -129,6 +252,7 @@ class Extending:
         stats: ExtendStats,
         wanted: frozenset[str] | None,
         batch_sources: int,
+        name: str = "the table",
     ) -> None:
         self.models, self.layout, self.lex, self.config, self.stats = (
             models,
@@ -140,7 +264,7 @@ class Extending:
         self.init_worker = init_worker
         self.init_args: tuple[Any, ...] = (wanted,)
         self.parse = parse_chunk
-        self.batch_sources = batch_sources
+        self.batch_sources, self.name = batch_sources, name
 
     def submit(self, parsed: ExtendChunk) -> list[list[str]]:
         """The new targets of each source group (the beam's, then the samples' with
@@ -152,13 +276,22 @@ class Extending:
         found: dict[int, list[str]] = {}
         for start in range(0, len(todo), self.batch_sources):
             part = todo[start : start + self.batch_sources]
-            beams = beam_search_batched(
-                gen.model,
-                gen.src_vocab,
-                gen.tgt_vocab,
-                [g.src.split(" ") for g in part],
-                self.config.beam,
-            )
+            try:
+                beams = beam_search_batched(
+                    gen.model,
+                    gen.src_vocab,
+                    gen.tgt_vocab,
+                    [g.src.split(" ") for g in part],
+                    self.config.beam,
+                )
+            except NotFiniteError as exc:  # it would propose nothing, and say nothing
+                group = part[exc.source]
+                raise RescorerError(
+                    f"{gen.folder}: the model's next-word scores for {group.src!r} "
+                    f"({self.name}:{parsed.line_of(group.first)}) are {exc.value}, not finite, "
+                    f"in {self.stats.precision} (weights that overflow?): it can propose no "
+                    "target; rescorer score refuses the model too"
+                ) from None
             drawn = self._samples([g.src for g in part])
             for group, hyps, extra in zip(part, beams, drawn, strict=True):
                 targets = [" ".join(gen.tgt_vocab.decode(h.ids)) for h in hyps]
@@ -201,6 +334,7 @@ class Extending:
             (g.src, t) for g, targets in zip(parsed.groups, pending, strict=True) for t in targets
         ]
         logps = self._score(pairs)  # one list per model
+        self._refuse_non_finite(logps, pairs, parsed)
         new_lines: list[list[bytes]] = []
         k = 0
         for targets in pending:
@@ -226,6 +360,24 @@ class Extending:
         args = (parsed.lines, parsed.cuts, spans, new_lines, fill_up, gz_level)
         written = len(pairs) + (len(parsed.lines) if fill_up else 0)
         return format_chunk, (*args, parsed.last_unterminated), written
+
+    def _refuse_non_finite(
+        self, logps: list[list[float]], pairs: list[tuple[str, str]], parsed: ExtendChunk
+    ) -> None:
+        """The error for the first new pair a model scores nan or inf, as score's for a line:
+        the model, the pair, the line of its source phrase (no nan ever reaches the output)."""
+        for column, model in zip(logps, self.models, strict=True):
+            bad = next((k for k, v in enumerate(column) if not math.isfinite(v)), None)
+            if bad is None:
+                continue
+            src, tgt = pairs[bad]
+            first = next(g.first for g in parsed.groups if g.src == src)
+            raise RescorerError(
+                f"{model.folder}: the model scores the new pair '{src} ||| {tgt}' (for "
+                f"{self.name}:{parsed.line_of(first)}'s source phrase) as {column[bad]} in "
+                f"{self.stats.precision}, not a finite log probability (weights that "
+                "overflow?); rescorer score refuses the model too"
+            )
 
     def _score(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
         """log p of every pair under every model, as ``rescorer score`` computes it."""
