@@ -63,8 +63,9 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     multiple=True,
     callback=check_finite,
     help="Starting weight of the added columns: once per column in column order, or once "
-    "for all [default: the median magnitude of the feature's own weights in INI, e.g. 0.0432 "
-    "for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0].",
+    "for all [default: the median magnitude of the (first) table's own weights in INI, e.g. "
+    "0.0432 for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0; negated for a fill-up's "
+    "provenance column and a second table's constant 2.718 column: a cost per new pair].",
 )
 @click.option("--feature-name", help="The phrase-table feature, when several could fit.")
 @run_dir_option
@@ -89,7 +90,14 @@ def moses_ini(
 
     --second-table TABLE adds a PhraseDictionaryMemory TranslationModel<n> with TABLE's
     column count, a weight per column (--new-weight) and a decoding path "1 T 1" in [mapping]
-    beside "0 T 0": each span is translated from either table.
+    beside "0 T 0": each span is translated from either table. A fill-up (its provenance
+    column) is refused there: it replaces the first table (--phrase-table).
+
+    The provenance (1 for the table's pairs, 2.718 for new ones, as combine-ptables.pl's
+    fill-up writes it) is ln 0 or 1 in Moses, so its weight is added once per new pair used:
+    it starts negative, a cost (the first table preferred), as does a second table's constant
+    2.718 column. Moses splits a feature line at spaces, quoted or not: a path with a space
+    is refused.
 
     \b
     Example:
@@ -114,6 +122,8 @@ def moses_ini(
             f"{added.name}: a second phrase table, num-features={added.num_features}, "
             f"[mapping] {' / '.join(added.mapping)}; wrote {out}"
         )
+        if added.note:
+            say(added.note)
         return
     assert table is not None
     refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])

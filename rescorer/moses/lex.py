@@ -19,8 +19,8 @@ extracted pair: every aligned word pair was counted).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rescorer.errors import InputError
