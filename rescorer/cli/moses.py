@@ -264,51 +264,21 @@ def score_nbest(
       rescorer score-nbest dev.nbest -m rnn-fwd/ -m rnn-inv/ --input dev.en \\
           --phrase-table model/phrase-table.gz -o dev.rnn.nbest
     """
-    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
-    if len(names) != len(model_dirs):
-        raise click.BadParameter(
-            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
-            param_hint="--name",
-        )
-    from rescorer.moses.ini_rewrite import DENSE_NAME
-
-    for name in names:
-        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
-            raise click.BadParameter(
-                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
-                "extractor take a label with '_' for a sparse feature)",
-                param_hint="--name",
-            )
-    if len(set(names)) != len(names):
-        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
-    from rescorer.constants import INVERSE
+    names = feature_labels(names, model_dirs)
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.job.clobber import refuse_clobber
-    from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest_pairs import add_pair_feature
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.io.progress import Progress
-    from rescorer.score.scorer import score_pairs
 
     chosen = use_threads(threads)
     dev = resolve_device(device)
     prec = resolve_precision(precision, dev, "score")
 
-    def scorer(model_dir: str) -> Any:
-        loaded = load_model_dir(model_dir, dev)
-        inverse = loaded.direction == INVERSE
-
-        def score(pairs: list[tuple[str, str]]) -> Any:
-            if inverse:  # p(source | target): the model reads the target phrase
-                pairs = [(target, source) for source, target in pairs]
-            return score_pairs(
-                loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec
-            )
-
-        return score
-
-    features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
+    features = [
+        (name, pair_scorer(m, dev, prec)) for name, m in zip(names, model_dirs, strict=True)
+    ]
     if not quiet:
         say(f"{dev}, {prec}, {chosen}")
     progress = Progress(
@@ -332,3 +302,44 @@ def score_nbest(
             f"model ({stats.scored_pairs:,} distinct) and {stats.passed_through:,} were words "
             "Moses passed through untranslated (no table entry), which add 0 as in Moses"
         )
+
+
+def feature_labels(names: tuple[str, ...], model_dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """score-nbest's --name labels, one per -m (default RNN0, RNN1, ...), or a usage error: a
+    count that differs, a label mert would take for a sparse feature, two the same."""
+    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
+    if len(names) != len(model_dirs):
+        raise click.BadParameter(
+            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
+            param_hint="--name",
+        )
+    from rescorer.moses.ini_rewrite import DENSE_NAME
+
+    for name in names:
+        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
+            raise click.BadParameter(
+                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
+                "extractor take a label with '_' for a sparse feature)",
+                param_hint="--name",
+            )
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
+    return names
+
+
+def pair_scorer(model_dir: str, dev: Any, prec: str) -> Any:
+    """The model of ``model_dir`` loaded on ``dev``, as a function from (source, target)
+    pairs to their log p in its direction (an inverse model reads the target phrase)."""
+    from rescorer.constants import INVERSE
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.score.scorer import score_pairs
+
+    loaded = load_model_dir(model_dir, dev)
+    inverse = loaded.direction == INVERSE
+
+    def score(pairs: list[tuple[str, str]]) -> Any:
+        if inverse:  # p(source | target): the model reads the target phrase
+            pairs = [(target, source) for source, target in pairs]
+        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)
+
+    return score
