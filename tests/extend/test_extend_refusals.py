@@ -225,3 +225,23 @@ def test_extend_has_threads_a_first_line_and_the_not_learned_warning(
 def test_extend_refuses_a_thread_count_as_score_does(tmp_path: Path, tiny_model_dir: Path) -> None:
     done = run("extend", TABLE, "-m", tiny_model_dir, "-o", tmp_path / "x.gz", "--threads", "0")
     assert done.exit_code == 2 and "--threads" in done.stderr
+
+
+def test_merge_refuses_shards_extended_with_other_lex_files(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A shard's manifest said only "lex": true: shards made with different lex files merged."""
+    f2e, e2f = lex_files(tmp_path)
+    other = tmp_path / "other.e2f"
+    other.write_text(e2f.read_text().replace(" 0.25\n", " 0.125\n"))
+    parts = []
+    for k, lex in ((1, e2f), (2, other)):
+        part = tmp_path / f"part{k}.gz"
+        done = run("extend", TABLE, "-m", tiny_model_dir, "--lex-f2e", f2e, "--lex-e2f", lex,
+                   "--chunk-bytes", "8K", "--shard", f"{k}/2", "-o", part, "--device", "cpu",
+                   "-q")  # fmt: skip
+        assert done.exit_code == 0, done.output
+        parts.append(part)
+    merged = run("merge", *parts, "-o", tmp_path / "merged.gz", "-q")
+    assert merged.exit_code == 1 and "options" in merged.stderr, merged.stderr
+    assert not (tmp_path / "merged.gz").exists()
