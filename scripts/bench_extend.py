@@ -20,7 +20,7 @@ upper bound on the time per source), and it proposes almost no new pair.
 Prints a Markdown block for BENCHMARKS.md, naming the machine and the commit.
 
     python scripts/bench_extend.py [--lines 20000] [--device auto] [--hidden 1000 256]
-        [--beam 5 10] [--model FWD_1000 FWD_256]
+        [--beam 5 10] [--model FWD_1000 FWD_256] [--threads N]
 """
 
 from __future__ import annotations
@@ -76,6 +76,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, nargs="+", default=[1000, 256])
     parser.add_argument("--beam", type=int, nargs="+", default=[5, 10])
     parser.add_argument("--batch-sources", type=int, default=None, help="default: by device")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="compute threads of both (default: the rule)"
+    )
     parser.add_argument("--vocab-size", type=int, default=15000)
     parser.add_argument("--embed-size", type=int, default=100)
     parser.add_argument("--maxout-units", type=int, default=500)
@@ -94,7 +97,12 @@ def main() -> None:
             for h in args.hidden
         ]
     )
-    common = {"device": args.device, "precision": args.precision, "quiet": True}
+    common = {
+        "device": args.device,
+        "precision": args.precision,
+        "threads": args.threads,  # the same for score and extend: their rates compare
+        "quiet": True,
+    }
     rows = []
     for label, model_dir in models:
         t = time.perf_counter()
@@ -130,7 +138,11 @@ def main() -> None:
         f"{device.type}, {precision})"
     )
     print()
-    print(f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs visible); GPU: {gpu}.")
+    threads = torch.get_num_threads()  # as the runs set it (--threads, or the default rule)
+    print(
+        f"CPU: {cpu_name()} ({os.cpu_count()} logical CPUs visible, {threads} compute "
+        f"thread{'s' if threads != 1 else ''}); GPU: {gpu}."
+    )
     kind = "trained: " + ", ".join(args.model) if args.model else "random weights (full-length)"
     print(f"Table: the first {n_lines:,} lines of {os.path.basename(args.table)}; model: {kind}.")
     print()

@@ -1,7 +1,7 @@
 """The ``rescorer`` command line: a thin click layer over the library.
 
-One file per command family (train.py, score.py, extend.py, moses.py, analysis.py for sample and
-compare, plot.py); common.py holds what they share.
+One file per command family (train.py, score.py, extend.py, moses.py, moses_ini.py, analysis.py
+for sample and compare, plot.py); common.py holds what they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
 ``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
@@ -17,6 +17,7 @@ from rescorer import __version__
 from rescorer.cli import analysis as analysis_commands
 from rescorer.cli import extend as extend_commands
 from rescorer.cli import moses as moses_commands
+from rescorer.cli import moses_ini as moses_ini_command
 from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
@@ -39,7 +40,7 @@ for command in (
     score_commands.merge,
     score_commands.check,
     extend_commands.extend,
-    moses_commands.moses_ini,
+    moses_ini_command.moses_ini,
     moses_commands.combine,
     moses_commands.filter_,
     moses_commands.rerank,

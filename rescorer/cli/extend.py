@@ -14,6 +14,7 @@ from rescorer.cli.common import (
     parse_shard,
     progress_option,
     score_precision_option,
+    threads_option,
     user_errors,
 )
 from rescorer.cli.score import parse_workers
@@ -76,7 +77,10 @@ EXTEND = ExtendConfig()  # each default is written once, there
     "--lex-f2e", metavar="FILE", help="train-model.perl's model/lex.f2e (with --lex-e2f)."
 )
 @click.option(
-    "--lex-e2f", metavar="FILE", help="train-model.perl's model/lex.e2f: lexical weights."
+    "--lex-e2f",
+    metavar="FILE",
+    help="train-model.perl's model/lex.e2f: lexical weights (each p in [0, 1]; 0 is one: "
+    "train-model.perl writes p to 7 decimals).",
 )
 @click.option(
     "--floor",
@@ -88,6 +92,7 @@ EXTEND = ExtendConfig()  # each default is written once, there
 )
 @device_option
 @score_precision_option
+@threads_option
 @click.option(
     "--batch-sources",
     type=click.IntRange(min=1),
@@ -149,7 +154,12 @@ def extend(
     convention), and the new lines among them in Moses' byte order. TABLE may have Moses' 4
     columns, or those plus the columns rescorer score added with the same -m models. --form
     second-table writes the new pairs alone, for a second TranslationModel (rescorer moses-ini
-    --second-table). Resumable and shardable as score is (merge joins the shards).
+    --second-table). Resumable and shardable as score is (merge joins the shards); the record
+    keeps the sha256 of --input and the lex files, and --resume refuses one changed since.
+
+    As score, it says first how it computes (device, precision, threads), warns when a model
+    has NOT LEARNED (the first one's new pairs may be noise), and stops on a model whose
+    scores are not finite (weights that overflow), writing nothing.
 
     \b
     Example:

@@ -1,5 +1,5 @@
-"""``rescorer moses-ini``, ``combine``, ``filter``, ``rerank`` and ``score-nbest``: Moses
-integration."""
+"""``rescorer combine``, ``filter``, ``rerank`` and ``score-nbest``: Moses integration
+(``moses-ini`` is in moses_ini.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rescorer.cli.common import (
-    check_finite,
     device_option,
     progress_option,
     quiet_option,
@@ -39,104 +38,6 @@ def with_run_dir(spec: WeightSpec, run_dir: str | None) -> WeightSpec:
     if run_dir is None or spec.ini is None:
         return spec
     return dataclasses.replace(spec, ini=spec.ini.with_run_dir(run_dir))
-
-
-@click.command("moses-ini")
-@click.argument("ini")
-@click.option(
-    "--phrase-table",
-    "table",
-    metavar="TABLE",
-    help="The scored (or extended, --form fill-up) table; it replaces the ini's.",
-)
-@click.option(
-    "--second-table",
-    metavar="TABLE",
-    help="Instead: add TABLE (rescorer extend --form second-table) as a second phrase table, "
-    "with its own decoding path in [mapping] and its own weights.",
-)
-@click.option("-o", "--output", "out", required=True, help="The new moses.ini.")
-@click.option(
-    "--new-weight",
-    "weights",
-    type=float,
-    multiple=True,
-    callback=check_finite,
-    help="Starting weight of the added columns: once per column in column order, or once "
-    "for all [default: the median magnitude of the feature's own weights in INI, e.g. 0.0432 "
-    "for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0].",
-)
-@click.option("--feature-name", help="The phrase-table feature, when several could fit.")
-@run_dir_option
-@user_errors
-def moses_ini(
-    ini: str, table: str | None, out: str, weights: tuple[float, ...], **opts: Any
-) -> None:
-    """Point INI's phrase table at a scored table: num-features, weights, path; or add a
-    second phrase table (--second-table).
-
-    Every path of the new ini is absolute, resolved as Moses resolves INI's relative paths
-    when run from --run-dir (default INI's folder), and checked to exist: the new ini decodes
-    from any folder. Every other byte of INI stays as it was. Re-tune afterwards with a fresh
-    mert --working-dir (a stale features.list or filtered/ breaks re-tuning).
-
-    The new columns are TABLE's scores beyond the feature's num-features: one per -m of the
-    score run, then the word penalty. A shard's TABLE.manifest.json says how many; without
-    one the count decides, the last column being the word penalty when it is e^k on every
-    line. Refused (a table scored twice): a word-penalty column before the last, a model
-    column above 1, two equal new columns, a count that differs from the manifest's. A
-    fill-up's provenance column (rescorer extend: only 1 and 2.718) is the last one.
-
-    --second-table TABLE adds a PhraseDictionaryMemory TranslationModel<n> with TABLE's
-    column count, a weight per column (--new-weight) and a decoding path "1 T 1" in [mapping]
-    beside "0 T 0": each span is translated from either table.
-
-    \b
-    Example:
-      rescorer moses-ini model/moses.ini --phrase-table model/phrase-table.rnn.gz \\
-          -o model/moses.rnn.ini
-      rescorer moses-ini model/moses.ini --second-table new-pairs.gz -o model/moses.2t.ini
-    """
-    from rescorer.job.clobber import refuse_clobber
-    from rescorer.moses.ini_rewrite import write_scored_ini
-
-    second = opts.pop("second_table")
-    if (table is None) == (second is None):
-        raise click.UsageError("give --phrase-table or --second-table (one of them)")
-    if second is not None:
-        from rescorer.moses.ini_tables import write_second_table_ini
-
-        if opts["feature_name"] is not None:
-            raise click.UsageError("--feature-name goes with --phrase-table")
-        refuse_clobber([("INI", ini), ("--second-table", second)], [("-o", out)])
-        added = write_second_table_ini(ini, second, out, weights=weights, run_dir=opts["run_dir"])
-        say(
-            f"{added.name}: a second phrase table, num-features={added.num_features}, "
-            f"[mapping] {' / '.join(added.mapping)}; wrote {out}"
-        )
-        return
-    assert table is not None
-    refuse_clobber([("INI", ini), ("--phrase-table", table)], [("-o", out)])
-    update = write_scored_ini(
-        ini,
-        table,
-        out,
-        weights=weights,
-        feature_name=opts["feature_name"],
-        run_dir=opts["run_dir"],
-    )
-    f = update.feature
-    what = f" ({update.added.describe()})" if update.added is not None else ""
-    say(
-        f"{f.name}: num-features {f.num_features} -> {update.num_features}{what}, "
-        f"path={update.new_path}; wrote {out}"
-    )
-    if update.note:
-        say(update.note)
-    for warning in update.warnings:
-        say(f"warning: {warning}")
-    if update.binarize_command:
-        say(f"{f.kind} is binarised: build it with {update.binarize_command}")
 
 
 @click.command()
@@ -363,51 +264,21 @@ def score_nbest(
       rescorer score-nbest dev.nbest -m rnn-fwd/ -m rnn-inv/ --input dev.en \\
           --phrase-table model/phrase-table.gz -o dev.rnn.nbest
     """
-    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
-    if len(names) != len(model_dirs):
-        raise click.BadParameter(
-            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
-            param_hint="--name",
-        )
-    from rescorer.moses.ini_rewrite import DENSE_NAME
-
-    for name in names:
-        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
-            raise click.BadParameter(
-                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
-                "extractor take a label with '_' for a sparse feature)",
-                param_hint="--name",
-            )
-    if len(set(names)) != len(names):
-        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
-    from rescorer.constants import INVERSE
+    names = feature_labels(names, model_dirs)
     from rescorer.device import resolve_device, resolve_precision
     from rescorer.job.clobber import refuse_clobber
-    from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest_pairs import add_pair_feature
 
     refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
     from rescorer.io.progress import Progress
-    from rescorer.score.scorer import score_pairs
 
     chosen = use_threads(threads)
     dev = resolve_device(device)
     prec = resolve_precision(precision, dev, "score")
 
-    def scorer(model_dir: str) -> Any:
-        loaded = load_model_dir(model_dir, dev)
-        inverse = loaded.direction == INVERSE
-
-        def score(pairs: list[tuple[str, str]]) -> Any:
-            if inverse:  # p(source | target): the model reads the target phrase
-                pairs = [(target, source) for source, target in pairs]
-            return score_pairs(
-                loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec
-            )
-
-        return score
-
-    features = [(name, scorer(m)) for name, m in zip(names, model_dirs, strict=True)]
+    features = [
+        (name, pair_scorer(m, dev, prec)) for name, m in zip(names, model_dirs, strict=True)
+    ]
     if not quiet:
         say(f"{dev}, {prec}, {chosen}")
     progress = Progress(
@@ -431,3 +302,44 @@ def score_nbest(
             f"model ({stats.scored_pairs:,} distinct) and {stats.passed_through:,} were words "
             "Moses passed through untranslated (no table entry), which add 0 as in Moses"
         )
+
+
+def feature_labels(names: tuple[str, ...], model_dirs: tuple[str, ...]) -> tuple[str, ...]:
+    """score-nbest's --name labels, one per -m (default RNN0, RNN1, ...), or a usage error: a
+    count that differs, a label mert would take for a sparse feature, two the same."""
+    names = names or tuple(f"RNN{i}" for i in range(len(model_dirs)))
+    if len(names) != len(model_dirs):
+        raise click.BadParameter(
+            f"{len(names)} --name for {len(model_dirs)} -m: give one per model, in order",
+            param_hint="--name",
+        )
+    from rescorer.moses.ini_rewrite import DENSE_NAME
+
+    for name in names:
+        if not DENSE_NAME.match(name):  # as moses-ini refuses a feature name
+            raise click.BadParameter(
+                f"{name!r}: expected a dense feature's label, [A-Za-z][0-9A-Za-z]* (mert and "
+                "extractor take a label with '_' for a sparse feature)",
+                param_hint="--name",
+            )
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
+    return names
+
+
+def pair_scorer(model_dir: str, dev: Any, prec: str) -> Any:
+    """The model of ``model_dir`` loaded on ``dev``, as a function from (source, target)
+    pairs to their log p in its direction (an inverse model reads the target phrase)."""
+    from rescorer.constants import INVERSE
+    from rescorer.model.checkpoint import load_model_dir
+    from rescorer.score.scorer import score_pairs
+
+    loaded = load_model_dir(model_dir, dev)
+    inverse = loaded.direction == INVERSE
+
+    def score(pairs: list[tuple[str, str]]) -> Any:
+        if inverse:  # p(source | target): the model reads the target phrase
+            pairs = [(target, source) for source, target in pairs]
+        return score_pairs(loaded.model, loaded.src_vocab, loaded.tgt_vocab, pairs, precision=prec)
+
+    return score

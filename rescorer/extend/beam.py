@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from rescorer.batching import pad_batch
 from rescorer.constants import FIRST_WORD_ID, PAD_ID, UNK_ID
+from rescorer.errors import RescorerError
 from rescorer.model.encdec import EncoderDecoder
 from rescorer.vocab import Vocab
 
@@ -46,9 +48,101 @@ class Found:
     logp: float
 
 
+class NotFiniteError(RescorerError):
+    """The model's next-word scores for source ``source`` (its index in the batch) were not
+    finite at some step (``value``, nan or inf: weights that overflow), so none of its
+    hypotheses could be ranked: the search would find nothing and say nothing."""
+
+    def __init__(self, source: int, value: float) -> None:
+        self.source, self.value = source, value
+        super().__init__(f"source {source}: next-word scores of {value}, not finite")
+
+
 def _rows(t: torch.Tensor, live: torch.Tensor | None) -> torch.Tensor:
     """The rows ``live`` (n,) of ``t`` (BK,...), or all of them (None)."""
     return t if live is None else t.index_select(0, live)
+
+
+INF = float("inf")
+
+
+@dataclass
+class _Beam:
+    """The search's state over B sources of K rows each (shapes: the module docstring's)."""
+
+    cost: torch.Tensor  # (B,K) -ln p of each row's hypothesis so far; inf: none
+    tokens: torch.Tensor  # (B,K,L) each row's words so far
+    width: torch.Tensor  # (B,) hypotheses a source may still finish
+    done_cost: torch.Tensor  # (B,K) -ln p of the finished ones; inf: none
+    done_tokens: torch.Tensor  # (B,K,L)
+    done_len: torch.Tensor  # (B,K) their words before EOS
+    done_n: torch.Tensor  # (B,) how many each source has finished
+    rank: torch.Tensor  # (K,) 0..K-1
+    not_finite: torch.Tensor  # (BK,) float32: a row's last non-finite log-sum-exp, else 0
+
+    @classmethod
+    def start(cls, B: int, K: int, L: int, device: torch.device) -> _Beam:
+        """One live hypothesis (the empty one) per source."""
+        f64, i64 = torch.float64, torch.long
+        cost = torch.full((B, K), INF, dtype=f64, device=device)
+        cost[:, 0] = 0.0
+        return cls(
+            cost,
+            torch.zeros((B, K, L), dtype=i64, device=device),
+            torch.full((B,), K, dtype=i64, device=device),
+            torch.full((B, K), INF, dtype=f64, device=device),
+            torch.zeros((B, K, L), dtype=i64, device=device),
+            torch.zeros((B, K), dtype=i64, device=device),
+            torch.zeros((B,), dtype=i64, device=device),
+            torch.arange(K, device=device),
+            torch.zeros((B * K,), dtype=torch.float32, device=device),
+        )
+
+    def note(self, lse: torch.Tensor, live: torch.Tensor | None) -> None:
+        """Keep the rows ``live`` (n,) (None: all) whose scores' log-sum-exp ``lse`` (n,1) is
+        not finite (read once, at the end: no wait for the device at each step)."""
+        lse = lse.squeeze(1)
+        mine = _rows(self.not_finite, live)
+        kept = torch.where(torch.isfinite(lse), mine, lse)  # (n,)
+        if live is None:
+            self.not_finite = kept
+        else:
+            self.not_finite.index_copy_(0, live, kept)
+
+    def refuse_not_finite(self) -> None:
+        """NotFiniteError for the first source a row of which had scores not finite."""
+        bad = (~torch.isfinite(self.not_finite)).nonzero()
+        if len(bad):
+            row = int(bad[0, 0])
+            raise NotFiniteError(row // len(self.rank), float(self.not_finite[row]))
+
+    def finish(
+        self, ended: torch.Tensor, new_cost: torch.Tensor, history: torch.Tensor, k: int
+    ) -> None:
+        """Record the rows ``ended`` (B,K) (EOS at step k) as finished hypotheses."""
+        slot = self.done_n.unsqueeze(1) + ended.long().cumsum(dim=1) - 1  # (B,K) where it goes
+        b_idx, j_idx = ended.nonzero(as_tuple=True)
+        self.done_cost[b_idx, slot[b_idx, j_idx]] = new_cost[b_idx, j_idx]
+        self.done_tokens[b_idx, slot[b_idx, j_idx]] = history[b_idx, j_idx]
+        self.done_len[b_idx, slot[b_idx, j_idx]] = k  # the words before EOS
+        ends = ended.long().sum(dim=1)  # (B,)
+        self.done_n += ends
+        self.width -= ends
+
+    def found(self) -> list[list[Found]]:
+        """Per source, its finished hypotheses best first."""
+        done_cost_l, done_len_l = self.done_cost.cpu().tolist(), self.done_len.cpu().tolist()
+        done_tokens_l = self.done_tokens.cpu().tolist()
+        found: list[list[Found]] = []
+        for b in range(len(done_cost_l)):
+            hyps = [
+                Found(tuple(done_tokens_l[b][j][: done_len_l[b][j]]), -done_cost_l[b][j])
+                for j in range(len(done_cost_l[b]))
+                if done_cost_l[b][j] != INF
+            ]
+            hyps.sort(key=lambda h: (-h.logp, h.ids))
+            found.append(hyps)
+        return found
 
 
 @torch.inference_mode()
@@ -77,107 +171,133 @@ def beam_search_batched(
     max_steps = 3 * lengths  # (B,)
     min_eos = (lengths // 2).repeat_interleave(beam_size)  # (B*K,) EOS allowed from this step on
     L = int(max_steps.max())
-    eos = tgt_vocab.eos_id
     rows = torch.arange(B, device=device).repeat_interleave(K)  # (B*K,) the source of a row
     ctx = ctx.index_select(rows)
     s = ctx.s0  # (B*K,H)
     prev: torch.Tensor | None = None
-    inf = float("inf")
-    cost = torch.full((B, K), inf, dtype=torch.float64, device=device)  # (B,K) -ln p so far
-    cost[:, 0] = 0.0  # one live hypothesis per source at the start
-    tokens = torch.zeros((B, K, L), dtype=torch.long, device=device)  # (B,K,L)
-    width = torch.full((B,), K, dtype=torch.long, device=device)  # (B,)
-    done_cost = torch.full((B, K), inf, dtype=torch.float64, device=device)  # (B,K)
-    done_tokens = torch.zeros((B, K, L), dtype=torch.long, device=device)
-    done_len = torch.zeros((B, K), dtype=torch.long, device=device)
-    done_n = torch.zeros((B,), dtype=torch.long, device=device)
-    rank = torch.arange(K, device=device)  # (K,)
-    unused = slice(FIRST_WORD_ID + len(tgt_vocab.words), eos)
+    beam = _Beam.start(B, K, L, device)
     for k in range(L):
-        cost = torch.where(k < max_steps.unsqueeze(1), cost, inf)  # (B,K) past the limit: gone
-        alive = torch.isfinite(cost).view(-1)  # (BK,) rows with a hypothesis
-        live: torch.Tensor | None = None  # (n,) the rows the model runs on; None: every row
-        if compact:
-            live = alive.nonzero().squeeze(1)
-            if len(live) == 0:
-                break
-            if len(live) == B * K:
-                live = None
-        elif not bool(alive.any()):  # every row runs: a dead one's candidates cost inf
+        beam.cost = torch.where(k < max_steps.unsqueeze(1), beam.cost, INF)  # past the limit
+        going, live = _live_rows(beam.cost, compact)
+        if not going:
             break
-        # The model runs on the live rows only, and each keeps its K best words: a source's K
-        # best extensions are among its hypotheses' K best words, so the ranking never touches
-        # a (B*K, V) tensor beyond the logits themselves.
-        logits = model.next_word_logits(
-            ctx if live is None else ctx.index_select(live),
-            _rows(s, live),
-            None if prev is None else _rows(prev, live),
-        ).float()  # (n,V)
-        lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n,1) log_softmax's normaliser
-        logits[:, PAD_ID] = -inf
-        logits[:, unused] = -inf
-        logits[:, UNK_ID] = -inf
-        early = k < _rows(min_eos, live)  # (n,)
-        logits[:, eos] = torch.where(early, -inf, logits[:, eos])
-        kk = min(K, logits.shape[1])  # a beam wider than the vocabulary: all of a row's words
-        top, top_word = logits.topk(kk, dim=1)  # (n,kk) each row's kk best words, best first
-        top_logp = top - lse  # (n,kk) their ln p
-        row_cost = _rows(cost.view(-1), live).float().unsqueeze(1)  # (n,1)
-        if live is None:
-            cand, words_k, logp_k = row_cost - top_logp, top_word, top_logp  # (BK,kk) each
-        else:  # a dead row's candidates cost inf
-            f32, i64 = torch.float32, torch.long
-            cand = torch.full((B * K, kk), inf, dtype=f32, device=device)
-            cand.index_copy_(0, live, row_cost - top_logp)
-            words_k = torch.zeros((B * K, kk), dtype=i64, device=device)
-            words_k.index_copy_(0, live, top_word)
-            logp_k = torch.zeros((B * K, kk), dtype=f32, device=device)
-            logp_k.index_copy_(0, live, top_logp)
-        best, index = cand.view(B, K * kk).topk(K, dim=1, largest=False)  # (B,K) ascending
-        keep = (rank < width.unsqueeze(1)) & torch.isfinite(best)  # (B,K)
-        parent, choice = index // kk, (index % kk).view(-1)  # (B,K), (BK,)
-        flat_parent = (parent + torch.arange(B, device=device).unsqueeze(1) * K).view(-1)
-        word = words_k[flat_parent, choice].view(B, K)  # (B,K)
-        new_cost = (
-            cost.view(-1)[flat_parent].view(B, K) - logp_k[flat_parent, choice].view(B, K).double()
-        )  # (B,K) summed in float64
-        history = tokens.view(B * K, L)[flat_parent].view(B, K, L)  # (B,K,L)
-        history[:, :, k] = word
-        ended = keep & (word == eos)  # (B,K)
-        if bool(ended.any()):
-            slot = done_n.unsqueeze(1) + ended.long().cumsum(dim=1) - 1  # (B,K) where it goes
-            b_idx, j_idx = ended.nonzero(as_tuple=True)
-            done_cost[b_idx, slot[b_idx, j_idx]] = new_cost[b_idx, j_idx]
-            done_tokens[b_idx, slot[b_idx, j_idx]] = history[b_idx, j_idx]
-            done_len[b_idx, slot[b_idx, j_idx]] = k  # the words before EOS
-            ends = ended.long().sum(dim=1)  # (B,)
-            done_n += ends
-            width -= ends
-        cost = torch.where(keep & ~ended, new_cost, inf)  # (B,K)
-        tokens = history
-        if compact:
-            going = (keep & ~ended).view(-1).nonzero().squeeze(1)  # (m,) live at the next step
-            parents = flat_parent.index_select(0, going)
-            words = word.view(-1).index_select(0, going)
-            s_next = s.new_zeros(s.shape)  # (BK,H) a dead row's state is never read
-            s_next.index_copy_(
-                0,
-                going,
-                model.next_state(ctx.index_select(going), s.index_select(0, parents), words),
-            )
-            s = s_next
-        else:
-            s = model.next_state(ctx, s.index_select(0, flat_parent), word.view(-1))  # (BK,H)
+        cand, words_k, logp_k, lse = _candidates(
+            model, ctx, s, prev, live, beam.cost, k < _rows(min_eos, live), tgt_vocab
+        )
+        beam.note(lse, live)
+        word, flat_parent, open_rows = _advance(beam, cand, words_k, logp_k, k, tgt_vocab.eos_id)
+        s = _next_states(model, ctx, s, flat_parent, word, open_rows if compact else None)
         prev = word.view(-1)
-    found: list[list[Found]] = []
-    done_cost_l, done_len_l = done_cost.cpu().tolist(), done_len.cpu().tolist()
-    done_tokens_l = done_tokens.cpu().tolist()
-    for b in range(B):
-        hyps = [
-            Found(tuple(done_tokens_l[b][j][: done_len_l[b][j]]), -done_cost_l[b][j])
-            for j in range(K)
-            if done_cost_l[b][j] != inf
-        ]
-        hyps.sort(key=lambda h: (-h.logp, h.ids))
-        found.append(hyps)
-    return found
+    beam.refuse_not_finite()
+    return beam.found()
+
+
+def _live_rows(cost: torch.Tensor, compact: bool) -> tuple[bool, torch.Tensor | None]:
+    """Whether any row (of ``cost`` (B,K)) holds a hypothesis, and the rows the model runs on:
+    (n,) the live ones when ``compact`` and not all are, else None (every row)."""
+    alive = torch.isfinite(cost).view(-1)  # (BK,) rows with a hypothesis
+    if not compact:  # every row runs: a dead one's candidates cost inf
+        return bool(alive.any()), None
+    live = alive.nonzero().squeeze(1)
+    if len(live) == 0:
+        return False, None
+    return True, None if len(live) == cost.numel() else live
+
+
+def _candidates(
+    model: EncoderDecoder,
+    ctx: Any,
+    s: torch.Tensor,
+    prev: torch.Tensor | None,
+    live: torch.Tensor | None,
+    cost: torch.Tensor,
+    early: torch.Tensor,
+    tgt_vocab: Vocab,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's kk best next words: their costs (the row's cost less their ln p), the words,
+    their ln p, each (BK,kk), a dead row's candidates costing inf; and the rows' log-sum-exp
+    (n,1) (not finite: the model's scores overflow). The model runs on the rows
+    ``live`` only (None: all), and each keeps its K best words: a source's K best extensions
+    are among its hypotheses' K best words, so the ranking never touches a (B*K, V) tensor
+    beyond the logits themselves. ``early`` (n,): rows where EOS may not come yet."""
+    B, K = cost.shape
+    device, eos = cost.device, tgt_vocab.eos_id
+    logits = model.next_word_logits(
+        ctx if live is None else ctx.index_select(live),
+        _rows(s, live),
+        None if prev is None else _rows(prev, live),
+    ).float()  # (n,V)
+    lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n,1) log_softmax's normaliser
+    logits[:, PAD_ID] = -INF
+    logits[:, FIRST_WORD_ID + len(tgt_vocab.words) : eos] = -INF  # ids no word has
+    logits[:, UNK_ID] = -INF
+    logits[:, eos] = torch.where(early, -INF, logits[:, eos])
+    kk = min(K, logits.shape[1])  # a beam wider than the vocabulary: all of a row's words
+    top, top_word = logits.topk(kk, dim=1)  # (n,kk) each row's kk best words, best first
+    top_logp = top - lse  # (n,kk) their ln p
+    row_cost = _rows(cost.view(-1), live).float().unsqueeze(1)  # (n,1)
+    if live is None:
+        return row_cost - top_logp, top_word, top_logp, lse  # (BK,kk) each, (n,1)
+    f32, i64 = torch.float32, torch.long
+    cand = torch.full((B * K, kk), INF, dtype=f32, device=device)
+    cand.index_copy_(0, live, row_cost - top_logp)
+    words_k = torch.zeros((B * K, kk), dtype=i64, device=device)
+    words_k.index_copy_(0, live, top_word)
+    logp_k = torch.zeros((B * K, kk), dtype=f32, device=device)
+    logp_k.index_copy_(0, live, top_logp)
+    return cand, words_k, logp_k, lse
+
+
+def _advance(
+    beam: _Beam,
+    cand: torch.Tensor,
+    words_k: torch.Tensor,
+    logp_k: torch.Tensor,
+    k: int,
+    eos: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step k: each source keeps its ``width`` best candidates (BK,kk); those ending in EOS
+    are finished. The chosen words (B,K), their parent rows (BK,) and the rows still open
+    (B,K)."""
+    B, K, L = beam.tokens.shape
+    kk = cand.shape[1]
+    device = cand.device
+    best, index = cand.view(B, K * kk).topk(K, dim=1, largest=False)  # (B,K) ascending
+    keep = (beam.rank < beam.width.unsqueeze(1)) & torch.isfinite(best)  # (B,K)
+    parent, choice = index // kk, (index % kk).view(-1)  # (B,K), (BK,)
+    flat_parent = (parent + torch.arange(B, device=device).unsqueeze(1) * K).view(-1)
+    word = words_k[flat_parent, choice].view(B, K)  # (B,K)
+    new_cost = (
+        beam.cost.view(-1)[flat_parent].view(B, K) - logp_k[flat_parent, choice].view(B, K).double()
+    )  # (B,K) summed in float64
+    history = beam.tokens.view(B * K, L)[flat_parent].view(B, K, L)  # (B,K,L)
+    history[:, :, k] = word
+    ended = keep & (word == eos)  # (B,K)
+    if bool(ended.any()):
+        beam.finish(ended, new_cost, history, k)
+    open_rows = keep & ~ended  # (B,K)
+    beam.cost = torch.where(open_rows, new_cost, INF)  # (B,K)
+    beam.tokens = history
+    return word, flat_parent, open_rows
+
+
+def _next_states(
+    model: EncoderDecoder,
+    ctx: Any,
+    s: torch.Tensor,
+    flat_parent: torch.Tensor,
+    word: torch.Tensor,
+    open_rows: torch.Tensor | None,
+) -> torch.Tensor:
+    """The decoder states (BK,H) after ``word`` (B,K), each row from its parent's state; with
+    ``open_rows`` (B,K) only those rows are computed (a dead row's state is never read)."""
+    if open_rows is None:
+        return model.next_state(ctx, s.index_select(0, flat_parent), word.view(-1))  # (BK,H)
+    going = open_rows.view(-1).nonzero().squeeze(1)  # (m,) live at the next step
+    parents = flat_parent.index_select(0, going)
+    words = word.view(-1).index_select(0, going)
+    s_next = s.new_zeros(s.shape)  # (BK,H)
+    s_next.index_copy_(
+        0, going, model.next_state(ctx.index_select(going), s.index_select(0, parents), words)
+    )
+    return s_next

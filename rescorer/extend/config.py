@@ -41,6 +41,10 @@ class ExtendConfig:
     restart: bool = False  # start over, discarding an interrupted run's OUT.partial
     checkpoint_every: float = DEFAULT_CHECKPOINT_EVERY
     overlap: bool = False  # the beam runs in collect, so there is nothing to overlap with
+    threads: int | None = None  # compute threads (None: rescorer.cpus.choose_threads' rule)
+    # Not a flag: (flag, sha256) of each side input given (--input, --lex-*), set by
+    # extend_table; in the run key, so a --resume refuses a side input changed since.
+    side_inputs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.form not in (FILL_UP, SECOND_TABLE):

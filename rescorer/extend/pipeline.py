@@ -23,6 +23,8 @@ manifests) is the job's, as for ``score``.
 
 from __future__ import annotations
 
+import math
+import sys
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,10 +32,17 @@ from typing import Any
 
 from rescorer.constants import FORWARD
 from rescorer.errors import RescorerError
-from rescorer.extend.beam import beam_search_batched
+from rescorer.extend.beam import NotFiniteError, beam_search_batched
+from rescorer.extend.checks import (
+    fill_up_score_count,
+    refuse_changed_side_inputs,
+    side_input_digests,
+    unlearned,
+)
 from rescorer.extend.config import FILL_UP, ExtendConfig, ExtendStats
 from rescorer.extend.features import Layout, layout_for, pair_scores
 from rescorer.extend.stages import ExtendChunk, format_chunk, init_worker, new_line, parse_chunk
+from rescorer.io.inputs import display_name
 from rescorer.job.run import StreamedJob
 from rescorer.model.sampling import sample_phrases
 from rescorer.moses.lex import LexicalTable, lexical_weights, read_lex
@@ -47,15 +56,20 @@ def extend_table(
     """Write ``out``: the new pairs the first model proposes for ``table``'s source phrases,
     in ``config.form`` (module docstring). Raises InputError at the first malformed line
     (unless ``skip_bad_lines``), leaving no output."""
-    from rescorer.device import resolve_device, resolve_precision
-    from rescorer.job.run import first_num_scores
+    from rescorer.cpus import choose_threads
+    from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.filter import input_ngrams
     from rescorer.score.scorer import Scorer
 
+    threads = set_threads(choose_threads(config.threads))
     job = StreamedJob("extend", table, out, config)  # its checks come before any work
     if not model_dirs:
         raise RescorerError("extend: no model given (-m)")
+    num_scores = fill_up_score_count(table, job.regular) if config.form == FILL_UP else None
+    config = replace(config, side_inputs=side_input_digests(config))
+    if config.resume:
+        refuse_changed_side_inputs(out, config.side_inputs)
     lex: tuple[LexicalTable, LexicalTable] | None = None
     if config.lex_f2e is not None and config.lex_e2f is not None:
         lex = (read_lex(config.lex_f2e), read_lex(config.lex_e2f))
@@ -68,42 +82,62 @@ def extend_table(
             f"{model_dirs[0]}: an inverse model; the first -m generates the targets, so it must "
             "be a forward one (train without --direction inverse)"
         )
-    num_scores = first_num_scores(table) if job.regular else None
-    if num_scores is None and config.form == FILL_UP:
-        raise RescorerError(f"{table}: no line to read the score count from (empty, or a pipe)")
     layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
     batch_tokens = 4096 if device.type == "cpu" else 65536
-    scorers = [Scorer(m.model, precision, batch_tokens) for m in loaded]
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
     chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
     workers = resolve_workers(config.workers, device, chunks)
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     stats = ExtendStats(device=str(device), precision=precision)
-    gz = out.endswith(".gz")
-    manifest_options = {
+    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
+    models = [
+        _Model(
+            m.model,
+            m.src_vocab,
+            m.tgt_vocab,
+            m.direction,
+            Scorer(m.model, precision, batch_tokens),
+            f,
+        )
+        for m, f in zip(loaded, model_dirs, strict=True)
+    ]
+    work = Extending(models, layout, lex, config, stats, wanted, batch, display_name(table))
+    # said when the input opens: how the run computes, and whether its models learned
+    opening = [f"rescorer extend: {device}, {precision}, {threads.describe()}"]
+    for k, (m, folder) in enumerate(zip(loaded, model_dirs, strict=True)):
+        warning = unlearned(m.provenance, folder, generates=k == 0)
+        if warning and config.quiet:  # a warning, said even with -q (as score says it)
+            print(f"rescorer extend: {warning}", file=sys.stderr)
+        elif warning:
+            opening.append(f"rescorer extend: {warning}")
+    options = _manifest_options(config, precision, device.type, out.endswith(".gz"))
+    job.run(work, config, stats, model_dirs, options, device, opening=opening)
+    return stats
+
+
+def _manifest_options(
+    config: ExtendConfig, precision: str, device_type: str, gz: bool
+) -> dict[str, Any]:
+    """Every option that changes the output's bytes, as a shard's manifest states them (merge
+    refuses parts that differ): the side inputs by their content's sha256."""
+    digests = dict(config.side_inputs)
+    lex = [digests.get("--lex-f2e"), digests.get("--lex-e2f")]
+    return {
         "form": config.form,
         "beam": config.beam,
         "samples": config.samples,
         "seed": config.seed if config.samples else None,
         "floor": config.floor,
-        "lex": lex is not None,
-        "input": wanted is not None,
+        "lex": lex if config.lex_f2e is not None else None,
+        "input": digests.get("--input") if config.input is not None else None,
         "precision": precision,
-        "device_type": device.type,
+        "device_type": device_type,
         "chunk_bytes": config.chunk_bytes,
         "gzip": gz,
         "compresslevel": config.compresslevel if gz else None,
         "skip_bad_lines": config.skip_bad_lines is not None,
     }
-    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
-    models = [
-        _Model(m.model, m.src_vocab, m.tgt_vocab, m.direction, s)
-        for m, s in zip(loaded, scorers, strict=True)
-    ]
-    work = Extending(models, layout, lex, config, stats, wanted, batch)
-    job.run(work, config, stats, model_dirs, manifest_options, device)
-    return stats
 
 
 @dataclass(frozen=True)
@@ -113,6 +147,7 @@ class _Model:
     tgt_vocab: Any
     direction: str
     scorer: Any
+    folder: str  # its -m, for messages
 
 
 class Extending:
@@ -129,6 +164,7 @@ class Extending:
         stats: ExtendStats,
         wanted: frozenset[str] | None,
         batch_sources: int,
+        name: str = "the table",
     ) -> None:
         self.models, self.layout, self.lex, self.config, self.stats = (
             models,
@@ -140,7 +176,7 @@ class Extending:
         self.init_worker = init_worker
         self.init_args: tuple[Any, ...] = (wanted,)
         self.parse = parse_chunk
-        self.batch_sources = batch_sources
+        self.batch_sources, self.name = batch_sources, name
 
     def submit(self, parsed: ExtendChunk) -> list[list[str]]:
         """The new targets of each source group (the beam's, then the samples' with
@@ -152,13 +188,22 @@ class Extending:
         found: dict[int, list[str]] = {}
         for start in range(0, len(todo), self.batch_sources):
             part = todo[start : start + self.batch_sources]
-            beams = beam_search_batched(
-                gen.model,
-                gen.src_vocab,
-                gen.tgt_vocab,
-                [g.src.split(" ") for g in part],
-                self.config.beam,
-            )
+            try:
+                beams = beam_search_batched(
+                    gen.model,
+                    gen.src_vocab,
+                    gen.tgt_vocab,
+                    [g.src.split(" ") for g in part],
+                    self.config.beam,
+                )
+            except NotFiniteError as exc:  # it would propose nothing, and say nothing
+                group = part[exc.source]
+                raise RescorerError(
+                    f"{gen.folder}: the model's next-word scores for {group.src!r} "
+                    f"({self.name}:{parsed.line_of(group.first)}) are {exc.value}, not finite, "
+                    f"in {self.stats.precision} (weights that overflow?): it can propose no "
+                    "target; rescorer score refuses the model too"
+                ) from None
             drawn = self._samples([g.src for g in part])
             for group, hyps, extra in zip(part, beams, drawn, strict=True):
                 targets = [" ".join(gen.tgt_vocab.decode(h.ids)) for h in hyps]
@@ -201,6 +246,7 @@ class Extending:
             (g.src, t) for g, targets in zip(parsed.groups, pending, strict=True) for t in targets
         ]
         logps = self._score(pairs)  # one list per model
+        self._refuse_non_finite(logps, pairs, parsed)
         new_lines: list[list[bytes]] = []
         k = 0
         for targets in pending:
@@ -226,6 +272,24 @@ class Extending:
         args = (parsed.lines, parsed.cuts, spans, new_lines, fill_up, gz_level)
         written = len(pairs) + (len(parsed.lines) if fill_up else 0)
         return format_chunk, (*args, parsed.last_unterminated), written
+
+    def _refuse_non_finite(
+        self, logps: list[list[float]], pairs: list[tuple[str, str]], parsed: ExtendChunk
+    ) -> None:
+        """The error for the first new pair a model scores nan or inf, as score's for a line:
+        the model, the pair, the line of its source phrase (no nan ever reaches the output)."""
+        for column, model in zip(logps, self.models, strict=True):
+            bad = next((k for k, v in enumerate(column) if not math.isfinite(v)), None)
+            if bad is None:
+                continue
+            src, tgt = pairs[bad]
+            first = next(g.first for g in parsed.groups if g.src == src)
+            raise RescorerError(
+                f"{model.folder}: the model scores the new pair '{src} ||| {tgt}' (for "
+                f"{self.name}:{parsed.line_of(first)}'s source phrase) as {column[bad]} in "
+                f"{self.stats.precision}, not a finite log probability (weights that "
+                "overflow?); rescorer score refuses the model too"
+            )
 
     def _score(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
         """log p of every pair under every model, as ``rescorer score`` computes it."""

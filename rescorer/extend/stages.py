@@ -53,6 +53,14 @@ class ExtendChunk:
     last_unterminated: bool = False
     chunk_sha256: str = ""
 
+    def line_of(self, good: int) -> int:
+        """The input line number of good line ``good`` (its index among ``lines``)."""
+        lineno = self.first_line + good
+        for bad_line in sorted(b[0] for b in self.bad):  # good line i sits after these
+            if bad_line <= lineno:
+                lineno += 1
+        return lineno
+
 
 def parse_chunk(
     chunk: Chunk, num_scores: int | None, name: str, digest: bool = False

@@ -145,6 +145,30 @@ def _is_provenance(values: list[float]) -> bool:
     return bool(values) and set(values) <= set(PROVENANCE) and PROVENANCE[1] in values
 
 
+def last_column(table_path: str) -> list[float]:
+    """The last score of each of the table's first CHECK_LINES lines."""
+    from rescorer.io.table import read_table
+
+    values = []
+    for i, entry in enumerate(read_table(table_path)):
+        if i == CHECK_LINES:
+            break
+        values.append(entry.scores[-1] if entry.scores else math.nan)
+    return values
+
+
+def is_fill_up(values: list[float]) -> bool:
+    """A fill-up's provenance column (rescorer extend --form fill-up, combine-ptables.pl
+    --mode=fillup): only 1 (the first table's pairs) and 2.718, and some 1. extend's second
+    table has 2.718 on every line; a fill-up's first lines may all be the table's own."""
+    return bool(values) and set(values) <= set(PROVENANCE) and PROVENANCE[0] in values
+
+
+def is_constant_e(values: list[float]) -> bool:
+    """2.718 on every line: extend's second table's last column (ln = 1 for each pair)."""
+    return bool(values) and all(v == PROVENANCE[1] for v in values)
+
+
 def count_columns(table_path: str) -> int:
     """The number of dense scores on a phrase table's first line."""
     from rescorer.io.table import read_table

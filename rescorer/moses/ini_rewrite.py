@@ -54,6 +54,32 @@ def derived_new_weight(name: str, tuned: Sequence[float]) -> tuple[float, str]:
     return median, f"the median magnitude of {name}'s {len(magnitudes)} non-zero weights"
 
 
+def refuse_spaces(what: str, path: str) -> None:
+    """A path= Moses could not read: it splits a feature line at spaces and tabs, quoted or
+    not (``FeatureFunction::ParseLine``: "Incorrect format for feature function arg: ...",
+    as the real Moses says of ``path=/a/my tables/pt.gz``). ``what`` names where it is from."""
+    if any(c.isspace() for c in path):
+        raise RescorerError(
+            f"{what}: the path {path!r} has a space: Moses splits a feature line at spaces, "
+            "quoted or not ('Incorrect format for feature function arg'), so it could not open "
+            "it; move or link the file (or the folder Moses runs in) to a path without spaces"
+        )
+
+
+def provenance_note(derived: float, why: str, new: int) -> str:
+    """What the new columns of a fill-up start at, and why the provenance's weight is negative.
+    combine-ptables.pl's convention, which extend follows: the provenance is 1 (exp 0) for the
+    first table's pairs and 2.718 (exp 1) for the filled-up ones; Moses takes its ln, 0 or 1,
+    so the weight is added once per new pair a translation uses: negative, a cost, the first
+    table preferred as a fill-up means it (MERT may change its sign)."""
+    others = f"new weight {derived:g} ({why}), and " if new > 1 else ""
+    return (
+        f"{others}{-derived:g} for the provenance column (ln 2.718 = 1 for a new pair, ln 1 = 0 "
+        "for the table's own: a negative weight is a cost per new pair used, the first table "
+        "preferred; --new-weight to choose)"
+    )
+
+
 def _replace_arg(line: str, key: str, value: str) -> str:
     """``line`` with the token ``key=...`` replaced by ``key=value`` (other bytes unchanged)."""
     code_end = len(code_part(line))
@@ -247,6 +273,7 @@ def _absolute_path_lines(
             continue
         path = os.path.abspath(paths[feature.name]) if feature.name in paths else raw
         resolved = ini.resolve(path)
+        refuse_spaces(f"{ini.path}:{feature.lineno}: {feature.name}", resolved)
         if feature.name not in unchecked:
             ini.feature_file(feature, path)
         if resolved != raw:
@@ -286,6 +313,19 @@ def write_scored_ini(
             f"{table_path}.partial.json: a score run to {table_path} has not finished; "
             f"{table_path} is an earlier run's output"
         )
+    if added.provenance and not weights:  # the provenance column starts as a cost
+        derived, why = derived_new_weight(
+            update.feature.name, ini.weight_line(update.feature.name).values
+        )
+        new = num_columns - (update.feature.num_features or 0)
+        update = update_for_scored_table(
+            ini,
+            os.path.abspath(table_path),
+            num_columns,
+            weights=(derived,) * (new - 1) + (-derived,),
+            feature_name=update.feature.name,
+        )
+        update = dataclasses.replace(update, note=provenance_note(derived, why, new))
     update = dataclasses.replace(update, added=added, warnings=tuple(warnings))
     with open_output(out_path) as out:
         out.write(update.text)

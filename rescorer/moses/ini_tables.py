@@ -13,10 +13,10 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rescorer.errors import RescorerError
-from rescorer.moses.added_columns import count_columns
+from rescorer.errors import InputError, RescorerError
+from rescorer.moses.added_columns import count_columns, is_constant_e, is_fill_up, last_column
 from rescorer.moses.ini import TEXT_TABLE, MosesIni, code_part, read_ini, same_file
-from rescorer.moses.ini_rewrite import DEFAULT_NEW_WEIGHT, _absolute_path_lines
+from rescorer.moses.ini_rewrite import _absolute_path_lines, derived_new_weight, refuse_spaces
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class SecondTable:
     num_features: int
     weights: tuple[float, ...]
     mapping: tuple[str, ...]  # the [mapping] lines after the rewrite
+    note: str = ""  # the weights derived from the ini, and why (no --new-weight given)
 
 
 def _mapping(ini: MosesIni) -> tuple[int | None, list[str]]:
@@ -45,13 +46,64 @@ def _mapping(ini: MosesIni) -> tuple[int | None, list[str]]:
     return header, steps
 
 
+def start_weights(
+    ini: MosesIni, num_features: int, weights: Sequence[float], cost_last: bool
+) -> tuple[tuple[float, ...], str]:
+    """The second table's starting weights and, when derived, why. Given (``weights``): one
+    per column, or one for all. Derived (issue 59): the median magnitude of the first table's
+    own weights (:func:`~rescorer.moses.ini_rewrite.derived_new_weight`, as the new column of
+    a scored table gets), tuned weights of 0.0004-0.115 giving 0.0432 where a fixed 0.2 outweighed
+    every tuned feature and Moses took none of the new pairs before tuning; and, with
+    ``cost_last`` (extend's constant 2.718: ln = 1 for every pair of the second table), that
+    magnitude negated for the last column: a cost per new pair used, as a fill-up's
+    provenance weight starts (the first table preferred)."""
+    if weights:
+        return (tuple(weights) if len(weights) > 1 else (weights[0],) * num_features), ""
+    first = ini.translation_models()[0].name
+    derived, why = derived_new_weight(first, ini.weight_line(first).values)
+    values = (derived,) * num_features
+    note = f"new weights {derived:g} ({why}"
+    if cost_last:
+        values = (*values[:-1], -derived)
+        note += (
+            f"), {-derived:g} for the last column (2.718 on every line: ln = 1 for each pair of "
+            "the second table, so a negative weight is a cost per new pair used"
+        )
+    return values, note + "; --new-weight to choose)"
+
+
+def refuse_mismatched_weights(ini: MosesIni) -> None:
+    """A feature whose [weight] line holds another count than its num-features: Moses stops
+    on it ("Mismatch in number of features and number of weights"), so no ini is written."""
+    for feature in ini.features:
+        count = feature.num_features
+        if count is None or not any(w.name == feature.name for w in ini.weight_lines):
+            continue
+        line = ini.weight_line(feature.name)
+        if len(line.values) != count:
+            raise InputError(
+                ini.path,
+                line.lineno,
+                f"{feature.name} has {len(line.values)} weights but num-features={count}: "
+                "Moses stops on it ('Mismatch in number of features and number of weights'); "
+                "make them agree first",
+            )
+
+
 def add_second_table(
-    ini: MosesIni, table_path: str, num_features: int, weights: Sequence[float] = ()
+    ini: MosesIni,
+    table_path: str,
+    num_features: int,
+    weights: Sequence[float] = (),
+    cost_last: bool = False,
 ) -> SecondTable:
-    """The ini's text with a second table (module docstring)."""
+    """The ini's text with a second table (module docstring); ``cost_last``: its last column
+    is extend's constant 2.718 (:func:`start_weights`)."""
     models = ini.translation_models()
     if not models:
         raise RescorerError(f"{ini.path}: no phrase table to add a second one beside")
+    refuse_mismatched_weights(ini)
+    refuse_spaces("--second-table", os.path.abspath(table_path))
     names = {f.name for f in ini.features}
     index = len(models)
     while f"TranslationModel{index}" in names:
@@ -62,11 +114,7 @@ def add_second_table(
             f"{table_path} has {num_features} score columns, but {len(weights)} --new-weight "
             "values were given (one per column, or one for all)"
         )
-    values = (
-        tuple(weights)
-        if len(weights) == num_features
-        else ((weights[0] if weights else DEFAULT_NEW_WEIGHT),) * num_features
-    )
+    values, note = start_weights(ini, num_features, weights, cost_last)
     header, steps = _mapping(ini)
     mapping: tuple[str, ...]
     stated = steps or ["0 T 0"]  # no [mapping], or an empty one: Moses' default
@@ -104,7 +152,7 @@ def add_second_table(
             if n > header and code_part(line).strip(" \t") == steps[-1]
         )
         lines[last_step] = _after(lines[last_step], step)
-    return SecondTable(ini.text(lines), name, num_features, values, mapping)
+    return SecondTable(ini.text(lines), name, num_features, values, mapping, note)
 
 
 def _after(line: str, added: str) -> str:
@@ -130,7 +178,16 @@ def write_second_table_ini(
             raise RescorerError(f"-o {out_path} is {what} itself: write the new ini elsewhere")
     ini = read_ini(ini_path, run_dir)
     not_a_reordering_table(table_path, sniff_table_kind(table_path))
-    added = add_second_table(ini, table_path, count_columns(table_path), weights)
+    last = last_column(table_path)
+    if is_fill_up(last):
+        raise RescorerError(
+            f"{table_path}: a fill-up (its last column, the provenance, is 1 for the first "
+            "table's pairs and 2.718 for new ones): it holds the first table's pairs too, so "
+            "it replaces that table rather than going beside it: use moses-ini --phrase-table "
+            "with it, or make the new pairs alone with rescorer extend --form second-table"
+        )
+    count = count_columns(table_path)
+    added = add_second_table(ini, table_path, count, weights, cost_last=is_constant_e(last))
     with open_output(out_path) as out:
         out.write(added.text)
     return added

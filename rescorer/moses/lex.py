@@ -19,6 +19,7 @@ extracted pair: every aligned word pair was counted).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,11 @@ class LexicalTable:
 
 def read_lex(path: str) -> LexicalTable:
     """A lex.f2e or lex.e2f file: ``out given p`` per line (the first word is the one whose
-    probability the line gives)."""
+    probability the line gives). A p outside [0, 1] (nan and inf among them) is an InputError
+    naming the line. 0 is a probability: train-model.perl writes p with ``%.7f``
+    (LexicalTranslationModel.pm:71-72), so a w(e|f) under 5e-8 reads ``0.0000000``; Moses'
+    ``score`` multiplies it in as it is, and a pair's lexical weight of 0 is written as
+    e^-100, the floor of every column rescorer writes."""
     from rescorer.io.inputs import open_text
 
     table: dict[str, dict[str, float]] = {}
@@ -54,7 +59,14 @@ def read_lex(path: str) -> LexicalTable:
             try:
                 prob = float(fields[2])
             except ValueError:
-                raise InputError(path, lineno, f"{fields[2]!r} is not a probability") from None
+                prob = math.nan
+            if not 0.0 <= prob <= 1.0:  # nan and inf too: they would be written through
+                raise InputError(
+                    path,
+                    lineno,
+                    f"{fields[2]!r} is not a probability in [0, 1] (expected 'word word p', p a "
+                    "word translation probability)",
+                )
             table.setdefault(fields[1], {})[fields[0]] = prob
     return LexicalTable(table)
 

@@ -160,62 +160,17 @@ def add_pair_feature(
     stats = NBestFeatureStats()
     seen_ids: set[int] = set()
 
-    def passed_through(pair: tuple[str, str]) -> bool:
-        return " " not in pair[0] and pair[0] not in translated
-
     def flush(block: list[NBestEntry], out: Any) -> None:
-        segmented = []
-        for entry in block:
-            if entry.sent_id >= len(sentences):
-                raise InputError(
-                    name_nb,
-                    entry.lineno,
-                    f"sentence {entry.sent_id}, but {name_in} has {len(sentences)} lines",
-                )
-            pairs = phrase_segments(entry, sentences[entry.sent_id], name_nb)[0]
-            unknown = [pair for pair in pairs if passed_through(pair)]
-            stats.passed_through += len(unknown)
-            segmented.append([pair for pair in pairs if pair not in unknown])
-            stats.phrase_pairs += len(pairs)
+        segmented = _segment_block(block, sentences, translated, (name_nb, name_in), stats)
         distinct = sorted({pair for pairs in segmented for pair in pairs})
-        logps = []
-        for k, (name, score) in enumerate(features):
-            values = [float(v) for v in score(distinct)] if distinct else []
-            bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
-            if bad is not None:
-                pair = distinct[bad]
-                entry = next(e for e, ps in zip(block, segmented, strict=True) if pair in ps)
-                origin = origins[k] if k < len(origins) else f"the model of {name}"
-                raise RescorerError(
-                    f"{origin}: the model scores the phrase pair {pair[0]!r} -> {pair[1]!r} of "
-                    f"{name_nb}:{entry.lineno} as {values[bad]}, not a finite log probability "
-                    f"(weights that overflow?); {name}= would not be a number"
-                )
-            logps.append(dict(zip(distinct, values, strict=True)))
+        logps = _score_pairs(distinct, features, origins, block, segmented, name_nb)
         stats.scored_pairs += len(distinct)
-        for entry, pairs in zip(block, segmented, strict=True):
-            added = " ".join(
-                f"{name}= {sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs):.8g}"
-                for (name, _), logp in zip(features, logps, strict=True)
-            )
-            if features_only:
-                out.write(f"{added}\n")
-            else:
-                fields = list(entry.fields)
-                fields[2] = f"{fields[2].rstrip(' ')} {added} "
-                out.write(NBEST_SEP.join(fields) + "\n")
+        _write_block(block, segmented, features, logps, features_only, out)
 
     with open_output(out_path) as out:
         block: list[NBestEntry] = []
         for entry in read_nbest(nbest_path):
-            _check_line_length(entry, name_nb)
-            taken = [name for name, _ in features if any(k == name for k, _ in entry.features)]
-            if taken:
-                raise InputError(
-                    name_nb,
-                    entry.lineno,
-                    f"already has a feature {taken[0]}= (choose another --name)",
-                )
+            _check_entry(entry, features, name_nb)
             stats.hypotheses += 1
             seen_ids.add(entry.sent_id)
             block.append(entry)
@@ -232,3 +187,90 @@ def add_pair_feature(
         progress.close()
     stats.sentences = len(seen_ids)
     return stats
+
+
+def _check_entry(entry: NBestEntry, features: Sequence[tuple[str, PairScorer]], name: str) -> None:
+    """An n-best line score-nbest can take: not too long, without a feature of a new name."""
+    _check_line_length(entry, name)
+    taken = [label for label, _ in features if any(k == label for k, _ in entry.features)]
+    if taken:
+        raise InputError(
+            name, entry.lineno, f"already has a feature {taken[0]}= (choose another --name)"
+        )
+
+
+def _segment_block(
+    block: list[NBestEntry],
+    sentences: list[list[str]],
+    translated: set[str] | frozenset[str],
+    names: tuple[str, str],
+    stats: NBestFeatureStats,
+) -> list[list[tuple[str, str]]]:
+    """Per hypothesis of ``block``, its phrase pairs the models score: all but the words Moses
+    passed through untranslated (not in ``translated``), which ``stats`` counts. ``names``:
+    the n-best list's and the input's, for errors."""
+    name_nb, name_in = names
+    segmented = []
+    for entry in block:
+        if entry.sent_id >= len(sentences):
+            raise InputError(
+                name_nb,
+                entry.lineno,
+                f"sentence {entry.sent_id}, but {name_in} has {len(sentences)} lines",
+            )
+        pairs = phrase_segments(entry, sentences[entry.sent_id], name_nb)[0]
+        unknown = [pair for pair in pairs if " " not in pair[0] and pair[0] not in translated]
+        stats.passed_through += len(unknown)
+        segmented.append([pair for pair in pairs if pair not in unknown])
+        stats.phrase_pairs += len(pairs)
+    return segmented
+
+
+def _score_pairs(
+    distinct: list[tuple[str, str]],
+    features: Sequence[tuple[str, PairScorer]],
+    origins: Sequence[str],
+    block: list[NBestEntry],
+    segmented: list[list[tuple[str, str]]],
+    name_nb: str,
+) -> list[dict[tuple[str, str], float]]:
+    """ln p of each of the ``distinct`` pairs under each feature's scorer; a value that is not
+    finite stops the run, naming the feature's origin and the first line holding the pair."""
+    logps = []
+    for k, (name, score) in enumerate(features):
+        values = [float(v) for v in score(distinct)] if distinct else []
+        bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+        if bad is not None:
+            pair = distinct[bad]
+            entry = next(e for e, ps in zip(block, segmented, strict=True) if pair in ps)
+            origin = origins[k] if k < len(origins) else f"the model of {name}"
+            raise RescorerError(
+                f"{origin}: the model scores the phrase pair {pair[0]!r} -> {pair[1]!r} of "
+                f"{name_nb}:{entry.lineno} as {values[bad]}, not a finite log probability "
+                f"(weights that overflow?); {name}= would not be a number"
+            )
+        logps.append(dict(zip(distinct, values, strict=True)))
+    return logps
+
+
+def _write_block(
+    block: list[NBestEntry],
+    segmented: list[list[tuple[str, str]]],
+    features: Sequence[tuple[str, PairScorer]],
+    logps: list[dict[tuple[str, str], float]],
+    features_only: bool,
+    out: Any,
+) -> None:
+    """Each hypothesis with its features appended (or, ``features_only``, the features alone):
+    per feature, the sum over its pairs of max(ln p, LOGP_FLOOR)."""
+    for entry, pairs in zip(block, segmented, strict=True):
+        added = " ".join(
+            f"{name}= {sum(max(float(logp[pair]), LOGP_FLOOR) for pair in pairs):.8g}"
+            for (name, _), logp in zip(features, logps, strict=True)
+        )
+        if features_only:
+            out.write(f"{added}\n")
+        else:
+            fields = list(entry.fields)
+            fields[2] = f"{fields[2].rstrip(' ')} {added} "
+            out.write(NBEST_SEP.join(fields) + "\n")

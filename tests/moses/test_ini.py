@@ -549,3 +549,127 @@ def test_start_weights_keep_crlf_endings_and_refuse_two_lines_in_the_start(tmp_p
     start.write_text(UNTUNED + "LM0= 0.4\n", encoding="utf-8")
     with pytest.raises(RescorerError, match=r"untuned.ini:8 and .*untuned.ini:9: 2 'LM0='"):
         with_start_weights(read_ini(str(crlf)), read_ini(str(start)))
+
+
+# ------------------------------ moses-ini --second-table (issue 58 item 7, issue 59 item 4)
+def real_ini_copy(folder: Path) -> Path:
+    """The real tuned en-fr ini (TranslationModel0= 0.11452 0.0672427 -0.000424593 0.0192088)
+    in ``folder``, its three files links to the tiny system's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ini = folder / "moses.ini"
+    shutil.copy(REAL_INI, ini)
+    for name, target in (
+        ("phrase-table.gz", "phrase-table.gz"),
+        ("reordering-table.wbe-msd-bidirectional-fe.gz", "reordering-table.gz"),
+        ("lm.fr.binary", "lm.arpa"),
+    ):
+        (folder / name).symlink_to(TINY_SYSTEM / target)
+    return ini
+
+
+def second_table(
+    folder: Path, last: tuple[str, ...] = ("2.718", "2.718"), name: str = "new.txt"
+) -> Path:
+    """A table as extend --form second-table writes it: two models' p, then 2.718 (or
+    ``last``'s values, line by line)."""
+    table = folder / name
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(
+        "".join(
+            f"a{i} ||| b ||| 0.5 0.25 {v} |||  ||| 0 0 0 ||| |||\n" for i, v in enumerate(last)
+        ),
+        encoding="utf-8",
+    )
+    return table
+
+
+def test_second_table_weights_derive_from_the_first_tables_tuned_ones(tmp_path: Path) -> None:
+    """Every new weight was 0.2 against tuned weights of 0.0004-0.115: Moses used none of the new
+    pairs before tuning. Now the median magnitude of TranslationModel0's (0.0432, as moses-ini
+    --phrase-table derives a new column's), and the constant 2.718 column (ln = 1 for every pair
+    of the second table) gets -0.0432: a cost per new pair used."""
+    ini = real_ini_copy(tmp_path / "system")
+    out = tmp_path / "2t.ini"
+    code, said = moses_ini(str(ini), "--second-table", str(second_table(tmp_path)), "-o", str(out))
+    assert code == 0, said
+    assert read_ini(str(out)).weights()["TranslationModel1"] == (0.0432, 0.0432, -0.0432)
+    assert "median magnitude of TranslationModel0's 4 non-zero weights" in said
+    assert "-0.0432 for the last column" in said, said
+    code, said = moses_ini(str(ini), "--second-table", str(second_table(tmp_path)), "-o",
+                           str(out), "--new-weight", "0.1")  # fmt: skip
+    assert code == 0 and read_ini(str(out)).weights()["TranslationModel1"] == (0.1, 0.1, 0.1)
+
+
+def test_a_fill_ups_provenance_column_starts_as_a_cost(tmp_path: Path) -> None:
+    """A fill-up's provenance column (1 for the table's pairs, 2.718 for the new ones: ln = 0
+    or 1) got +0.0432, a bonus per new pair; now -0.0432, and the message says which sign."""
+    ini = real_ini_copy(tmp_path / "system")
+    table = tmp_path / "fill.gz"
+    with gzip.open(table, "wt", encoding="utf-8") as f:
+        for i, entry in enumerate(read_table(str(SLICE))):
+            if i == 50:
+                break
+            f.write(entry.line_with_columns(("0.5", "2.718" if i % 7 == 3 else "1")) + "\n")
+    out = tmp_path / "fill.ini"
+    code, said = moses_ini(str(ini), "--phrase-table", str(table), "-o", str(out))
+    assert code == 0, said
+    weights = read_ini(str(out)).weights()["TranslationModel0"]
+    assert weights[4:] == (0.0432, -0.0432)
+    assert "-0.0432 for the provenance column" in said, said
+
+
+@pytest.mark.parametrize("flag", ["--second-table", "--phrase-table"])
+def test_a_path_with_a_space_is_refused_as_moses_cannot_read_it(tmp_path: Path, flag: str) -> None:
+    """The real Moses splits a feature line at spaces, quoted or not: 'Incorrect format for
+    feature function arg: ace/pt.gz' (FeatureFunction::ParseLine); the ini was written."""
+    ini = real_ini_copy(tmp_path / "system")
+    if flag == "--second-table":
+        table = second_table(tmp_path / "new pairs")
+    else:
+        table = tmp_path / "scored tables" / "pt.5.gz"
+        table.parent.mkdir()
+        shutil.copy(scored_table(tmp_path), table)
+    out = tmp_path / "x.ini"
+    code, said = moses_ini(str(ini), flag, str(table), "-o", str(out))
+    assert code == 1 and not out.exists()
+    assert said.strip().splitlines()[-1].startswith("rescorer moses-ini: error: ")
+    assert f"{table.resolve()}" in said and "has a space" in said and "Moses" in said, said
+
+
+def test_an_ini_folder_with_a_space_is_refused_too(tmp_path: Path) -> None:
+    """Relative paths made absolute from a folder with a space in its name: Moses could not read
+    them either."""
+    ini = real_ini_copy(tmp_path / "my system")
+    out = tmp_path / "x.ini"
+    code, said = moses_ini(str(ini), "--second-table", str(second_table(tmp_path)), "-o", str(out))
+    assert code == 1 and not out.exists()
+    assert "has a space" in said and "my system" in said, said
+
+
+def test_a_fill_up_table_is_refused_as_a_second_table(tmp_path: Path) -> None:
+    """A fill-up (its last column 1 for the table's pairs, 2.718 for new ones) holds the first
+    table's pairs too: beside it, every pair would be there twice."""
+    ini = real_ini_copy(tmp_path / "system")
+    table = second_table(tmp_path, last=("1", "1", "2.718", "1"))
+    out = tmp_path / "x.ini"
+    code, said = moses_ini(str(ini), "--second-table", str(table), "-o", str(out))
+    assert code == 1 and not out.exists()
+    assert "a fill-up" in said and "--phrase-table" in said and "--form second-table" in said, said
+
+
+def test_a_second_table_needs_an_ini_whose_weights_match_num_features(tmp_path: Path) -> None:
+    """num-features=5 with 4 weights went through to an ini Moses stops on ('Mismatch in number
+    of features and number of weights')."""
+    ini = real_ini_copy(tmp_path / "system")
+    ini.write_text(
+        ini.read_text().replace("num-features=4 path=phrase", "num-features=5 path=phrase")
+    )
+    out = tmp_path / "x.ini"
+    code, said = moses_ini(str(ini), "--second-table", str(second_table(tmp_path)), "-o", str(out))
+    assert code == 1 and not out.exists()
+    lineno = next(
+        n
+        for n, line in enumerate(ini.read_text().splitlines(), 1)
+        if line.startswith("TranslationModel0=")
+    )
+    assert f"{ini}:{lineno}: TranslationModel0 has 4 weights but num-features=5" in said, said
