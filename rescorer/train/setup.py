@@ -76,6 +76,20 @@ class RunSetup:
             self.tell = lambda msg: None
         if cfg.quiet or not self.world.is_main:
             self.say = lambda msg: None
+        self._check_folder(resume)
+        self._choose_device(model_cfg)
+        self._load_data(source, model_cfg, resume)
+        self._build_model(model_cfg)
+        self.run_state = RunState()
+        self.saved_update = 0  # the update of the training state on disk
+        if resume:
+            self._resume()
+        else:
+            self._create(model_cfg, command_line)
+
+    def _check_folder(self, resume: bool) -> None:
+        """The model folder can take this run (a new one, or the saved state to resume)."""
+        cfg, out = self.cfg, self.out
         check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
         self.model_dir = ModelDir(out)
         self.state_path = self.model_dir.state_path
@@ -90,6 +104,10 @@ class RunSetup:
             not (cfg.profile and self.world.distributed),
             "--profile: not under torchrun (profile one process: its phases are the same)",
         )
+
+    def _choose_device(self, model_cfg: ModelConfig) -> None:
+        """The device, threads and precision (every rank takes rank 0's measured one)."""
+        cfg = self.cfg
         self.device = resolve_device(self.world.device_name(cfg.device))
         self.threads = set_threads(choose_threads(cfg.threads))
         self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
@@ -109,8 +127,10 @@ class RunSetup:
         if self.world.distributed and precision.reason:  # measured: every rank takes rank 0's
             main_bf16 = float(self.world.is_main and self.precision == "bf16")
             self.precision = "bf16" if self.world.sum([main_bf16], self.device)[0] else "fp32"
-        self._load_data(source, model_cfg, resume)
 
+    def _build_model(self, model_cfg: ModelConfig) -> None:
+        """The model (seeded initialisation), its compiled kernels, DDP and the optimiser."""
+        cfg = self.cfg
         self.say(f"rescorer train: building the model and the optimiser{self.budget_note()}")
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
@@ -128,50 +148,53 @@ class RunSetup:
         )
         # Clip and Adadelta's step in one pass per parameter, compiled with the steps.
         self.update = ClippedAdadelta(self.optim, compiled=compiled, guard=guard)
-        self.run_state = RunState()
-        self.saved_update = 0  # the update of the training state on disk
-        if resume:
-            saved = load_state(self.state_path, self.device)
-            self.model.load_state_dict(saved["model"])
-            self.optim.load_state_dict(saved["optimizer"])
-            self.run_state = RunState(**saved["run"])
-            self.saved_update = self.run_state.update
-            self.provenance = self.model_dir.read_provenance()
-            resumed = {"date": _now(), "update": self.run_state.update}
-            if self.world.distributed:
-                resumed["world_size"] = self.world.size
-            self.provenance.setdefault("resumed", []).append(resumed)
-            if self.world.is_main:
-                self.model_dir.update_provenance(self.provenance)
-                self.model_dir.update_train_config(cfg.to_dict())
-            self.say(
-                f"rescorer train: resuming at update {self.run_state.update:,}"
-                f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
+
+    def _resume(self) -> None:
+        """The saved weights, optimiser and run state; the resumption in the provenance."""
+        saved = load_state(self.state_path, self.device)
+        self.model.load_state_dict(saved["model"])
+        self.optim.load_state_dict(saved["optimizer"])
+        self.run_state = RunState(**saved["run"])
+        self.saved_update = self.run_state.update
+        self.provenance = self.model_dir.read_provenance()
+        resumed = {"date": _now(), "update": self.run_state.update}
+        if self.world.distributed:
+            resumed["world_size"] = self.world.size
+        self.provenance.setdefault("resumed", []).append(resumed)
+        if self.world.is_main:
+            self.model_dir.update_provenance(self.provenance)
+            self.model_dir.update_train_config(self.cfg.to_dict())
+        self.say(
+            f"rescorer train: resuming at update {self.run_state.update:,}"
+            f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
+        )
+
+    def _create(self, model_cfg: ModelConfig, command_line: list[str] | None) -> None:
+        """A new run's provenance, and its model folder (no weights until the first
+        checkpoint)."""
+        self.provenance = {
+            "data": self.fingerprint,
+            "train_pairs": len(self.data.train),
+            "valid_pairs_heldout": self.data.heldout_pairs,
+            "valid_pairs_scored": len(self.data.valid),
+            "rescorer_version": __version__,
+            "torch_version": torch.__version__,
+            "python_version": sys.version.split()[0],
+            "date": _now(),
+            "command_line": command_line if command_line is not None else sys.argv,
+        }
+        if self.world.distributed:
+            self.provenance["world_size"] = self.world.size
+        self.world.barrier()  # every rank has checked the folder before rank 0 fills it
+        if self.world.is_main:
+            ModelDir.create(
+                self.out,
+                model_cfg,
+                self.src_vocab,
+                self.tgt_vocab,
+                self.provenance,
+                train_config=self.cfg.to_dict(),
             )
-        else:
-            self.provenance = {
-                "data": self.fingerprint,
-                "train_pairs": len(self.data.train),
-                "valid_pairs_heldout": self.data.heldout_pairs,
-                "valid_pairs_scored": len(self.data.valid),
-                "rescorer_version": __version__,
-                "torch_version": torch.__version__,
-                "python_version": sys.version.split()[0],
-                "date": _now(),
-                "command_line": command_line if command_line is not None else sys.argv,
-            }
-            if self.world.distributed:
-                self.provenance["world_size"] = self.world.size
-            self.world.barrier()  # every rank has checked the folder before rank 0 fills it
-            if self.world.is_main:  # no weights until the first checkpoint
-                ModelDir.create(
-                    out,
-                    model_cfg,
-                    self.src_vocab,
-                    self.tgt_vocab,
-                    self.provenance,
-                    train_config=cfg.to_dict(),
-                )
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
         cfg = self.cfg
