@@ -19,11 +19,24 @@ from rescorer.cli.common import (
 )
 from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
-from rescorer.train.config import TrainConfig
+from rescorer.train.config import BATCH_AUTO_HELP, TrainConfig
 
 # Each default is written once, in the dataclasses (torch-free modules).
 MODEL = ModelConfig()
 TRAIN = TrainConfig()
+
+
+def batch_size(ctx: click.Context, param: click.Parameter, value: str | int) -> int | None:
+    """--batch-size: a count of at least 1, or auto (None: the device's, at the start)."""
+    if value == "auto":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise click.BadParameter(f"{value!r}: expected a whole number of at least 1, or auto")
+    return number
 
 
 VALID_FRACTION_HELP = "Sources held out."
@@ -120,10 +133,11 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 )
 @click.option(
     "--batch-size",
-    default=TRAIN.batch_size,
-    type=click.IntRange(min=1),
+    default="auto",
+    callback=batch_size,
     show_default=True,
-    help="Pairs per update.",
+    metavar="N|auto",
+    help=f"Pairs per update; {BATCH_AUTO_HELP}. Said in the first line.",
 )
 @click.option(
     "--max-updates", type=click.IntRange(min=0), help="Stop after this many updates in all."
@@ -187,6 +201,16 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @precision_option
 @compile_option("100,000 training pairs or more")
 @click.option(
+    "--capture",
+    type=click.Choice(["auto", "on", "off", "compile"]),
+    default=TRAIN.capture,
+    show_default=True,
+    help="The whole update (forward, backward, clip, Adadelta) at fixed shapes, batches bucketed"
+    " by length, replayed as a CUDA graph (on), or through torch.compile(mode='reduce-overhead')"
+    " (compile); auto: on for one CUDA device, off on a CPU (on a CPU, on runs the fixed-shape"
+    " update without a graph). Said in the first line.",
+)
+@click.option(
     "--log-every",
     default=TRAIN.log_every,
     type=click.IntRange(min=1),
@@ -225,6 +249,9 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     ctx = click.get_current_context()
     given = {k for k in opts if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     resume = opts.pop("resume")
+    if opts["batch_size"] is None:  # auto: chosen for the device at the start (a resume keeps its)
+        opts["batch_size"], opts["batch_auto"] = TRAIN.batch_size, True
+        given.discard("batch_size")
     if (table is None) == (pairs is None):
         raise click.UsageError("give either TABLE or --pairs SRC TGT")
     if table is not None:

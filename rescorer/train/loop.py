@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from rescorer.batching import epoch_batches
+from rescorer.batching import bucket_of, bucketed_batches, epoch_batches, length_bounds
 from rescorer.errors import RescorerError
 from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat
 from rescorer.model.encdec import ModelConfig
 from rescorer.phases import nothing
+from rescorer.train.capture import StaticUpdate
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
 from rescorer.train.profile import TrainPhases
@@ -89,9 +90,14 @@ class _Trainer(RunSetup):
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def step(self, index: np.ndarray) -> tuple[int, int, float]:
+    def step(self, index: np.ndarray) -> tuple[int, int, float | None]:
         """One update on the pairs ``index`` (this rank's batch): (pairs, target tokens, summed
-        NLL), summed over the ranks."""
+        NLL), summed over the ranks; the NLL None when the update is only queued on the device
+        (--capture: report() reads the losses back)."""
+        if self.static is not None:
+            length = int(self.bounds[bucket_of(self.lengths[index].max(), self.bounds)])
+            self.static(self.data.train, index, length)
+            return len(index), int(self.tgt_lens[index].sum()), None
         timed = self.phases is not None and self.run_state.update > self.first_update
         phase = self.phases if timed and self.phases is not None else nothing
         with phase("data"):
@@ -164,17 +170,42 @@ class _Trainer(RunSetup):
     def batches(self) -> Iterator[np.ndarray]:
         """This rank's remaining batches, epoch after epoch (advances the epoch counters): of each
         group of W consecutive batches of the epoch, the rank-th (distributed.py)."""
-        lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)
-        run = self.run_state
+        lengths, run = self.lengths, self.run_state
         size, rank = self.world.size, self.world.rank
         while True:
-            batches = epoch_batches(
-                lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
-            )
+            if run.order == "buckets":
+                batches = bucketed_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.bounds
+                )
+            else:
+                batches = epoch_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
+                )
             for first in range(run.batch_in_epoch, len(batches) - size + 1, size):
                 yield batches[first + rank]
             run.epoch += 1
             run.batch_in_epoch = 0
+
+    def make_static(self) -> StaticUpdate | None:
+        """The fixed-shape update of --capture (None: today's eager one), on the weights and
+        the optimiser state as they are now (a resumed run's loaded); a new run's batches
+        bucketed by length (a resumed run keeps the order it started with)."""
+        self.lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)  # (n,)
+        self.tgt_lens = self.data.train.tgt_lens  # (n,)
+        self.bounds = length_bounds(self.lengths)
+        if not self.capture:
+            return None
+        if self.run_state.update == 0:
+            self.run_state.order = "buckets"
+        return StaticUpdate(
+            self.model,
+            self.optim,
+            self.cfg.clip_norm,
+            self.precision,
+            self.cfg.batch_size,
+            mode=self.capture,
+            kernels=self.kernels,
+        )
 
     # ----------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
@@ -205,12 +236,18 @@ class _Trainer(RunSetup):
         self.loop_start = time.monotonic()
         self.first_update = run.update
         self.phases = TrainPhases(self.device) if cfg.profile else None
+        self.static = self.make_static()
         self.say(
             "rescorer train: starting the updates"
             + (
                 f"; the first one compiles the steps and readout ({COMPILE_TYPICAL}; not"
                 " charged to --max-time; --compile no skips it)"
                 if self.kernels
+                else ""
+            )
+            + (
+                f"; {len(self.bounds)} shapes (padded lengths {', '.join(map(str, self.bounds))})"
+                if self.static is not None
                 else ""
             )
             + self.budget_note()
@@ -268,7 +305,7 @@ class _Trainer(RunSetup):
         run.pairs_seen += n_pairs
         run.train_seconds += time.monotonic() - t0
         for w in (self.log_w, self.line_w):
-            w[0], w[1], w[2] = w[0] + n_pairs, w[1] + n_tokens, w[2] + loss
+            w[0], w[1], w[2] = w[0] + n_pairs, w[1] + n_tokens, w[2] + (loss or 0.0)
 
     def report(self) -> None:
         """The progress line (every --log-every updates, and at least every --progress-every
@@ -277,7 +314,18 @@ class _Trainer(RunSetup):
         log_w, line_w = self.log_w, self.line_w
         logged = run.update % cfg.log_every == 0
         now = time.monotonic()
-        if logged or (cfg.progress_every and now - line_w[3] >= cfg.progress_every):
+        shown = logged or (cfg.progress_every and now - line_w[3] >= cfg.progress_every)
+        if shown and self.static is not None:  # the losses queued on the device, read back
+            loss, bad, skipped = self.static.take()
+            for w in (log_w, line_w):
+                w[2] += loss
+            if bad or skipped:
+                self.say(
+                    f"rescorer train: update {run.update:,}: {bad} non-finite losses and"
+                    f" {skipped} skipped steps (non-finite gradients) since the last line"
+                )
+            now = time.monotonic()
+        if shown:
             rate = line_w[0] / max(now - line_w[3], 1e-9)
             ppl = math.exp(min(line_w[2] / line_w[1], 50))
             self.say(

@@ -11,6 +11,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,7 +34,8 @@ from rescorer.errors import check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
-from rescorer.train.config import TrainConfig
+from rescorer.train.capture import capture_mode, describe_mode
+from rescorer.train.config import TrainConfig, auto_batch_size
 from rescorer.train.data import (
     SHORTLIST_SETTINGS,
     Source,
@@ -77,7 +79,7 @@ class RunSetup:
         if cfg.quiet or not self.world.is_main:
             self.say = lambda msg: None
         self._check_folder(resume)
-        self._choose_device(model_cfg)
+        self._choose_device(model_cfg, resume)
         self._load_data(source, model_cfg, resume)
         self._build_model(model_cfg)
         self.run_state = RunState()
@@ -104,13 +106,27 @@ class RunSetup:
             not (cfg.profile and self.world.distributed),
             "--profile: not under torchrun (profile one process: its phases are the same)",
         )
+        check(
+            not (cfg.capture in ("on", "compile") and self.world.distributed),
+            f"--capture {cfg.capture}: not under torchrun (yet): --capture off",
+        )
 
-    def _choose_device(self, model_cfg: ModelConfig) -> None:
-        """The device, threads and precision (every rank takes rank 0's measured one)."""
+    def _choose_device(self, model_cfg: ModelConfig, resume: bool) -> None:
+        """The device, threads, batch size, the update's mode and precision (every rank takes
+        rank 0's measured one); the first line says the first four."""
         cfg = self.cfg
         self.device = resolve_device(self.world.device_name(cfg.device))
         self.threads = set_threads(choose_threads(cfg.threads))
-        self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
+        batch = f"batch {cfg.batch_size}"
+        if cfg.batch_auto and not resume:  # a resumed run keeps its batch size
+            size, why = auto_batch_size(self.device.type)
+            self.cfg = cfg = replace(cfg, batch_size=size)
+            batch = f"batch {size} ({why})"
+        self.capture = capture_mode(cfg.capture, self.device, self.world.distributed, cfg.profile)
+        self.say(
+            f"rescorer train: device {self.device}, {self.threads.describe()}; {batch};"
+            f" {describe_mode(self.capture, cfg.capture)}"
+        )
         shapes = training_shapes(
             model_cfg.hidden_size,
             model_cfg.embed_size,
