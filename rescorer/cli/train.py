@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import click
@@ -146,7 +147,9 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
     "--max-time",
     metavar="DURATION",
     callback=check_duration,
-    help="Stop after this long, e.g. 30m, 2h.",
+    help="Finish the whole command within this long, e.g. 30m, 2h: reading the table, counting,"
+    " encoding, compiling, training and the final validation and save all count (training stops"
+    " early enough for the save; a setup that eats it all stops with an error, nothing written).",
 )
 @click.option(
     "--patience",
@@ -199,7 +202,7 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @device_option
 @threads_option
 @precision_option
-@compile_option("100,000 training pairs or more")
+@compile_option("100,000 training pairs or more; a first compile past 4 minutes is given up")
 @click.option(
     "--capture",
     type=click.Choice(["auto", "on", "off", "compile"]),
@@ -241,6 +244,7 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
       rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
       rescorer train model/phrase-table.gz -o rnn-inverse/ --direction inverse
     """
+    started = time.monotonic()  # --max-time counts from here
     from click.core import ParameterSource
 
     from rescorer.train.config import configs_from_flags
@@ -259,7 +263,14 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
 
         not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)
-    result = run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
+    result = run_training(
+        table or pairs,  # type: ignore[arg-type]
+        out_dir,
+        model_cfg,
+        train_cfg,
+        resume=resume,
+        started=started,
+    )
     if result.signal:  # interrupted, state saved: 130 for SIGINT, 143 for SIGTERM, as a shell
         sys.exit(128 + result.signal)
 

@@ -12,22 +12,22 @@ from __future__ import annotations
 import math
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rescorer.batching import bucket_of, bucketed_batches, epoch_batches, length_bounds
+from rescorer.batching import bucket_of
 from rescorer.errors import RescorerError
 from rescorer.io.progress import COMPILE_TYPICAL, Heartbeat
 from rescorer.model.encdec import ModelConfig
 from rescorer.phases import nothing
-from rescorer.train.capture import StaticUpdate
+from rescorer.train.budget import BudgetedRun
 from rescorer.train.config import TrainConfig, TrainResult
 from rescorer.train.data import Source
+from rescorer.train.deadline import compile_give_up
 from rescorer.train.profile import TrainPhases
-from rescorer.train.setup import RunSetup
 from rescorer.train.state import save_state
 from rescorer.train.step import batch_loss, evaluate, train_step
 from rescorer.train.stop import StopFlag as _StopFlag
@@ -46,16 +46,20 @@ def train(
     resume: bool = False,
     command_line: list[str] | None = None,
     echo: Callable[[str], None] | None = None,
+    started: float | None = None,
 ) -> TrainResult:
     """Train on a phrase table (or parallel phrase files) into the model directory ``out_dir``.
 
     Progress goes to ``echo`` (default: stderr) unless ``train_cfg.quiet``. On SIGINT/SIGTERM the
-    current update finishes, the state is saved and the result says ``interrupted``.
+    current update finishes, the state is saved and the result says ``interrupted``. ``started``:
+    when the command started (time.monotonic(); default now), where --max-time counts from.
     """
-    return _Trainer(source, Path(out_dir), model_cfg, train_cfg, resume, command_line, echo).run()
+    return _Trainer(
+        source, Path(out_dir), model_cfg, train_cfg, resume, command_line, echo, started
+    ).run()
 
 
-class _Trainer(RunSetup):
+class _Trainer(BudgetedRun):
     """One invocation of a training run: the update loop and checkpoints, on the pieces
     :class:`~rescorer.train.setup.RunSetup` built."""
 
@@ -63,25 +67,6 @@ class _Trainer(RunSetup):
     @property
     def epochs(self) -> float:
         return self.run_state.pairs_seen / len(self.data.train)
-
-    def budget(self) -> str:
-        """How much of --max-updates/--max-time is used, and the time left by the nearer one
-        (a run may stop earlier on --patience)."""
-        cfg, run = self.cfg, self.run_state
-        shares: list[tuple[float, float | None]] = []  # (share used, seconds left)
-        if cfg.max_time:
-            used = self.budget_elapsed() / cfg.max_time
-            shares.append((used, max(cfg.max_time - self.budget_elapsed(), 0.0)))
-        if cfg.max_updates:
-            done_here = run.update - self.first_update
-            rate = done_here / max(time.monotonic() - self.loop_start, 1e-9)
-            left = (cfg.max_updates - run.update) / rate if done_here else None
-            shares.append((run.update / cfg.max_updates, left))
-        if not shares:
-            return ""
-        used, left = max(shares, key=lambda s: s[0])
-        text = f" | {100 * min(used, 1.0):.0f}% of the budget"
-        return text + (f", ETA {_fmt_time(left)}" if left is not None else "")
 
     def log(self, record: dict[str, Any]) -> None:
         if self.world.is_main:
@@ -161,51 +146,11 @@ class _Trainer(RunSetup):
         cfg, run = self.cfg, self.run_state
         if cfg.max_updates is not None and run.update >= cfg.max_updates:
             return "max-updates"
-        if cfg.max_time is not None and self.budget_elapsed() >= cfg.max_time:
+        if cfg.max_time is not None and self.out_of_time(run.pairs_seen):
             return "max-time"
         if cfg.patience is not None and run.bad_validations >= cfg.patience:
             return "patience"
         return "interrupted" if stop.set else ""
-
-    def batches(self) -> Iterator[np.ndarray]:
-        """This rank's remaining batches, epoch after epoch (advances the epoch counters): of each
-        group of W consecutive batches of the epoch, the rank-th (distributed.py)."""
-        lengths, run = self.lengths, self.run_state
-        size, rank = self.world.size, self.world.rank
-        while True:
-            if run.order == "buckets":
-                batches = bucketed_batches(
-                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.bounds
-                )
-            else:
-                batches = epoch_batches(
-                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
-                )
-            for first in range(run.batch_in_epoch, len(batches) - size + 1, size):
-                yield batches[first + rank]
-            run.epoch += 1
-            run.batch_in_epoch = 0
-
-    def make_static(self) -> StaticUpdate | None:
-        """The fixed-shape update of --capture (None: today's eager one), on the weights and
-        the optimiser state as they are now (a resumed run's loaded); a new run's batches
-        bucketed by length (a resumed run keeps the order it started with)."""
-        self.lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)  # (n,)
-        self.tgt_lens = self.data.train.tgt_lens  # (n,)
-        self.bounds = length_bounds(self.lengths)
-        if not self.capture:
-            return None
-        if self.run_state.update == 0:
-            self.run_state.order = "buckets"
-        return StaticUpdate(
-            self.model,
-            self.optim,
-            self.cfg.clip_norm,
-            self.precision,
-            self.cfg.batch_size,
-            mode=self.capture,
-            kernels=self.kernels,
-        )
 
     # ----------------------------------------------------------------------- loop
     def run(self) -> TrainResult:
@@ -237,11 +182,14 @@ class _Trainer(RunSetup):
         self.first_update = run.update
         self.phases = TrainPhases(self.device) if cfg.profile else None
         self.static = self.make_static()
+        self.first_pairs, self.checkpoint_cost, self.gave_up = run.pairs_seen, None, False
+        self.setup_warning()
         self.say(
             "rescorer train: starting the updates"
             + (
-                f"; the first one compiles the steps and readout ({COMPILE_TYPICAL}; not"
-                " charged to --max-time; --compile no skips it)"
+                f"; the first one compiles the steps and readout ({COMPILE_TYPICAL}; counted"
+                f" in --max-time; --compile auto gives up after {_fmt_time(compile_give_up(None))}"
+                " and trains without; --compile no skips it)"
                 if self.kernels
                 else ""
             )
@@ -258,13 +206,14 @@ class _Trainer(RunSetup):
                 stopped_by = self.world.stop_reason(self.stop_reason(stop), self.device)
                 if stopped_by:
                     break
-                self.timed_update(index)
+                if not self.timed_update(index):
+                    continue  # --max-time ran out while compiling: stop
                 self.report()
                 if run.update % cfg.valid_every == 0:
                     t_valid = time.monotonic()
                     self.checkpoint()
                     last_checkpoint = run.update
-                    spent = time.monotonic() - t_valid
+                    spent = self.checkpoint_cost = time.monotonic() - t_valid
                     self.log_w[3] += spent
                     self.line_w[3] += spent
             if run.update > last_checkpoint or not self.model_dir.has_weights():
@@ -275,9 +224,10 @@ class _Trainer(RunSetup):
         self.world.stop()
         return self.finish(stopped_by, stop)
 
-    def timed_update(self, index: np.ndarray) -> None:
+    def timed_update(self, index: np.ndarray) -> bool:
         """One update on ``index``, counted in the run state and both windows (the first one
-        under a heartbeat while it compiles, and followed by what the setup cost)."""
+        under a heartbeat while it compiles, and followed by what the setup cost); False when
+        --max-time ran out in the first update's compile (nothing done)."""
         cfg, run = self.cfg, self.run_state
         t0 = time.monotonic()
         first = run.update == self.first_update
@@ -286,8 +236,11 @@ class _Trainer(RunSetup):
                 self.say, "rescorer train: still compiling the first update",
                 cfg.progress_every,
             ):  # fmt: skip
-                n_pairs, n_tokens, loss = self.step(index)
+                done = self.first_compiled_step(index)
             self.compile_seconds = time.monotonic() - t0
+            if done is None:
+                return False
+            n_pairs, n_tokens, loss = done
         else:
             n_pairs, n_tokens, loss = self.step(index)
         if self.phases is not None and not first:  # --profile: the first one compiles
@@ -298,7 +251,7 @@ class _Trainer(RunSetup):
                 f"rescorer train: first update done{self.budget_note()}: setup"
                 f" {_fmt_time(t0 - self.started)}, first update"
                 f" {_fmt_time(time.monotonic() - t0)}"
-                + (" (compiling, not charged to --max-time)" if self.kernels is not None else "")
+                + (" (compiling, counted in --max-time)" if self.kernels is not None else "")
             )
         run.update += 1
         run.batch_in_epoch += self.world.size
@@ -306,6 +259,7 @@ class _Trainer(RunSetup):
         run.train_seconds += time.monotonic() - t0
         for w in (self.log_w, self.line_w):
             w[0], w[1], w[2] = w[0] + n_pairs, w[1] + n_tokens, w[2] + (loss or 0.0)
+        return True
 
     def report(self) -> None:
         """The progress line (every --log-every updates, and at least every --progress-every

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rescorer import __version__
-from rescorer.batching import PairArrays
+from rescorer.batching import PairArrays, bucketed_batches, epoch_batches, length_bounds
 from rescorer.constants import UNK_ID
 from rescorer.cpus import choose_threads
 from rescorer.device import (
@@ -30,11 +30,11 @@ from rescorer.device import (
     set_threads,
     training_shapes,
 )
-from rescorer.errors import check
+from rescorer.errors import RescorerError, check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
-from rescorer.train.capture import capture_mode, describe_mode
+from rescorer.train.capture import StaticUpdate, capture_mode, describe_mode
 from rescorer.train.config import TrainConfig, auto_batch_size
 from rescorer.train.data import (
     SHORTLIST_SETTINGS,
@@ -44,9 +44,11 @@ from rescorer.train.data import (
     read_training_data,
     unigram_logprob_sum,
 )
+from rescorer.train.deadline import Deadline, OutOfTime
 from rescorer.train.distributed import World
 from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.state import RunState, load_state
+from rescorer.train.stop import fmt_time
 from rescorer.vocab import load_vocabs
 
 
@@ -57,7 +59,9 @@ def _now() -> str:
 class RunSetup:
     """The pieces of one invocation of a training run, built in order (module docstring)."""
 
-    compile_seconds = 0.0  # spent compiling (the first update's): not charged to --max-time
+    compile_seconds = 0.0  # spent compiling (the first update's), counted in --max-time
+    stage = "loading torch and choosing the device"  # what the setup is doing (said when
+    # --max-time runs out in it)
 
     def __init__(
         self,
@@ -68,8 +72,9 @@ class RunSetup:
         resume: bool,
         command_line: list[str] | None,
         echo: Callable[[str], None] | None,
+        started: float | None = None,
     ) -> None:
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started  # the command's start
         self.cfg, self.out = cfg, out
         self.world = World()
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -80,8 +85,18 @@ class RunSetup:
             self.say = lambda msg: None
         self._check_folder(resume)
         self._choose_device(model_cfg, resume)
-        self._load_data(source, model_cfg, resume)
-        self._build_model(model_cfg)
+        try:
+            with Deadline(self.budget_left(), "setup"):
+                self._load_data(source, model_cfg, resume)
+                self._build_model(model_cfg)
+        except OutOfTime:
+            raise RescorerError(
+                f"--max-time {fmt_time(cfg.max_time or 0)} ran out while {self.stage}"
+                f" ({fmt_time(time.monotonic() - self.started)} in): nothing was trained or"
+                " written. Give a longer --max-time (it counts the whole command: reading the"
+                " table, counting, compiling, training, the final save); --vocab DIR"
+                " (rescorer vocab) skips the counting pass"
+            ) from None
         self.run_state = RunState()
         self.saved_update = 0  # the update of the training state on disk
         if resume:
@@ -147,6 +162,7 @@ class RunSetup:
     def _build_model(self, model_cfg: ModelConfig) -> None:
         """The model (seeded initialisation), its compiled kernels, DDP and the optimiser."""
         cfg = self.cfg
+        self.stage = "building the model"
         self.say(f"rescorer train: building the model and the optimiser{self.budget_note()}")
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
@@ -214,6 +230,7 @@ class RunSetup:
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
         cfg = self.cfg
+        self.stage = "reading the data for its fingerprint"
         self.fingerprint = fingerprint(source)
         if resume:
             old = self.model_dir.read_provenance().get("data", {})
@@ -237,10 +254,12 @@ class RunSetup:
                 + (f"; warning: they were built with {', '.join(differ)}" if differ else "")
             )
         else:
+            self.stage = "counting the vocabularies"
             self.say(f"rescorer train: counting the vocabularies{self.budget_note()}")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(
                 source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
             )
+        self.stage = "encoding the pairs"
         self.say(f"rescorer train: encoding the pairs{self.budget_note()}")
         data = self.data = read_training_data(
             source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
@@ -262,13 +281,18 @@ class RunSetup:
         )
 
     def budget_elapsed(self) -> float:
-        """Seconds of this invocation charged to --max-time: all but the first compile's (a
-        first compile can take minutes on a busy machine; it would eat a short budget)."""
-        return time.monotonic() - self.started - self.compile_seconds
+        """Seconds of this command charged to --max-time: all of them (issue 59)."""
+        return time.monotonic() - self.started
+
+    def budget_left(self) -> float | None:
+        """Seconds left of --max-time (None: no --max-time)."""
+        if self.cfg.max_time is None:
+            return None
+        return self.cfg.max_time - self.budget_elapsed()
 
     def budget_note(self) -> str:
         """`` (1m05s in, 22% of the --max-time budget)``: what the setup before the first
-        update has cost so far (vocabularies, encoding; compiling is not charged)."""
+        update has cost so far (reading, vocabularies, encoding, compiling)."""
         minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
         note = f"{minutes}m{seconds:02d}s in"
         if self.cfg.max_time:
@@ -283,6 +307,46 @@ class RunSetup:
             "lines",
             every=self.cfg.progress_every,
             enabled=not self.cfg.quiet and self.world.is_main,
+        )
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """This rank's remaining batches, epoch after epoch (advances the epoch counters): of each
+        group of W consecutive batches of the epoch, the rank-th (distributed.py)."""
+        lengths, run = self.lengths, self.run_state
+        size, rank = self.world.size, self.world.rank
+        while True:
+            if run.order == "buckets":
+                batches = bucketed_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.bounds
+                )
+            else:
+                batches = epoch_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
+                )
+            for first in range(run.batch_in_epoch, len(batches) - size + 1, size):
+                yield batches[first + rank]
+            run.epoch += 1
+            run.batch_in_epoch = 0
+
+    def make_static(self) -> StaticUpdate | None:
+        """The fixed-shape update of --capture (None: today's eager one), on the weights and
+        the optimiser state as they are now (a resumed run's loaded); a new run's batches
+        bucketed by length (a resumed run keeps the order it started with)."""
+        self.lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)  # (n,)
+        self.tgt_lens = self.data.train.tgt_lens  # (n,)
+        self.bounds = length_bounds(self.lengths)
+        if not self.capture:
+            return None
+        if self.run_state.update == 0:
+            self.run_state.order = "buckets"
+        return StaticUpdate(
+            self.model,
+            self.optim,
+            self.cfg.clip_norm,
+            self.precision,
+            self.cfg.batch_size,
+            mode=self.capture,
+            kernels=self.kernels,
         )
 
 
