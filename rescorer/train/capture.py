@@ -29,6 +29,7 @@ still runs the previous update: nothing in an update waits for the device.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -241,7 +242,22 @@ class StaticUpdate:
             return
         graph = self.graphs.get(length)
         if graph is None:
-            graph = self.graphs[length] = self.capture(static)
+            try:
+                graph = self.graphs[length] = self.capture(static)
+            except RuntimeError as exc:  # a kernel that cannot be captured: no graphs at all
+                torch.cuda.synchronize(self.device)
+                self.enabled.fill_(True)
+                self.mode = "eager"
+                self.graphs.clear()
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                print(
+                    f"rescorer: warning: capturing the update as a CUDA graph failed ({first});"
+                    " continuing with the same update uncaptured (slower)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.body(static)
+                return
         graph.replay()
 
     def capture(self, static: PairBatch) -> torch.cuda.CUDAGraph:
