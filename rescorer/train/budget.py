@@ -81,12 +81,12 @@ class BudgetedRun(RunSetup):
         """The first update, which compiles, under a deadline: --compile auto gives up compiling
         past compile_give_up and does it eagerly; any compile stops at the --max-time budget's
         end (None: the update not done, the run stops). The weights and the optimiser come back
-        as they were before either redo."""
+        as they were before either redo. Not under torchrun (the ranks would part ways)."""
         cfg = self.cfg
         left = self.budget_left()
-        give_up = cfg.compile == "auto" and not self.world.distributed
+        give_up = cfg.compile == "auto"
         seconds = compile_give_up(left) if give_up else left
-        if seconds is None:
+        if seconds is None or self.world.distributed:
             return self.step(index)
         before = copy.deepcopy((self.model.state_dict(), self.optim.state_dict()))
         try:
