@@ -6,7 +6,9 @@ holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a toke
 ``epoch_batches`` is the training order: a seeded permutation of all pairs per epoch (uniform
 sampling of unique pairs without replacement, docs/model.md §2), cut into windows of ``sort_k``
 batches whose pairs are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156)
-so less is padded.
+so less is padded. ``bucketed_batches`` is ``train --capture``'s order: the same permutation,
+its pairs grouped into a few length buckets (``length_bounds``), so that a handful of padded
+shapes cover an epoch (rescorer/train/capture.py).
 """
 
 from __future__ import annotations
