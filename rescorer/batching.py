@@ -6,7 +6,9 @@ holds encoded pairs compactly (flat int32 ids plus offsets, about 4 bytes a toke
 ``epoch_batches`` is the training order: a seeded permutation of all pairs per epoch (uniform
 sampling of unique pairs without replacement, docs/model.md §2), cut into windows of ``sort_k``
 batches whose pairs are regrouped by length (GroundHog's ``sort_k_batches``, encdec.py:141-156)
-so less is padded.
+so less is padded. ``bucketed_batches`` is ``train --capture``'s order: the same permutation,
+its pairs grouped into a few length buckets (``length_bounds``), so that a handful of padded
+shapes cover an epoch (rescorer/train/capture.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ __all__ = [
     "PairArrays",
     "PairArraysBuilder",
     "PairBatch",
+    "bucket_of",
+    "bucketed_batches",
     "epoch_batches",
+    "length_bounds",
     "pad_batch",
     "pad_flat",
 ]
@@ -159,3 +164,45 @@ def epoch_batches(
             chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
     return batches
+
+
+def length_bounds(lengths: np.ndarray, count: int = 4) -> np.ndarray:
+    """At most ``count`` padded lengths (ascending, the last the longest of ``lengths``) that
+    :func:`bucketed_batches` pads to: the lengths at equal shares of the pairs, so that each
+    bucket holds about as many pairs. A pure function of ``lengths`` (every rank gets the same).
+    """
+    if len(lengths) == 0:
+        return np.array([1], dtype=np.int64)
+    shares = np.arange(1, count + 1) / count  # (count,)
+    bounds = np.quantile(lengths, shares, method="higher").astype(np.int64)  # (count,)
+    return np.unique(np.append(bounds, int(lengths.max())))
+
+
+def bucket_of(lengths: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The bucket (an index into ``bounds``) of each length: the shortest bound it fits."""
+    return np.searchsorted(bounds, lengths, side="left")
+
+
+def bucketed_batches(
+    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, bounds: np.ndarray
+) -> list[np.ndarray]:
+    """The batches of one epoch grouped by padded length, a pure function of its arguments.
+
+    Each epoch draws a fresh permutation from (seed, epoch) as :func:`epoch_batches` does;
+    its pairs, in that order, go to the bucket of their length (``bounds``: the padded
+    lengths, :func:`length_bounds`), each bucket is cut into batches of ``batch_size`` (its
+    last one shorter), and the batches of all buckets are shuffled together by (seed, epoch).
+    Every pair appears exactly once; a batch padded to its bucket's bound has one of
+    len(bounds) shapes (a short last batch is padded with empty rows by the trainer:
+    rescorer/train/capture.py). The list is the same on every rank, so distributed.py's
+    slicing (rank r takes batch W*u + r) applies unchanged.
+    """
+    n = len(lengths)
+    order = np.random.default_rng([seed, epoch]).permutation(n)  # (n,)
+    buckets = bucket_of(lengths[order], bounds)  # (n,)
+    batches: list[np.ndarray] = []
+    for bucket in range(len(bounds)):
+        members = order[buckets == bucket]  # the permutation's order kept
+        batches.extend(members[i : i + batch_size] for i in range(0, len(members), batch_size))
+    shuffle = np.random.default_rng([seed, epoch, 1]).permutation(len(batches))
+    return [batches[i] for i in shuffle]

@@ -15,11 +15,19 @@ continues with --resume (its log keeps wall times across runs).
 
     python scripts/bench_time_to_quality.py --hidden-size 256 --batch-size 64 --minutes 10 \\
         --compare f587262 --work runs/ttq --png docs/results/time-to-quality.png
+
+On a GPU (issue 56: the batch that --batch-size auto should pick there), the same runs with
+``--device cuda``, every validation point also written to ``--csv`` (run, batch, seconds,
+update, epoch, validation perplexity), and any further ``rescorer train`` flags after ``--``:
+
+    python scripts/bench_time_to_quality.py --device cuda --batch-size 64 256 1024 4096 \\
+        --minutes 1.5 --csv ttq.csv --png ttq.png -- --capture auto
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import os
@@ -59,6 +67,29 @@ def checkout(commit: str, folder: str) -> str:
     return os.path.abspath(folder)
 
 
+def device_name(device: str | None) -> str:
+    """The GPU's name for a CUDA run, else the CPU's."""
+    if device and device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    return cpu_name()
+
+
+def write_csv(
+    path: str, curves: dict[str, list[tuple[float, int, float]]], batches: list[int]
+) -> None:
+    """Every validation point of every run: run, batch, seconds (wall time from the run's
+    start), update, validation perplexity."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["run", "batch", "seconds", "update", "valid_ppl"])
+        for (label, points), batch in zip(curves.items(), batches, strict=True):
+            for seconds, update, ppl in points:
+                out.writerow([label, batch, seconds, update, f"{ppl:.4f}"])
+
+
 def batches_of(args: argparse.Namespace) -> list[int]:
     """The batch size of each run, in run order."""
     return [b for b in args.batch_size for _ in range(2 if args.compare else 1)]
@@ -73,6 +104,9 @@ def main() -> None:
     parser.add_argument("--valid-pairs", type=int, default=64_000)
     parser.add_argument("--work", default="runs/time-to-quality")
     parser.add_argument("--png", default=None)
+    parser.add_argument("--csv", default=None, help="every validation point, one row each")
+    parser.add_argument("--device", default=None, help="train --device (default: train's)")
+    parser.add_argument("train_flags", nargs="*", help="more rescorer train flags, after --")
     parser.add_argument(
         "--compare", metavar="COMMIT",
         help="run every batch size with the package at COMMIT too, before this checkout's",
@@ -101,7 +135,7 @@ def main() -> None:
             "--hidden-size", str(args.hidden_size), "--batch-size", str(batch),
             "--max-time", f"{args.minutes}m", "--patience", "0", "--seed", "1",
             "--valid-every", str(max(1, args.valid_pairs // batch)), "--log-every", "100000",
-            *resume,
+            *(["--device", args.device] if args.device else []), *args.train_flags, *resume,
         ]  # fmt: skip
         env = dict(os.environ)
         if code is not None:
@@ -112,11 +146,14 @@ def main() -> None:
         subprocess.run(cmd, check=True, env=env, cwd=code)
 
     curves = {label: validations(folder) for label, folder, _ in runs}
+    if args.csv:
+        write_csv(args.csv, curves, batches_of(args))
     first = runs[0][0]
     reference = min(p for _, _, p in curves[first])
+    where = device_name(args.device)
     print(f"### Time to quality ({datetime.date.today()}, commit {commit})\n")
     print(
-        f"{cpu_name()}; `rescorer train {args.table} --hidden-size {args.hidden_size}`, "
+        f"{where}; `rescorer train {args.table} --hidden-size {args.hidden_size}`, "
         f"{args.minutes:g} minutes per run, one run at a time, validation every "
         f"{args.valid_pairs:,} training pairs on the same 5,000 held-out pairs. Reference: "
         f"the perplexity of {first} in {args.minutes:g} minutes, {reference:.2f}.\n"
@@ -152,7 +189,7 @@ def main() -> None:
         ax.set_yscale("log")
         ax.set_xlabel("wall time (minutes, data loading and validation included)")
         ax.set_ylabel("validation perplexity")
-        ax.set_title(f"hidden {args.hidden_size}, {cpu_name()}", fontsize=10)
+        ax.set_title(f"hidden {args.hidden_size}, {where}", fontsize=10)
         ax.grid(alpha=0.3, which="both")
         ax.legend()
         fig.tight_layout()

@@ -8,6 +8,13 @@ same run. Prints one Markdown block for BENCHMARKS.md (and with --json a JSON re
 
     python scripts/bench_train.py                        # paper config, bf16 and fp32, CPU
     python scripts/bench_train.py --hidden-size 256 --batch-size 64 256 1024 --device cuda
+    python scripts/bench_train.py --device cuda --variant train --compile no \
+        --capture off on compile --precision bf16 tf32 --batch-size 64 256 1024   # issue 56
+
+``--capture on|compile`` times ``train --capture``'s update (rescorer/train/capture.py): the
+batches bucketed by length as train buckets them, every shape captured during the warm-up
+(which runs until each shape has been seen), the losses read back once at the end. Its rows
+count pairs and FLOPs without padding, as the eager rows do.
 """
 
 from __future__ import annotations
@@ -24,7 +31,14 @@ import torch
 from bench_score import gemm_peak, model_macs
 from benchlib import cpu_name, git_commit
 
-from rescorer.batching import PairArraysBuilder, epoch_batches
+from rescorer.batching import (
+    PairArrays,
+    PairArraysBuilder,
+    bucket_of,
+    bucketed_batches,
+    epoch_batches,
+    length_bounds,
+)
 from rescorer.device import resolve_device
 from rescorer.io.table import read_table, split_tokens
 from rescorer.model.encdec import (
@@ -34,12 +48,43 @@ from rescorer.model.encdec import (
     count_parameters,
     init_weights_,
 )
+from rescorer.train.capture import StaticUpdate, capture_mode
 from rescorer.train.loop import train_step
 from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.profile import TrainPhases
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"
+
+
+def time_captured(
+    update: StaticUpdate,
+    pairs: PairArrays,
+    lengths: np.ndarray,
+    bounds: np.ndarray,
+    warmup: int,
+    updates: int,
+) -> tuple[float, int, int, int]:
+    """(seconds, pairs, target tokens, source tokens) of ``updates`` fixed-shape updates on
+    bucketed batches, after a warm-up that captures every shape (at least ``warmup`` updates)."""
+    batches = bucketed_batches(lengths, update.batch_size, seed=1, epoch=0, bounds=bounds)
+    shape = [int(bounds[bucket_of(lengths[b].max(), bounds)]) for b in batches]
+    i = 0
+    while i < warmup or len(update.shapes) < len(set(shape)):
+        update(pairs, batches[i % len(batches)], shape[i % len(batches)])
+        i += 1
+    update.take()  # waits for the warm-up
+    n_pairs = n_tokens = n_src = 0
+    src_lens, tgt_lens = pairs.src_lens, pairs.tgt_lens  # (n,)
+    start = time.perf_counter()
+    for k in range(i, i + updates):
+        index = batches[k % len(batches)]
+        update(pairs, index, shape[k % len(batches)])
+        n_pairs += len(index)
+        n_tokens += int(tgt_lens[index].sum())
+        n_src += int(src_lens[index].sum())
+    update.take()  # the one read back: waits for the device
+    return time.perf_counter() - start, n_pairs, n_tokens, n_src
 
 
 def main() -> None:
@@ -61,6 +106,12 @@ def main() -> None:
         help="the straightforward update (autograd through every step, padding included;"
         " torch's clip then Adadelta), and rescorer train's (rescorer/model/recurrence.py,"
         " rescorer/train/optim.py): the same update (tests/train/test_step.py)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--capture", nargs="+", choices=["off", "on", "compile"], default=["off"],
+        help="train --capture: off (today's update), on (CUDA graphs; on a CPU the fixed-shape"
+        " update without one), compile (torch.compile mode reduce-overhead); not with"
+        " --variant straightforward",
     )  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true")
@@ -89,12 +140,20 @@ def main() -> None:
         "bf16": gemm_peak(device, torch.bfloat16, args.gemm_size),
         "fp32": gemm_peak(device, torch.float32, args.gemm_size),
     }
+    if "tf32" in args.precision:  # fp32 operands through TF32 tensor cores (a GPU's)
+        tf32 = device.type == "cuda"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        peaks["tf32"] = gemm_peak(device, torch.float32, args.gemm_size) if tf32 else peaks["fp32"]
+        torch.backends.cuda.matmul.allow_tf32 = False
+    bounds = length_bounds(lengths)
     rows = []
     for batch_size in args.batch_size:
         batches = epoch_batches(lengths, batch_size, seed=1, epoch=0)
-        for precision, compiled, variant in itertools.product(
-            args.precision, args.compile, args.variant
+        for precision, compiled, variant, capture in itertools.product(
+            args.precision, args.compile, args.variant, args.capture
         ):
+            if capture != "off" and variant == "straightforward":
+                continue  # the capture replaces train's update only
             torch.manual_seed(0)
             model = EncoderDecoder(config)
             init_weights_(model, torch.Generator().manual_seed(0))
@@ -107,7 +166,13 @@ def main() -> None:
             else:  # whole-sequence recurrences; clip and Adadelta in one pass
                 optim = ClippedAdadelta(torch_optim, compiled=compiled == "yes")
             n_pairs = n_tokens = n_src = 0
-            for i in range(args.warmup + args.updates):
+            if capture != "off":
+                mode = capture_mode(capture, device, distributed=False, profile=False)
+                seconds, n_pairs, n_tokens, n_src = time_captured(
+                    StaticUpdate(model, torch_optim, 1.0, precision, batch_size, mode, kernels),
+                    pairs, lengths, bounds, args.warmup, args.updates,
+                )  # fmt: skip
+            for i in range(args.warmup + args.updates) if capture == "off" else ():
                 if i == args.warmup:
                     if device.type == "cuda":
                         torch.cuda.synchronize(device)
@@ -120,8 +185,9 @@ def main() -> None:
                 n_src += int(batch.src_lens.sum())
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            seconds = time.perf_counter() - start
-            if args.profile:
+            if capture == "off":
+                seconds = time.perf_counter() - start
+            if args.profile and capture == "off":
                 phases = TrainPhases(device)
                 began = time.perf_counter()
                 for i in range(args.warmup + args.updates, args.warmup + 2 * args.updates):
@@ -153,6 +219,7 @@ def main() -> None:
                 "precision": precision,
                 "compiled": compiled,
                 "variant": variant,
+                "capture": capture,
                 "hidden_size": args.hidden_size,
                 "parameters": count_parameters(model),
                 "batch_size": batch_size,
@@ -182,20 +249,28 @@ def main() -> None:
         for r in rows
         if r["variant"] == "straightforward"
     }
+    eager = {  # each captured row against train's eager update of the same settings
+        (r["batch_size"], r["precision"], r["compiled"]): r["pairs_per_s"]
+        for r in rows
+        if r["variant"] == "train" and r["capture"] == "off"
+    }
     best = max(peaks.values())
     print(
-        "| batch | precision | compiled | update | pairs/s | ms/update | vs straightforward |"
-        " model GFLOP/s | % of its precision's peak | % of the faster peak |"
+        "| batch | precision | compiled | update | capture | pairs/s | ms/update |"
+        " vs straightforward | vs eager | model GFLOP/s | % of its precision's peak |"
+        " % of the faster peak |"
     )
-    print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         p = r["precision"]
         ref_rate = base.get((r["batch_size"], p, r["compiled"]))
         vs = f"{r['pairs_per_s'] / ref_rate:.2f}" if ref_rate else "-"
+        eager_rate = eager.get((r["batch_size"], p, r["compiled"]))
+        vs_eager = f"{r['pairs_per_s'] / eager_rate:.2f}" if eager_rate else "-"
         own = f"{r['flops'] / peaks[p]:.0%}" if peaks[p] >= 1e9 else "(no peak)"
         print(
-            f"| {r['batch_size']} | {p} | {r['compiled']} | {r['variant']} |"
-            f" {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.0f} | {vs} |"
+            f"| {r['batch_size']} | {p} | {r['compiled']} | {r['variant']} | {r['capture']} |"
+            f" {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.1f} | {vs} | {vs_eager} |"
             f" {r['flops'] / 1e9:,.1f} | {own} | {r['flops'] / best:.0%} |"
         )
 

@@ -20,6 +20,20 @@
 #              at a time, GPU_CHECK_BATCH_SECONDS each, not compiled: updates/s, pairs/s and the
 #              validation perplexity each batch reached in the same time (updates are
 #              launch-bound on a GPU, so a larger batch learns more per second: by how much?)
+#   capture    (issue 56) scripts/bench_train.py at the paper's size: ms per update and pairs/s
+#              of train's eager update against train --capture's (CUDA graphs; and
+#              torch.compile reduce-overhead) at each batch of GPU_CHECK_CAPTURE_BATCHES, with
+#              the share of the bf16/TF32 peak measured in the same run; then the captured
+#              update's gpu test (tests/train/test_capture_gpu.py)
+#   ttq        (issue 56) validation perplexity against wall time, rescorer train at the
+#              paper's size once per batch of GPU_CHECK_TTQ_BATCHES, one run at a time,
+#              GPU_CHECK_TTQ_SECONDS each (scripts/bench_time_to_quality.py): a CSV and a PNG
+#              beside FILE (ttq.csv, ttq.png), and the batch that reached the lowest perplexity
+#   paper      (issue 56) the paper-size model trained with GPU_CHECK_PAPER_BATCH (the ttq
+#              winner) until validation stops improving (--patience) or GPU_CHECK_PAPER_SECONDS
+#              run out; the model folder comes back as GPU_CHECK_PAPER_OUT (default
+#              paper-model beside FILE) with fp16 weights (34 MB at 17 M parameters, under the
+#              64 MiB a call brings back), checked to load as fp32 on the CPU
 #
 # and writes one Markdown block for BENCHMARKS.md to FILE (the argument), else to
 # $OUT/gpu-check.md when OUT is set, else to ./gpu-check.md, and to stdout; every command's own
@@ -46,7 +60,8 @@
 #                           the open one is batch's: 80 s runs at the paper's size stopped
 #                           near the unigram's perplexity, so give it a call of its own with
 #                           GPU_CHECK_BATCHES="64 1024" GPU_CHECK_BATCH_SECONDS=270 (two runs
-#                           and their start fit one 600 s call))
+#                           and their start fit one 600 s call)). Issue 56's sections, capture,
+#                           ttq and paper, run only when named here
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -72,6 +87,21 @@
 #                           caps these runs too
 #   GPU_CHECK_TESTS         pytest's arguments ("-m gpu tests")
 #   GPU_CHECK_GEMM          the peak's matrix size: 8192 on a GPU (512 on the CPU)
+#   GPU_CHECK_CAPTURE_BATCHES "64 256 1024" (capture), GPU_CHECK_CAPTURE_MODES "off on compile",
+#                           GPU_CHECK_CAPTURE_PRECISIONS "bf16 tf32", GPU_CHECK_CAPTURE_UPDATES
+#                           50 timed updates after GPU_CHECK_CAPTURE_WARMUP 10 (and until every
+#                           length bucket is captured), on GPU_CHECK_CAPTURE_PAIRS 20000 pairs;
+#                           GPU_CHECK_CAPTURE_TESTS the test run after it
+#                           ("tests/train/test_capture_gpu.py"; empty: none)
+#   GPU_CHECK_TTQ_BATCHES   "64 256 1024 4096" (ttq), GPU_CHECK_TTQ_SECONDS 90 per run (reading
+#                           the table included), a validation every GPU_CHECK_TTQ_VALID_PAIRS
+#                           64000 training pairs, GPU_CHECK_TTQ_FLAGS more train flags
+#                           ("--capture auto")
+#   GPU_CHECK_PAPER_BATCH   the batch of the paper run (auto: train's --batch-size auto),
+#                           GPU_CHECK_PAPER_SECONDS 480 (train's --max-time: the whole command),
+#                           GPU_CHECK_PAPER_PATIENCE 10, GPU_CHECK_PAPER_VALID_EVERY 500,
+#                           GPU_CHECK_PAPER_FLAGS more train flags (--direction inverse for
+#                           the inverse model), GPU_CHECK_PAPER_OUT the folder to bring back
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -492,11 +522,135 @@ PY
     done
 }
 
+section_capture() {
+    say ""
+    say "#### The captured update against the eager one, $size size (bench_train.py --capture)"
+    say ""
+    skip_without_cuda && return
+    local batches modes precisions_c
+    read -r -a batches <<<"${GPU_CHECK_CAPTURE_BATCHES:-64 256 1024}"
+    read -r -a modes <<<"${GPU_CHECK_CAPTURE_MODES:-off on compile}"
+    read -r -a precisions_c <<<"${GPU_CHECK_CAPTURE_PRECISIONS:-bf16 tf32}"
+    note "bench_train.py --capture ${modes[*]} --batch-size ${batches[*]}"
+    if (cd "$root/scripts" && "$py" bench_train.py --device "$device" --table "$table" \
+        --hidden-size "${sizes[0]}" --pairs "${GPU_CHECK_CAPTURE_PAIRS:-20000}" \
+        --batch-size "${batches[@]}" --capture "${modes[@]}" --precision "${precisions_c[@]}" \
+        --variant train --compile no --updates "${GPU_CHECK_CAPTURE_UPDATES:-50}" \
+        --warmup "${GPU_CHECK_CAPTURE_WARMUP:-10}" --gemm-size "$gemm") \
+        >"$work/capture.md" 2>>"$log"; then
+        sed 's/^### /##### /' "$work/capture.md" | tee -a "$md"
+    else
+        say "bench_train.py --capture FAILED (see $log)"
+    fi
+    local tests="${GPU_CHECK_CAPTURE_TESTS-tests/train/test_capture_gpu.py}"
+    [ -n "$tests" ] || return
+    note "pytest $tests"
+    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= $tests) \
+        >"$work/capture-tests.txt" 2>&1
+    local rc=$?
+    cat "$work/capture-tests.txt" >>"$log"
+    local last
+    last=$(grep -E '(passed|failed|skipped|error)' "$work/capture-tests.txt" | tail -n 1)
+    say ""
+    say "\`pytest $tests\` (exit $rc): ${last:-no summary, see the log}"
+    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
+        grep -E '^(FAILED|ERROR)' "$work/capture-tests.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
+    fi
+}
+
+section_ttq() {
+    local secs="${GPU_CHECK_TTQ_SECONDS:-90}" batches
+    read -r -a batches <<<"${GPU_CHECK_TTQ_BATCHES:-64 256 1024 4096}"
+    say ""
+    say "#### Time to quality: validation perplexity against wall time ($size size, $secs s per run)"
+    say ""
+    skip_without_cuda && return
+    local flags
+    read -r -a flags <<<"${GPU_CHECK_TTQ_FLAGS:---capture auto}"
+    local dir
+    dir="$(dirname "$md")"
+    note "bench_time_to_quality.py --batch-size ${batches[*]}"
+    if (cd "$root/scripts" && "$py" bench_time_to_quality.py --table "$table" \
+        --hidden-size "${sizes[0]}" --batch-size "${batches[@]}" \
+        --minutes "$(awk -v s="$secs" 'BEGIN {print s / 60}')" \
+        --valid-pairs "${GPU_CHECK_TTQ_VALID_PAIRS:-64000}" --work "$work/ttq" \
+        --device "$device" --csv "$dir/ttq.csv" --png "$dir/ttq.png" -- \
+        --embed-size "${sizes[1]}" --maxout-units "${sizes[2]}" --src-vocab-size "${sizes[3]}" \
+        --tgt-vocab-size "${sizes[3]}" "${flags[@]}" \
+        ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"}) \
+        >"$work/ttq.md" 2>>"$log"; then
+        sed 's/^### /##### /; s|(\([^)]*\)/ttq.png)|(ttq.png)|' "$work/ttq.md" | tee -a "$md"
+        local best
+        best=$("$py" - "$dir/ttq.csv" <<'PY' 2>>"$log"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], encoding="utf-8")))
+best = min(rows, key=lambda r: float(r["valid_ppl"]))
+print(f"batch {best['batch']}: validation perplexity {float(best['valid_ppl']):.2f}"
+      f" after {float(best['seconds']):.0f} s")
+PY
+)
+        say ""
+        say "Lowest validation perplexity: ${best:-none (see $log)}. CSV: ttq.csv, PNG: ttq.png" \
+            "(beside this file)."
+    else
+        say "bench_time_to_quality.py FAILED (see $log)"
+    fi
+}
+
+section_paper() {
+    local secs="${GPU_CHECK_PAPER_SECONDS:-480}" batch="${GPU_CHECK_PAPER_BATCH:-auto}"
+    local folder="${GPU_CHECK_PAPER_OUT:-$(dirname "$md")/paper-model}"
+    say ""
+    say "#### The paper's model trained to its early stop ($size size, batch $batch, at most $secs s)"
+    say ""
+    skip_without_cuda && return
+    local flags out="$work/paper"
+    read -r -a flags <<<"${GPU_CHECK_PAPER_FLAGS:-}"
+    note "rescorer train --batch-size $batch --max-time ${secs}s"
+    if ! (cd "$root" && "$py" -m rescorer train "$table" -o "$out" --device "$device" \
+        --batch-size "$batch" --max-time "${secs}s" "${size_flags[@]}" \
+        --patience "${GPU_CHECK_PAPER_PATIENCE:-10}" \
+        --valid-every "${GPU_CHECK_PAPER_VALID_EVERY:-500}" --log-every "${GPU_CHECK_LOG_EVERY:-100}" \
+        ${GPU_CHECK_TRAIN_UPDATES:+--max-updates "$GPU_CHECK_TRAIN_UPDATES"} \
+        "${flags[@]}") >"$work/paper.txt" 2>&1; then
+        cat "$work/paper.txt" >>"$log"
+        say "rescorer train FAILED (see $log)"
+        return
+    fi
+    cat "$work/paper.txt" >>"$log"
+    say '```'
+    grep -E 'rescorer train: (device|stopped|verdict)' "$work/paper.txt" | tee -a "$md"
+    say '```'
+    # The folder without the training state, its weights in fp16; it must load as fp32.
+    rm -rf "$folder"
+    if ! "$py" - "$out" "$folder" >>"$log" 2>&1 <<'PY'; then
+import shutil, sys
+import torch
+from safetensors.torch import load_file, save_file
+from rescorer.constants import TRAIN_STATE_FILE, WEIGHTS_FILE
+from rescorer.model.checkpoint import load_model_dir
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns(TRAIN_STATE_FILE))
+weights = load_file(f"{src}/{WEIGHTS_FILE}")
+save_file({k: v.half().contiguous() for k, v in weights.items()}, f"{dst}/{WEIGHTS_FILE}",
+          metadata={"format": "pt", "rounded": "fp16 by scripts/gpu_check.sh"})
+model = load_model_dir(dst, device="cpu")[0]
+assert all(p.dtype == torch.float32 for p in model.parameters()), "not fp32"
+PY
+        say "the fp16 copy FAILED (see $log)"
+        return
+    fi
+    say ""
+    say "The model folder: $(basename "$folder") ($(du -sh "$folder" | cut -f1), fp16 weights," \
+        "no training state), loads as fp32 on the CPU."
+}
+
 for section in $sections; do
     case "$section" in
         tests | extend | score | workers | pipeline | precision | train | batch) "section_$section" ;;
+        capture | ttq | paper) "section_$section" ;;
         *) echo "gpu_check.sh: unknown section $section (tests batch extend score workers" \
-            "pipeline precision train)" >&2 ;;
+            "pipeline precision train capture ttq paper)" >&2 ;;
     esac
 done
 say ""

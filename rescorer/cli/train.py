@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import click
@@ -19,11 +20,24 @@ from rescorer.cli.common import (
 )
 from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
-from rescorer.train.config import TrainConfig
+from rescorer.train.config import BATCH_AUTO_HELP, TrainConfig
 
 # Each default is written once, in the dataclasses (torch-free modules).
 MODEL = ModelConfig()
 TRAIN = TrainConfig()
+
+
+def batch_size(ctx: click.Context, param: click.Parameter, value: str | int) -> int | None:
+    """--batch-size: a count of at least 1, or auto (None: the device's, at the start)."""
+    if value == "auto":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise click.BadParameter(f"{value!r}: expected a whole number of at least 1, or auto")
+    return number
 
 
 VALID_FRACTION_HELP = "Sources held out."
@@ -120,10 +134,11 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 )
 @click.option(
     "--batch-size",
-    default=TRAIN.batch_size,
-    type=click.IntRange(min=1),
+    default="auto",
+    callback=batch_size,
     show_default=True,
-    help="Pairs per update.",
+    metavar="N|auto",
+    help=f"Pairs per update; {BATCH_AUTO_HELP}. Said in the first line.",
 )
 @click.option(
     "--max-updates", type=click.IntRange(min=0), help="Stop after this many updates in all."
@@ -132,7 +147,9 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
     "--max-time",
     metavar="DURATION",
     callback=check_duration,
-    help="Stop after this long, e.g. 30m, 2h.",
+    help="Finish the whole command within this long, e.g. 30m, 2h: reading the table, counting,"
+    " encoding, compiling, training and the final validation and save all count (training stops"
+    " early enough for the save; a setup that eats it all stops with an error, nothing written).",
 )
 @click.option(
     "--patience",
@@ -185,7 +202,17 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @device_option
 @threads_option
 @precision_option
-@compile_option("100,000 training pairs or more")
+@compile_option("100,000 training pairs or more; a first compile past 4 minutes is given up")
+@click.option(
+    "--capture",
+    type=click.Choice(["auto", "on", "off", "compile"]),
+    default=TRAIN.capture,
+    show_default=True,
+    help="The whole update (forward, backward, clip, Adadelta) at fixed shapes, batches bucketed"
+    " by length, replayed as a CUDA graph (on), or through torch.compile(mode='reduce-overhead')"
+    " (compile); auto: on for one CUDA device, off on a CPU (on a CPU, on runs the fixed-shape"
+    " update without a graph). Said in the first line.",
+)
 @click.option(
     "--log-every",
     default=TRAIN.log_every,
@@ -217,6 +244,7 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
       rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
       rescorer train model/phrase-table.gz -o rnn-inverse/ --direction inverse
     """
+    started = time.monotonic()  # --max-time counts from here
     from click.core import ParameterSource
 
     from rescorer.train.config import configs_from_flags
@@ -225,6 +253,9 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
     ctx = click.get_current_context()
     given = {k for k in opts if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
     resume = opts.pop("resume")
+    if opts["batch_size"] is None:  # auto: chosen for the device at the start (a resume keeps its)
+        opts["batch_size"], opts["batch_auto"] = TRAIN.batch_size, True
+        given.discard("batch_size")
     if (table is None) == (pairs is None):
         raise click.UsageError("give either TABLE or --pairs SRC TGT")
     if table is not None:
@@ -232,7 +263,14 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
 
         not_a_reordering_table(table, sniff_table_kind(table))  # its first lines, before any work
     model_cfg, train_cfg = configs_from_flags(opts, given, out_dir if resume else None)
-    result = run_training(table or pairs, out_dir, model_cfg, train_cfg, resume=resume)  # type: ignore[arg-type]
+    result = run_training(
+        table or pairs,  # type: ignore[arg-type]
+        out_dir,
+        model_cfg,
+        train_cfg,
+        resume=resume,
+        started=started,
+    )
     if result.signal:  # interrupted, state saved: 130 for SIGINT, 143 for SIGTERM, as a shell
         sys.exit(128 + result.signal)
 

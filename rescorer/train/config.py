@@ -14,12 +14,32 @@ from rescorer.model.config import ModelConfig
 
 COMPILE_MIN_PAIRS = 100_000  # --compile auto: the smallest training set that compiles
 
+#: --batch-size auto on a CPU: the paper's 64 (Cho et al., 2014).
+CPU_BATCH_SIZE = 64
+#: --batch-size auto on a GPU, written here and nowhere else. Not yet measured on a GPU: the
+#: paper's 64 until the time-to-quality runs (validation perplexity against wall time at batch
+#: 64, 256, 1024 and 4096: scripts/gpu_check.sh's ttq section) name the winner; then this
+#: constant and GPU_BATCH_WHY change together.
+GPU_BATCH_SIZE = 64
+GPU_BATCH_WHY = "not yet measured on a GPU: the paper's 64"
+BATCH_AUTO_HELP = (
+    f"auto: {CPU_BATCH_SIZE} on a CPU (the paper's); on a GPU {GPU_BATCH_SIZE} ({GPU_BATCH_WHY})"
+)
+
+
+def auto_batch_size(device_type: str) -> tuple[int, str]:
+    """--batch-size auto on a device of ``device_type``: (pairs per update, why)."""
+    if device_type == "cuda":
+        return GPU_BATCH_SIZE, f"--batch-size auto on a GPU: {GPU_BATCH_WHY}"
+    return CPU_BATCH_SIZE, "--batch-size auto on a CPU: the paper's"
+
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Training settings; field names match the ``rescorer train`` flags."""
 
     batch_size: int = 64  # pairs per update (paper)
+    batch_auto: bool = False  # batch_size chosen for the device (auto_batch_size) at the start
     max_updates: int | None = None  # total updates of the run (resumes included)
     max_time: float | None = None  # seconds of this run: loading in, first compile out
     valid_fraction: float = 0.01  # share of source phrases held out (all their pairs)
@@ -43,6 +63,7 @@ class TrainConfig:
     direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
     vocab: str | None = None  # a folder of ``rescorer vocab``: its shortlists, not counted again
     profile: bool = False  # time the updates' phases and print where the time went
+    capture: str = "auto"  # the update at fixed shapes as a CUDA graph: auto | on | off | compile
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (
@@ -68,6 +89,14 @@ class TrainConfig:
         check(self.sort_batches >= 1, "--sort-batches must be at least 1")
         check(self.threads is None or self.threads >= 1, "--threads must be at least 1")
         check(self.compile in ("auto", "yes", "no"), "--compile: expected auto, yes or no")
+        check(
+            self.capture in ("auto", "on", "off", "compile"),
+            "--capture: expected auto, on, off or compile",
+        )
+        check(
+            not (self.profile and self.capture in ("on", "compile")),
+            "--profile times the eager update's phases: not with --capture on or compile",
+        )
         check(
             self.direction in DIRECTIONS,
             f"--direction {self.direction!r}: expected {' or '.join(DIRECTIONS)}",

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from rescorer import __version__
-from rescorer.batching import PairArrays
+from rescorer.batching import PairArrays, bucketed_batches, epoch_batches, length_bounds
 from rescorer.constants import UNK_ID
 from rescorer.cpus import choose_threads
 from rescorer.device import (
@@ -29,11 +30,12 @@ from rescorer.device import (
     set_threads,
     training_shapes,
 )
-from rescorer.errors import check
+from rescorer.errors import RescorerError, check
 from rescorer.io.progress import Progress
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
-from rescorer.train.config import TrainConfig
+from rescorer.train.capture import StaticUpdate, capture_mode, describe_mode
+from rescorer.train.config import TrainConfig, auto_batch_size
 from rescorer.train.data import (
     SHORTLIST_SETTINGS,
     Source,
@@ -42,9 +44,11 @@ from rescorer.train.data import (
     read_training_data,
     unigram_logprob_sum,
 )
+from rescorer.train.deadline import Deadline, OutOfTime
 from rescorer.train.distributed import World
 from rescorer.train.optim import ClippedAdadelta
 from rescorer.train.state import RunState, load_state
+from rescorer.train.stop import fmt_time
 from rescorer.vocab import load_vocabs
 
 
@@ -55,7 +59,9 @@ def _now() -> str:
 class RunSetup:
     """The pieces of one invocation of a training run, built in order (module docstring)."""
 
-    compile_seconds = 0.0  # spent compiling (the first update's): not charged to --max-time
+    compile_seconds = 0.0  # spent compiling (the first update's), counted in --max-time
+    stage = "loading torch and choosing the device"  # what the setup is doing (said when
+    # --max-time runs out in it)
 
     def __init__(
         self,
@@ -66,8 +72,9 @@ class RunSetup:
         resume: bool,
         command_line: list[str] | None,
         echo: Callable[[str], None] | None,
+        started: float | None = None,
     ) -> None:
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started  # the command's start
         self.cfg, self.out = cfg, out
         self.world = World()
         self.say = echo or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -76,6 +83,30 @@ class RunSetup:
             self.tell = lambda msg: None
         if cfg.quiet or not self.world.is_main:
             self.say = lambda msg: None
+        self._check_folder(resume)
+        self._choose_device(model_cfg, resume)
+        try:
+            with Deadline(self.budget_left(), "setup"):
+                self._load_data(source, model_cfg, resume)
+                self._build_model(model_cfg)
+        except OutOfTime:
+            raise RescorerError(
+                f"--max-time {fmt_time(cfg.max_time or 0)} ran out while {self.stage}"
+                f" ({fmt_time(time.monotonic() - self.started)} in): nothing was trained or"
+                " written. Give a longer --max-time (it counts the whole command: reading the"
+                " table, counting, compiling, training, the final save); --vocab DIR"
+                " (rescorer vocab) skips the counting pass"
+            ) from None
+        self.run_state = RunState()
+        self.saved_update = 0  # the update of the training state on disk
+        if resume:
+            self._resume()
+        else:
+            self._create(model_cfg, command_line)
+
+    def _check_folder(self, resume: bool) -> None:
+        """The model folder can take this run (a new one, or the saved state to resume)."""
+        cfg, out = self.cfg, self.out
         check(not out.exists() or out.is_dir(), f"{out}: exists and is not a folder")
         self.model_dir = ModelDir(out)
         self.state_path = self.model_dir.state_path
@@ -90,9 +121,27 @@ class RunSetup:
             not (cfg.profile and self.world.distributed),
             "--profile: not under torchrun (profile one process: its phases are the same)",
         )
+        check(
+            not (cfg.capture in ("on", "compile") and self.world.distributed),
+            f"--capture {cfg.capture}: not under torchrun (yet): --capture off",
+        )
+
+    def _choose_device(self, model_cfg: ModelConfig, resume: bool) -> None:
+        """The device, threads, batch size, the update's mode and precision (every rank takes
+        rank 0's measured one); the first line says the first four."""
+        cfg = self.cfg
         self.device = resolve_device(self.world.device_name(cfg.device))
         self.threads = set_threads(choose_threads(cfg.threads))
-        self.say(f"rescorer train: device {self.device}, {self.threads.describe()}")
+        batch = f"batch {cfg.batch_size}"
+        if cfg.batch_auto and not resume:  # a resumed run keeps its batch size
+            size, why = auto_batch_size(self.device.type)
+            self.cfg = cfg = replace(cfg, batch_size=size)
+            batch = f"batch {size} ({why})"
+        self.capture = capture_mode(cfg.capture, self.device, self.world.distributed, cfg.profile)
+        self.say(
+            f"rescorer train: device {self.device}, {self.threads.describe()}; {batch};"
+            f" {describe_mode(self.capture, cfg.capture)}"
+        )
         shapes = training_shapes(
             model_cfg.hidden_size,
             model_cfg.embed_size,
@@ -109,8 +158,11 @@ class RunSetup:
         if self.world.distributed and precision.reason:  # measured: every rank takes rank 0's
             main_bf16 = float(self.world.is_main and self.precision == "bf16")
             self.precision = "bf16" if self.world.sum([main_bf16], self.device)[0] else "fp32"
-        self._load_data(source, model_cfg, resume)
 
+    def _build_model(self, model_cfg: ModelConfig) -> None:
+        """The model (seeded initialisation), its compiled kernels, DDP and the optimiser."""
+        cfg = self.cfg
+        self.stage = "building the model"
         self.say(f"rescorer train: building the model and the optimiser{self.budget_note()}")
         self.model = EncoderDecoder(model_cfg)
         init_weights_(self.model, torch.Generator().manual_seed(cfg.seed))
@@ -128,53 +180,57 @@ class RunSetup:
         )
         # Clip and Adadelta's step in one pass per parameter, compiled with the steps.
         self.update = ClippedAdadelta(self.optim, compiled=compiled, guard=guard)
-        self.run_state = RunState()
-        self.saved_update = 0  # the update of the training state on disk
-        if resume:
-            saved = load_state(self.state_path, self.device)
-            self.model.load_state_dict(saved["model"])
-            self.optim.load_state_dict(saved["optimizer"])
-            self.run_state = RunState(**saved["run"])
-            self.saved_update = self.run_state.update
-            self.provenance = self.model_dir.read_provenance()
-            resumed = {"date": _now(), "update": self.run_state.update}
-            if self.world.distributed:
-                resumed["world_size"] = self.world.size
-            self.provenance.setdefault("resumed", []).append(resumed)
-            if self.world.is_main:
-                self.model_dir.update_provenance(self.provenance)
-                self.model_dir.update_train_config(cfg.to_dict())
-            self.say(
-                f"rescorer train: resuming at update {self.run_state.update:,}"
-                f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
+
+    def _resume(self) -> None:
+        """The saved weights, optimiser and run state; the resumption in the provenance."""
+        saved = load_state(self.state_path, self.device)
+        self.model.load_state_dict(saved["model"])
+        self.optim.load_state_dict(saved["optimizer"])
+        self.run_state = RunState(**saved["run"])
+        self.saved_update = self.run_state.update
+        self.provenance = self.model_dir.read_provenance()
+        resumed = {"date": _now(), "update": self.run_state.update}
+        if self.world.distributed:
+            resumed["world_size"] = self.world.size
+        self.provenance.setdefault("resumed", []).append(resumed)
+        if self.world.is_main:
+            self.model_dir.update_provenance(self.provenance)
+            self.model_dir.update_train_config(self.cfg.to_dict())
+        self.say(
+            f"rescorer train: resuming at update {self.run_state.update:,}"
+            f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
+        )
+
+    def _create(self, model_cfg: ModelConfig, command_line: list[str] | None) -> None:
+        """A new run's provenance, and its model folder (no weights until the first
+        checkpoint)."""
+        self.provenance = {
+            "data": self.fingerprint,
+            "train_pairs": len(self.data.train),
+            "valid_pairs_heldout": self.data.heldout_pairs,
+            "valid_pairs_scored": len(self.data.valid),
+            "rescorer_version": __version__,
+            "torch_version": torch.__version__,
+            "python_version": sys.version.split()[0],
+            "date": _now(),
+            "command_line": command_line if command_line is not None else sys.argv,
+        }
+        if self.world.distributed:
+            self.provenance["world_size"] = self.world.size
+        self.world.barrier()  # every rank has checked the folder before rank 0 fills it
+        if self.world.is_main:
+            ModelDir.create(
+                self.out,
+                model_cfg,
+                self.src_vocab,
+                self.tgt_vocab,
+                self.provenance,
+                train_config=self.cfg.to_dict(),
             )
-        else:
-            self.provenance = {
-                "data": self.fingerprint,
-                "train_pairs": len(self.data.train),
-                "valid_pairs_heldout": self.data.heldout_pairs,
-                "valid_pairs_scored": len(self.data.valid),
-                "rescorer_version": __version__,
-                "torch_version": torch.__version__,
-                "python_version": sys.version.split()[0],
-                "date": _now(),
-                "command_line": command_line if command_line is not None else sys.argv,
-            }
-            if self.world.distributed:
-                self.provenance["world_size"] = self.world.size
-            self.world.barrier()  # every rank has checked the folder before rank 0 fills it
-            if self.world.is_main:  # no weights until the first checkpoint
-                ModelDir.create(
-                    out,
-                    model_cfg,
-                    self.src_vocab,
-                    self.tgt_vocab,
-                    self.provenance,
-                    train_config=cfg.to_dict(),
-                )
 
     def _load_data(self, source: Source, model_cfg: ModelConfig, resume: bool) -> None:
         cfg = self.cfg
+        self.stage = "reading the data for its fingerprint"
         self.fingerprint = fingerprint(source)
         if resume:
             old = self.model_dir.read_provenance().get("data", {})
@@ -198,10 +254,12 @@ class RunSetup:
                 + (f"; warning: they were built with {', '.join(differ)}" if differ else "")
             )
         else:
+            self.stage = "counting the vocabularies"
             self.say(f"rescorer train: counting the vocabularies{self.budget_note()}")
             self.src_vocab, self.tgt_vocab = build_training_vocabs(
                 source, model_cfg, cfg, self.reading_progress("counting the vocabularies")
             )
+        self.stage = "encoding the pairs"
         self.say(f"rescorer train: encoding the pairs{self.budget_note()}")
         data = self.data = read_training_data(
             source, self.src_vocab, self.tgt_vocab, cfg, self.reading_progress("encoding")
@@ -223,13 +281,18 @@ class RunSetup:
         )
 
     def budget_elapsed(self) -> float:
-        """Seconds of this invocation charged to --max-time: all but the first compile's (a
-        first compile can take minutes on a busy machine; it would eat a short budget)."""
-        return time.monotonic() - self.started - self.compile_seconds
+        """Seconds of this command charged to --max-time: all of them (issue 59)."""
+        return time.monotonic() - self.started
+
+    def budget_left(self) -> float | None:
+        """Seconds left of --max-time (None: no --max-time)."""
+        if self.cfg.max_time is None:
+            return None
+        return self.cfg.max_time - self.budget_elapsed()
 
     def budget_note(self) -> str:
         """`` (1m05s in, 22% of the --max-time budget)``: what the setup before the first
-        update has cost so far (vocabularies, encoding; compiling is not charged)."""
+        update has cost so far (reading, vocabularies, encoding, compiling)."""
         minutes, seconds = divmod(int(time.monotonic() - self.started), 60)
         note = f"{minutes}m{seconds:02d}s in"
         if self.cfg.max_time:
@@ -244,6 +307,46 @@ class RunSetup:
             "lines",
             every=self.cfg.progress_every,
             enabled=not self.cfg.quiet and self.world.is_main,
+        )
+
+    def batches(self) -> Iterator[np.ndarray]:
+        """This rank's remaining batches, epoch after epoch (advances the epoch counters): of each
+        group of W consecutive batches of the epoch, the rank-th (distributed.py)."""
+        lengths, run = self.lengths, self.run_state
+        size, rank = self.world.size, self.world.rank
+        while True:
+            if run.order == "buckets":
+                batches = bucketed_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.bounds
+                )
+            else:
+                batches = epoch_batches(
+                    lengths, self.cfg.batch_size, self.cfg.seed, run.epoch, self.cfg.sort_batches
+                )
+            for first in range(run.batch_in_epoch, len(batches) - size + 1, size):
+                yield batches[first + rank]
+            run.epoch += 1
+            run.batch_in_epoch = 0
+
+    def make_static(self) -> StaticUpdate | None:
+        """The fixed-shape update of --capture (None: today's eager one), on the weights and
+        the optimiser state as they are now (a resumed run's loaded); a new run's batches
+        bucketed by length (a resumed run keeps the order it started with)."""
+        self.lengths = np.maximum(self.data.train.src_lens, self.data.train.tgt_lens)  # (n,)
+        self.tgt_lens = self.data.train.tgt_lens  # (n,)
+        self.bounds = length_bounds(self.lengths)
+        if not self.capture:
+            return None
+        if self.run_state.update == 0:
+            self.run_state.order = "buckets"
+        return StaticUpdate(
+            self.model,
+            self.optim,
+            self.cfg.clip_norm,
+            self.precision,
+            self.cfg.batch_size,
+            mode=self.capture,
+            kernels=self.kernels,
         )
 
 

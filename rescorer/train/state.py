@@ -29,6 +29,7 @@ class RunState:
     best_valid_ppl: float | None = None
     bad_validations: int = 0
     train_seconds: float = 0.0
+    order: str = ""  # the batches: "" a permutation cut in order, "buckets" by length (capture)
 
 
 def save_state(

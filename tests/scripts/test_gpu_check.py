@@ -14,6 +14,7 @@ from conftest import GOLDEN, ROOT, SLICE
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
 SECTIONS = ("extend", "score", "workers", "pipeline", "precision", "train", "batch")
+TRAINING_SECTIONS = ("capture", "ttq", "paper")  # issue 56's: run when named
 
 
 def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -104,6 +105,78 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         assert found, block
         epochs[batch] = float(found[1])
     assert epochs[2] > 0 and abs(epochs[4] / epochs[2] - 2) < 0.1, epochs
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_without_cuda_issue_56s_sections_say_they_are_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "check.md"
+    proc = gpu_check(
+        out, GPU_CHECK_TABLE=str(SLICE), GPU_CHECK_SECTIONS=" ".join(TRAINING_SECTIONS)
+    )
+    assert proc.returncode == 0, proc.stderr
+    block = out.read_text()
+    skipped = "skipped: no CUDA device here (torch.cuda.is_available() is False)"
+    assert block.count(skipped) == len(TRAINING_SECTIONS), block
+    for title in ("The captured update against the eager one", "Time to quality",
+                  "The paper's model trained to its early stop"):  # fmt: skip
+        assert title in block, block
+    assert not (tmp_path / "paper-model").exists() and not (tmp_path / "ttq.csv").exists()
+
+
+@pytest.mark.slow
+def test_the_cpu_dry_run_of_the_training_sections(tmp_path: Path) -> None:
+    """capture, ttq and paper on the CPU at tiny sizes: bench_train.py's eager and fixed-shape
+    rows, the gpu test run (skipped here), one time-to-quality run per batch with its CSV and
+    PNG, and the paper run's folder brought back with fp16 weights that load as fp32."""
+    out = tmp_path / "dry.md"
+    proc = gpu_check(
+        out,
+        GPU_CHECK_DEVICE="cpu",
+        GPU_CHECK_SECTIONS=" ".join(TRAINING_SECTIONS),
+        GPU_CHECK_SIZE="tiny",
+        GPU_CHECK_TABLE=str(SLICE),
+        GPU_CHECK_GEMM="64",
+        GPU_CHECK_CAPTURE_BATCHES="4 8",
+        GPU_CHECK_CAPTURE_MODES="off on",
+        GPU_CHECK_CAPTURE_PRECISIONS="fp32",
+        GPU_CHECK_CAPTURE_UPDATES="3",
+        GPU_CHECK_CAPTURE_WARMUP="1",
+        GPU_CHECK_CAPTURE_PAIRS="300",
+        GPU_CHECK_TTQ_BATCHES="2 4",
+        GPU_CHECK_TTQ_SECONDS="120",
+        GPU_CHECK_TTQ_VALID_PAIRS="8",
+        GPU_CHECK_TRAIN_UPDATES="6",
+        GPU_CHECK_PAPER_SECONDS="120",
+        GPU_CHECK_PAPER_VALID_EVERY="3",
+        GPU_CHECK_LOG_EVERY="2",
+    )
+    assert proc.returncode == 0, proc.stderr
+    block = out.read_text()
+    assert "FAILED" not in block, block
+    for batch in (4, 8):  # capture: the eager row, then the fixed-shape one against it
+        for capture, vs_eager in (("off", r"1\.00"), ("on", r"[\d.]+")):
+            row = rf"^\| {batch} \| fp32 \| no \| train \| {capture} \| [\d,]+ \| [\d.]+ \| - \|"
+            assert re.search(row + rf" {vs_eager} \|", block, re.M), block
+    assert re.search(r"`pytest tests/train/test_capture_gpu.py` \(exit 0\): \d+ skipped", block)
+    rows = (tmp_path / "ttq.csv").read_text().splitlines()
+    assert rows[0] == "run,batch,seconds,update,valid_ppl"
+    assert {row.split(",")[1] for row in rows[1:]} == {"2", "4"}  # validated at 4, 6 and 2, 4, 6
+    assert (tmp_path / "ttq.png").read_bytes()[:4] == b"\x89PNG"
+    assert re.search(
+        r"Lowest validation perplexity: batch [24]: validation perplexity [\d.]+", block
+    )
+    assert "stopped (max-updates) after 6 updates" in block
+    folder = tmp_path / "paper-model"
+    assert not (folder / "train-state.pt").exists()
+    from safetensors.torch import load_file
+
+    from rescorer.model.checkpoint import load_model_dir
+
+    assert {t.dtype for t in load_file(str(folder / "model.safetensors")).values()} == {
+        torch.float16
+    }
+    assert all(p.dtype == torch.float32 for p in load_model_dir(folder)[0].parameters())
+    assert "loads as fp32 on the CPU" in block
 
 
 def test_a_missing_dependency_is_named_and_nothing_is_measured(tmp_path: Path) -> None:

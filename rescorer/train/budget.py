@@ -1,0 +1,109 @@
+"""--max-time in the training loop (rescorer/train/deadline.py says what it counts): the share
+of the budget in the progress lines, a warning when the setup took most of it, the stop that
+keeps the final checkpoint's time in reserve, and the first update's compile under a deadline.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from rescorer.io.progress import COMPILE_TYPICAL
+from rescorer.train.deadline import (
+    SETUP_WARN_SHARE,
+    Deadline,
+    OutOfTime,
+    checkpoint_reserve,
+    compile_give_up,
+)
+from rescorer.train.optim import ClippedAdadelta
+from rescorer.train.setup import RunSetup
+from rescorer.train.stop import fmt_time as _fmt_time
+
+
+class BudgetedRun(RunSetup):
+    """The time budget of a training run (the loop: loop.py's _Trainer)."""
+
+    loop_start = 0.0  # when the updates started (time.monotonic())
+    first_update = 0  # the update this invocation started at
+    first_pairs = 0  # the pairs seen before it
+    checkpoint_cost: float | None = None  # the last validation and save, seconds
+    gave_up = False  # --max-time ran out in the first update's compile
+
+    def step(self, index: np.ndarray) -> tuple[int, int, float | None]:
+        raise NotImplementedError  # the loop's
+
+    def budget(self) -> str:
+        """How much of --max-updates/--max-time is used, and the time left by the nearer one
+        (a run may stop earlier on --patience)."""
+        cfg, run = self.cfg, self.run_state
+        shares: list[tuple[float, float | None]] = []  # (share used, seconds left)
+        if cfg.max_time:
+            used = self.budget_elapsed() / cfg.max_time
+            shares.append((used, max(cfg.max_time - self.budget_elapsed(), 0.0)))
+        if cfg.max_updates:
+            done_here = run.update - self.first_update
+            rate = done_here / max(time.monotonic() - self.loop_start, 1e-9)
+            left = (cfg.max_updates - run.update) / rate if done_here else None
+            shares.append((run.update / cfg.max_updates, left))
+        if not shares:
+            return ""
+        used, left = max(shares, key=lambda s: s[0])
+        text = f" | {100 * min(used, 1.0):.0f}% of the budget"
+        return text + (f", ETA {_fmt_time(left)}" if left is not None else "")
+
+    def setup_warning(self) -> None:
+        """A warning when the setup took most of --max-time (issue 59: 87% went on reading)."""
+        used = self.budget_elapsed()
+        if self.cfg.max_time and used > SETUP_WARN_SHARE * self.cfg.max_time:
+            self.tell(
+                f"rescorer train: warning: the setup (reading, counting, encoding, building) took"
+                f" {_fmt_time(used)}, {100 * min(used / self.cfg.max_time, 1):.0f}% of --max-time"
+                f" {_fmt_time(self.cfg.max_time)}: {_fmt_time(self.cfg.max_time - used)} are left"
+                " for training (--vocab DIR, from rescorer vocab, skips the counting pass)"
+            )
+
+    def out_of_time(self, pairs_seen: int) -> bool:
+        """Whether --max-time is spent, the final checkpoint's cost kept in reserve."""
+        assert self.cfg.max_time is not None
+        if self.gave_up:  # the first update ran into the deadline
+            return True
+        done = pairs_seen - self.first_pairs
+        rate = done / max(time.monotonic() - self.loop_start, 1e-9)
+        reserve = (
+            checkpoint_reserve(self.checkpoint_cost, len(self.data.valid), rate) if done else 0
+        )
+        return self.budget_elapsed() + reserve >= self.cfg.max_time
+
+    def first_compiled_step(self, index: np.ndarray) -> tuple[int, int, float | None] | None:
+        """The first update, which compiles, under a deadline: --compile auto gives up compiling
+        past compile_give_up and does it eagerly; any compile stops at the --max-time budget's
+        end (None: the update not done, the run stops). The weights and the optimiser come back
+        as they were before either redo. Not under torchrun (the ranks would part ways)."""
+        cfg = self.cfg
+        left = self.budget_left()
+        give_up = cfg.compile == "auto"
+        seconds = compile_give_up(left) if give_up else left
+        if seconds is None or self.world.distributed:
+            return self.step(index)
+        before = copy.deepcopy((self.model.state_dict(), self.optim.state_dict()))
+        try:
+            with Deadline(seconds, "compiling"):
+                return self.step(index)
+        except OutOfTime:
+            pass
+        self.model.load_state_dict(before[0])
+        self.optim.load_state_dict(before[1])
+        if not give_up:
+            self.gave_up = True
+            return None
+        self.tell(
+            f"rescorer train: warning: compiling the first update ran past {_fmt_time(seconds)}"
+            f" (announced: {COMPILE_TYPICAL}); continuing without compiling, as --compile no"
+        )
+        self.kernels = None
+        self.update = ClippedAdadelta(self.optim, compiled=False)
+        self.static = self.make_static()
+        return self.step(index)
