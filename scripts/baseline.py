@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
+from driverlib import COUNT, MERT_ITERATIONS, drive
 
 from rescorer.cli.common import mert_seed_option, moses_option
-from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent
@@ -56,18 +55,28 @@ HERE = Path(__file__).resolve().parent
     default=True,
     help="Keep Moses' default search (cube pruning is added before tuning).",
 )
-@click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
-@click.option("--dev-lines", type=int, help="Tune on the first N dev lines [default: all].")
-@click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
+@click.option(
+    "--max-iterations",
+    default=15,
+    show_default=True,
+    callback=MERT_ITERATIONS,
+    help="MERT iterations at most (1 or more).",
+)
+@click.option(
+    "--dev-lines", type=int, callback=COUNT, help="Tune on the first N dev lines [default: all]."
+)
+@click.option(
+    "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
+)
 @mert_seed_option(DEFAULT_MERT_SEED)
 def main(**opts: object) -> None:
     """Build, tune and evaluate a Moses baseline from CORPUS in --work."""
     config = BaselineConfig(**opts)  # type: ignore[arg-type]
-    try:
-        record = run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
-    except RescorerError as exc:
-        click.echo(f"baseline: error: {exc}", err=True)
-        sys.exit(1)
+    record = drive(
+        "baseline",
+        config.work,
+        lambda: run_baseline(config, echo=lambda m: click.echo(m, err=True)),
+    )
     click.echo(json.dumps(record, indent=2))
     click.echo(f"system folder: {config.work / 'system'}", err=True)
 

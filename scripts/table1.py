@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 import click
+from driverlib import COUNT, MERT_ITERATIONS, NONE_OR_MORE
 
 from rescorer.cli.common import (
     Terminated,
@@ -107,18 +108,27 @@ def runs_of_option(
 )
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/")
-@click.option("--runs", default=3, show_default=True, help="K: tuning runs of (a), (b), (e).")
-@click.option("--runs-c", type=int, help="K of (c) and (d), 0 for none [default: --runs].")
+@click.option(
+    "--runs", default=3, show_default=True, callback=COUNT, help="K: tuning runs of (a), (b), (e)."
+)
+@click.option(
+    "--runs-c",
+    type=int,
+    callback=NONE_OR_MORE,
+    help="K of (c) and (d), 0 for none [default: --runs].",
+)
 @click.option(
     "--runs-mira",
     default=0,
     show_default=True,
+    callback=NONE_OR_MORE,
     help="K of (a) and the best (b) tuned by batch MIRA (kbmira); 0 for none.",
 )
 @click.option(
     "--runs-f",
     default=0,
     show_default=True,
+    callback=NONE_OR_MORE,
     help="K of (f): the best model's table filled up with its own pairs for the dev and test "
     "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
 )
@@ -137,9 +147,22 @@ def runs_of_option(
     help="More `rescorer extend` flags of (f), one string (e.g. -n 10, the --precision of "
     "--score-args, --lex-f2e/--lex-e2f).",
 )
-@click.option("--dev-lines", type=int, help="Tune on the first N dev sentences [default: all].")
-@click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
-@click.option("--top-k", default=5, show_default=True, help="System (d): targets per source.")
+@click.option(
+    "--dev-lines",
+    type=int,
+    callback=COUNT,
+    help="Tune on the first N dev sentences [default: all].",
+)
+@click.option(
+    "--max-iterations",
+    default=10,
+    show_default=True,
+    callback=MERT_ITERATIONS,
+    help="Tuning iterations at most (1 or more).",
+)
+@click.option(
+    "--top-k", default=5, show_default=True, callback=COUNT, help="System (d): targets per source."
+)
 @click.option(
     "--new-weight",
     default=0.05,
@@ -159,12 +182,14 @@ def runs_of_option(
     "--threads",
     default=os.cpu_count() or 1,
     show_default="all cores",
+    callback=COUNT,
     help="Decoder threads of each tuning and decoding.",
 )
 @click.option(
     "--jobs",
     default=1,
     show_default=True,
+    callback=COUNT,
     help="Tuning runs at once, each with its decoding (and (d)'s pruning after (b)'s run); "
     "give each --threads so that jobs x threads fits the cores.",
 )
@@ -173,7 +198,11 @@ def runs_of_option(
 @click.option("--tgt", default="fr", show_default=True, help="Target suffix of dev/test files.")
 @click.option("--feature-name", help="The phrase-table feature when the ini has several.")
 @click.option(
-    "--trials", default=10000, show_default=True, help="Randomisation and bootstrap trials."
+    "--trials",
+    default=10000,
+    show_default=True,
+    callback=COUNT,
+    help="Randomisation and bootstrap trials.",
 )
 @click.option(
     "--plan",

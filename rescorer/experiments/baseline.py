@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -91,7 +92,40 @@ def baseline_built(work: Path) -> bool:
     return (work / LAST_STEP / DONE_FILE).is_file()
 
 
+def check_counts(cfg: BaselineConfig) -> None:
+    """Refuse counts no step could use, before any step runs (the scripts refuse them at
+    parse time too)."""
+    counts = {"--max-iterations": cfg.max_iterations, "--threads": cfg.threads}
+    counts |= {"--max-length": cfg.max_length, "--max-phrase-length": cfg.max_phrase_length}
+    counts |= {"--lm-order": cfg.lm_order}
+    if cfg.dev_lines is not None:
+        counts["--dev-lines"] = cfg.dev_lines
+    for option, value in counts.items():
+        if value < 1:
+            why = " (mert-moses.pl reads 0 as no limit)" if option == "--max-iterations" else ""
+            raise RescorerError(f"{option} {value}: expected 1 or more{why}")
+
+
+def corpus_file_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being read as a corpus file (read more than once: a regular
+    file), or None: missing, a folder, a FIFO, a device ... each by name."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder, not a file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe), not a file: every corpus file is read more than once"
+    return "not a regular file (a device or socket)"
+
+
 def _check(cfg: BaselineConfig, tools: MosesTools) -> None:
+    check_counts(cfg)
     tools.check()
     needed = [
         tools.root / "scripts" / "tokenizer" / "tokenizer.perl",
@@ -109,8 +143,9 @@ def _check(cfg: BaselineConfig, tools: MosesTools) -> None:
         lengths = []
         for lang in (cfg.src, cfg.tgt):
             path = cfg.corpus / f"{part}.{lang}"
-            if not path.is_file():
-                raise RescorerError(f"{path}: missing (the corpus needs {part}.{lang})")
+            problem = corpus_file_problem(path)
+            if problem is not None:
+                raise RescorerError(f"{path}: {problem} (the corpus needs {part}.{lang})")
             with open(path, "rb") as f:
                 lengths.append(sum(1 for _ in f))
         if lengths[0] != lengths[1]:

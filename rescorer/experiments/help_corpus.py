@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import hashlib
 import html.parser
+import os
 import random
 import re
 import shutil
 import statistics
-import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rescorer.errors import RescorerError
+from rescorer.experiments.steps import run_captured
 from rescorer.io.jsonfiles import write_json
 from rescorer.io.outputs import write_text
 
@@ -138,8 +140,10 @@ def sha256_of(path: Path) -> str:
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
+    """``argv``'s stdout; its last line of error when it fails. Interrupted, the command and
+    what it started are ended first (:func:`steps.run_captured`)."""
     try:
-        proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False)
+        proc = run_captured(argv, cwd=cwd)
     except OSError as exc:
         raise RescorerError(f"cannot run {argv[0]}: {exc.strerror}") from exc
     if proc.returncode != 0:
@@ -164,9 +168,15 @@ def download(name: str, folder: Path) -> Package:
 
 def unpack(package: Package, folder: Path) -> Path:
     """``dpkg -x`` into ``folder``; returns the package's one help language folder."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    try:
+        if folder.exists():
+            shutil.rmtree(folder)  # what an interrupted dpkg -x left
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise RescorerError(
+            f"{folder}: cannot empty it for dpkg -x: {exc.strerror} (is another run unpacking "
+            "there?)"
+        ) from exc
     _run(["dpkg", "-x", str(package.deb), str(folder)])
     root = folder / HELP_ROOT
     langs = [p for p in sorted(root.iterdir()) if (p / "text").is_dir()] if root.is_dir() else []
@@ -255,13 +265,41 @@ def split(
     for pair in pairs:
         groups.setdefault(split_key(pair[0]), []).append(pair)
     keys = list(groups)
+    check_sizes(dev, test)
     if dev + test >= len(keys):
         raise RescorerError(
-            f"dev {dev} + test {test} sources leave none of the {len(keys)} distinct to train"
+            f"--dev {dev} + --test {test} distinct sources leave none of the {len(keys)} to "
+            "train: give smaller sets"
         )
     random.Random(seed).shuffle(keys)
     parts = {"test": keys[:test], "dev": keys[test : test + dev], "train": keys[test + dev :]}
     return {name: [p for k in part for p in groups[k]] for name, part in parts.items()}
+
+
+def check_sizes(dev: int, test: int) -> None:
+    """Refuse a dev or test set of no source (or fewer: a negative slice would put test's
+    sources in train too)."""
+    for option, value in (("--dev", dev), ("--test", test)):
+        if value < 1:
+            raise RescorerError(f"{option} {value}: expected 1 or more distinct sources")
+
+
+def check_out_folder(out: Path) -> None:
+    """Make ``out`` (and its parents) and write a probe in it: an unusable folder (a file, a
+    path under a file, one that cannot be made or written in) is refused by one error before
+    anything is downloaded."""
+    if out.exists() and not out.is_dir():
+        raise RescorerError(f"--out {out}: not a folder (expected a folder, made if missing)")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise RescorerError(f"--out {out}: {above} is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RescorerError(f"--out {out}: cannot write there: {exc.strerror}") from exc
 
 
 def word_stats(texts: Sequence[str]) -> dict[str, float]:
@@ -300,6 +338,8 @@ def build(config: CorpusConfig, say: Callable[[str], None] = print) -> dict[str,
     checksums, counts, statistics), ``files.sha256`` and a README into ``config.out``."""
     echo = say
     out = config.out
+    check_sizes(config.dev, config.test)
+    check_out_folder(out)
     debs = out / "debs"
     packages = [download(name, debs) for name in (config.src_package, config.tgt_package)]
     for p in packages:

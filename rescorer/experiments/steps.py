@@ -161,7 +161,29 @@ class Step:
 END_GRACE = (2.0, 20.0)
 
 
-def end_command(proc: subprocess.Popen[bytes]) -> None:
+def run_captured(argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``argv`` run to its end, its stdout and stderr captured (text). Interrupted (Ctrl-C,
+    SIGTERM raised as :class:`KeyboardInterrupt`), the command and every process it started
+    (``dpkg -x``'s ``dpkg-deb`` and ``tar``, say) are ended by :func:`end_command` before the
+    interruption goes on: none is left writing where a re-run works. OSError when it cannot
+    start."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate()
+    except BaseException:  # no command outlives the run
+        end_command(proc)
+        raise
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def end_command(proc: subprocess.Popen[Any]) -> None:
     """End ``proc`` and every process it started (mert-moses.pl's decoder, say): a command
     that has not ended by itself within END_GRACE[0] seconds gets SIGTERM, as do its
     descendants (a rescorer command then removes its temporary files and exits 143), and

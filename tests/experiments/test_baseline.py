@@ -8,6 +8,7 @@ test paragraphs of the LibreOffice help corpus (scripts/help_corpus.py). Skipped
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import DATA_DIR, MOSES, ROOT
 
+from rescorer.errors import RescorerError
+from rescorer.experiments.baseline import BaselineConfig
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "baseline.py"
@@ -182,6 +185,71 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
     assert proc.returncode == 1
     if (MOSES / "bin" / "moses").exists():
         assert f"{corpus / 'test.fr'}: missing" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "flags", "expected"),
+    [
+        ("baseline.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more "
+         "(mert-moses.pl reads 0 as no limit)"),
+        ("baseline.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+        ("baseline.py", ("--dev-lines", "0"), "'--dev-lines': 0: expected 1 or more"),
+        ("table1.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
+        ("table1.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+        ("table1.py", ("--jobs", "0"), "'--jobs': 0: expected 1 or more"),
+        ("table1.py", ("--runs-f", "-1"), "'--runs-f': -1: expected 0 or more"),
+        ("help_system.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
+        ("help_system.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+    ],
+)  # fmt: skip
+def test_counts_no_run_could_use_are_refused_at_parse_time(
+    tmp_path: Path, script: str, flags: tuple[str, str], expected: str
+) -> None:
+    """Issue 58.8 and 58.14: --max-iterations 0 ran MERT without a limit (mert-moses.pl reads 0
+    as none), --threads 0 failed only at tuning, after the training; table1 --bitext built the
+    whole baseline before refusing --jobs 0."""
+    work = tmp_path / "work"
+    where = {"baseline.py": [str(BITEXT)], "table1.py": ["--bitext", str(BITEXT), "--train", "1m"]}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *where.get(script, []),
+         "--work", str(work), "--moses", str(MOSES), *flags],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"Invalid value for {expected}" in proc.stderr
+    assert not work.exists()
+
+
+def test_the_library_refuses_the_same_counts() -> None:
+    """run_baseline's own check, for callers other than the scripts (table1's build_system)."""
+    from rescorer.experiments.baseline import check_counts
+
+    config = BaselineConfig(corpus=BITEXT, work=Path("unused"), moses=MOSES, max_iterations=0)
+    with pytest.raises(RescorerError, match="--max-iterations 0: expected 1 or more"):
+        check_counts(config)
+    with pytest.raises(RescorerError, match="--threads 0: expected 1 or more"):
+        check_counts(BaselineConfig(corpus=BITEXT, work=Path("u"), moses=MOSES, threads=0))
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_corpus_file_that_is_a_folder_or_a_fifo_is_named_so(tmp_path: Path, kind: str) -> None:
+    """Issue 58.14: both were called "missing". A FIFO is refused without being opened (the
+    corpus is read more than once: a FIFO would hang or give its lines once)."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BITEXT, corpus)
+    (corpus / "dev.fr").unlink()
+    if kind == "folder":
+        (corpus / "dev.fr").mkdir()
+    else:
+        os.mkfifo(corpus / "dev.fr")
+    proc = build(tmp_path / "work", corpus=corpus)
+    assert proc.returncode == 1
+    if (MOSES / "bin" / "moses").exists():
+        what = "a folder, not a file" if kind == "folder" else "a FIFO (named pipe), not a file"
+        assert proc.stderr.splitlines()[-1].startswith(
+            f"baseline: error: {corpus / 'dev.fr'}: {what}"
+        ), proc.stderr
+        assert not (tmp_path / "work" / "prepare").exists()
 
 
 @pytest.mark.slow
