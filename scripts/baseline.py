@@ -25,9 +25,9 @@ import os
 from pathlib import Path
 
 import click
-from driverlib import COUNT, MERT_ITERATIONS, drive
 
 from rescorer.cli.common import mert_seed_option, moses_option
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from driverlib import COUNT, drive
 
+from rescorer.cli.drivers import COUNT, drive
 from rescorer.experiments.help_corpus import CorpusConfig, build
 
 

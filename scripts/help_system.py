@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from driverlib import COUNT, MERT_ITERATIONS, drive
 from help_corpus import corpus_options
 
 from rescorer.cli.common import mert_seed_option, moses_option
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
 from rescorer.experiments.help_system import build_help_system

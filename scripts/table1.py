@@ -28,21 +28,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
 
 import click
-from driverlib import COUNT, MERT_ITERATIONS, NONE_OR_MORE
 
-from rescorer.cli.common import (
-    Terminated,
-    check_duration,
-    check_finite,
-    handle_sigterm,
-    interrupt_status,
-    moses_option,
-)
-from rescorer.errors import RescorerError
+from rescorer.cli.common import check_duration, check_finite, moses_option
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, NONE_OR_MORE, drive, fail
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
 from rescorer.experiments.steps import check_work_folder
 from rescorer.experiments.table1 import (
@@ -242,15 +233,9 @@ def main(
         if not (plan_only or interim):
             system = build_system(bitext, work, moses, opts)
         elif not baseline_built(work / "baseline"):
-            try:
-                check_work_folder(work)
-            except RescorerError as exc:
-                click.echo(f"table1: error: {exc}", err=True)
-                sys.exit(1)
+            drive("table1", work, lambda: check_work_folder(work))
             if interim:
-                click.echo(f"table1: error: {work}: the baseline is not built yet: no run to "
-                           "report", err=True)  # fmt: skip
-                sys.exit(1)
+                fail("table1", f"{work}: the baseline is not built yet: no run to report")
             click.echo(
                 f"baseline  to do: built first from {bitext} in {work / 'baseline'} "
                 "(scripts/baseline.py's steps); the systems' steps are planned once it exists"
@@ -267,34 +252,15 @@ def main(
         **opts,  # type: ignore[arg-type]
     )
     if plan_only:
-        try:
-            steps, note = plan_table1(config)
-        except RescorerError as exc:
-            click.echo(f"table1: error: {exc}", err=True)
-            sys.exit(1)
+        steps, note = drive("table1", config.work, lambda: plan_table1(config))
         click.echo(plan_text(steps, note, config.jobs))
         return
     if interim:
-        try:
-            interim_table1(config)
-        except RescorerError as exc:
-            click.echo(f"table1: error: {exc}", err=True)
-            sys.exit(1)
+        drive("table1", config.work, lambda: interim_table1(config))
         click.echo((config.work / INTERIM_FILES[1]).read_text(encoding="utf-8"))
         return
-    try:
-        run_table1(config)
-    except RescorerError as exc:
-        click.echo(f"table1: error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt as exc:  # the running command and what it started have ended
-        which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        click.echo(
-            f"table1: interrupted by {which}; the finished steps in {config.work} are kept: "
-            "run the same command again to go on",
-            err=True,
-        )
-        sys.exit(interrupt_status(exc))
+    # interrupted, the running command and what it started are ended: one line, 130 or 143
+    drive("table1", config.work, lambda: run_table1(config))
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
 
 
@@ -374,14 +340,9 @@ def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object])
         threads=int(opts["threads"]),  # type: ignore[call-overload]
         max_iterations=int(opts["max_iterations"]),  # type: ignore[call-overload]
     )
-    try:
-        run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
-    except RescorerError as exc:
-        click.echo(f"table1: error: {exc}", err=True)
-        sys.exit(1)
+    drive("table1", work, lambda: run_baseline(config, echo=lambda m: click.echo(m, err=True)))
     return config.work / "system"
 
 
 if __name__ == "__main__":
-    handle_sigterm()  # SIGTERM ends the run as Ctrl-C does: its command ended, one line, 143
     main()

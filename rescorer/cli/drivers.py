@@ -1,5 +1,5 @@
-"""What the experiment drivers (baseline.py, help_corpus.py, help_system.py, table1.py) share:
-how a driver ends on an error or a signal, and the checks of their counts at parse time.
+"""What the experiment drivers share (scripts/baseline.py, help_corpus.py, help_system.py and
+table1.py): how a driver ends on an error or a signal, and the checks of counts at parse time.
 
 Every driver runs its commands as :mod:`rescorer.experiments.steps` does (a command the driver
 is interrupted in is ended with every process it started, ``dpkg -x``'s and mert-moses.pl's
