@@ -118,8 +118,10 @@ class Step:
         stdin: Path | None = None,
         stdout: Path | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> None:
-        """Run a command, its stderr (and stdout unless redirected) appended to the log."""
+        """Run a command, its stderr (and stdout unless redirected) appended to the log;
+        ``watch`` is called every WATCH_EVERY seconds while it runs (to report progress)."""
         args = [os.fspath(a) for a in argv]
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else ""))
@@ -132,7 +134,7 @@ class Step:
                     self.name, args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env
                 )
                 try:
-                    proc.wait()
+                    _wait(proc, watch)
                 except BaseException:  # Ctrl-C or SIGTERM: no command outlives the run
                     end_command(proc)
                     raise
@@ -154,6 +156,23 @@ class Step:
                 f"step {self.name}: {Path(args[0]).name} exited with status {proc.returncode}"
                 f"{_last_line(self.log)}; see {self.log}"
             )
+
+
+WATCH_EVERY = 2.0  # seconds between two calls of a running command's watch
+
+
+def _wait(proc: subprocess.Popen[bytes], watch: Callable[[], None] | None) -> None:
+    if watch is None:
+        proc.wait()
+        return
+    while True:
+        try:
+            proc.wait(WATCH_EVERY)
+        except subprocess.TimeoutExpired:
+            watch()
+        else:
+            watch()  # what it wrote last
+            return
 
 
 # Seconds an interrupted command gets to end by itself (a Ctrl-C at a terminal reaches it too),
