@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.steps import run_captured
+from rescorer.experiments.processes import run_captured
 from rescorer.io.jsonfiles import write_json
 from rescorer.io.outputs import write_text
 
@@ -141,7 +141,7 @@ def sha256_of(path: Path) -> str:
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
     """``argv``'s stdout; its last line of error when it fails. Interrupted, the command and
-    what it started are ended first (:func:`steps.run_captured`)."""
+    what it started are ended first (:func:`processes.run_captured`)."""
     try:
         proc = run_captured(argv, cwd=cwd)
     except OSError as exc:

@@ -23,7 +23,7 @@ from conftest import DATA_DIR, MOSES, ROOT
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.baseline import BaselineConfig
-from rescorer.experiments.steps import _descendants as descendants
+from rescorer.experiments.processes import descendants
 from rescorer.experiments.train_model import STEPS, Layout, first_to_run
 from rescorer.moses.ini import read_ini
 

@@ -29,7 +29,7 @@ from rescorer.experiments.help_corpus import (
     split_key,
     word_stats,
 )
-from rescorer.experiments.steps import _descendants as descendants
+from rescorer.experiments.processes import descendants
 
 PAGES = DATA_DIR / "help-pages"
 EN, FR = PAGES / "en-US", PAGES / "fr"

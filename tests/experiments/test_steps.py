@@ -15,8 +15,8 @@ import pytest
 from conftest import DATA_DIR, ROOT, TINY_SYSTEM
 
 from rescorer.errors import RescorerError
+from rescorer.experiments.processes import descendants
 from rescorer.experiments.steps import StepError, WorkDir
-from rescorer.experiments.steps import _descendants as descendants
 
 
 def say_lines(work: WorkDir, tag: str) -> None:
