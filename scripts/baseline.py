@@ -5,7 +5,10 @@ Thin over rescorer.experiments.baseline (its docstring lists the steps): tokenis
 with Moses' scripts, clean-corpus-n 1-80, a 5-gram KenLM of the target side, train-model.perl
 (MGIZA++, grow-diag-final-and, msd-bidirectional-fe), cube pruning, MERT on dev, then the test
 set decoded and scored. Every step runs in its own folder of --work and is skipped once done,
-so the same command after a kill goes on where it stopped (MERT from its last iteration).
+so the same command after a kill goes on where it stopped (train-model.perl from its first
+unfinished step of nine, MERT from its last iteration). The training shows a line per
+train-model.perl step with its time, and MGIZA++'s iterations as they finish. Ctrl-C or SIGTERM
+ends the command running and everything it started, and exits 130 or 143 with one line.
 
 CORPUS holds train.SRC train.TGT dev.SRC dev.TGT test.SRC test.TGT (raw text, one segment a
 line; --tokenized when they are tokenised and lowercased already). WORK/system is then a Moses

@@ -5,6 +5,9 @@ Thin over rescorer.experiments.help_corpus (its docstring says how pages are ali
 help packages are fetched with `apt-get download` (never installed), unpacked with `dpkg -x`,
 aligned by page and paragraph id, cleaned and split; the folder gets train/dev/test.{SRC,TGT}
 (raw text), *.origin, corpus.json (versions, checksums, counts), files.sha256 and a README.
+--out is checked (a folder that can be made and written in) before anything is downloaded.
+Ctrl-C or SIGTERM ends the command running (dpkg -x and what it started) and exits 130 or 143
+with one line; the downloads are kept for the next run.
 
 Example (the help-prose system of Table 1's third edition):
 
