@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.actions import phrase_table_feature, tuning_seconds
+from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.breakdown import (
     Group,
@@ -37,6 +37,7 @@ from rescorer.experiments.significance import (
 )
 from rescorer.experiments.systems import TUNERS, System, column_names
 from rescorer.experiments.tools import multi_bleu
+from rescorer.experiments.tuning_log import tuning_seconds
 from rescorer.moses.ini import read_ini
 
 PARTS = ("dev", "test")

@@ -38,6 +38,7 @@ from rescorer.experiments.run_models import (
 from rescorer.experiments.steps import WorkDir, check_work_folder, read_done
 from rescorer.experiments.systems import System, chains, decode_step, plan, tuning_step
 from rescorer.experiments.tools import MosesTools
+from rescorer.experiments.tuning_log import finished_iterations, tuning_seconds
 from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.outputs import write_text
 from rescorer.job.output import record_path
@@ -268,13 +269,13 @@ def _step_state(
             return PlannedStep(name, "partial", detail=f"{problem}: runs again from its start")
         if not name.startswith("tune-"):
             return PlannedStep(name, "done", float(record["seconds"]))
-        seconds, why = actions.tuning_seconds(work / name, record)
+        seconds, why = tuning_seconds(work / name, record)
         return PlannedStep(name, "done", seconds, detail=f"at least: {why}" if why else "")
     folder = work / name
     if not folder.exists():
         return PlannedStep(name, "to do")
     if name.startswith("tune-"):
-        done = actions.finished_iterations(folder / "mert")
+        done = finished_iterations(folder / "mert")
         if done:
             return PlannedStep(name, "partial", detail=f"{done} tuning iterations finished")
         if (folder / "mert" / "moses.ini").is_file():
