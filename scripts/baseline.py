@@ -5,7 +5,10 @@ Thin over rescorer.experiments.baseline (its docstring lists the steps): tokenis
 with Moses' scripts, clean-corpus-n 1-80, a 5-gram KenLM of the target side, train-model.perl
 (MGIZA++, grow-diag-final-and, msd-bidirectional-fe), cube pruning, MERT on dev, then the test
 set decoded and scored. Every step runs in its own folder of --work and is skipped once done,
-so the same command after a kill goes on where it stopped (MERT from its last iteration).
+so the same command after a kill goes on where it stopped (train-model.perl from its first
+unfinished step of nine, MERT from its last iteration). The training shows a line per
+train-model.perl step with its time, and MGIZA++'s iterations as they finish. Ctrl-C or SIGTERM
+ends the command running and everything it started, and exits 130 or 143 with one line.
 
 CORPUS holds train.SRC train.TGT dev.SRC dev.TGT test.SRC test.TGT (raw text, one segment a
 line; --tokenized when they are tokenised and lowercased already). WORK/system is then a Moses
@@ -22,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import click
 
 from rescorer.cli.common import mert_seed_option, moses_option
-from rescorer.errors import RescorerError
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent
@@ -56,18 +58,28 @@ HERE = Path(__file__).resolve().parent
     default=True,
     help="Keep Moses' default search (cube pruning is added before tuning).",
 )
-@click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
-@click.option("--dev-lines", type=int, help="Tune on the first N dev lines [default: all].")
-@click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
+@click.option(
+    "--max-iterations",
+    default=15,
+    show_default=True,
+    callback=MERT_ITERATIONS,
+    help="MERT iterations at most (1 or more).",
+)
+@click.option(
+    "--dev-lines", type=int, callback=COUNT, help="Tune on the first N dev lines [default: all]."
+)
+@click.option(
+    "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
+)
 @mert_seed_option(DEFAULT_MERT_SEED)
 def main(**opts: object) -> None:
     """Build, tune and evaluate a Moses baseline from CORPUS in --work."""
     config = BaselineConfig(**opts)  # type: ignore[arg-type]
-    try:
-        record = run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
-    except RescorerError as exc:
-        click.echo(f"baseline: error: {exc}", err=True)
-        sys.exit(1)
+    record = drive(
+        "baseline",
+        config.work,
+        lambda: run_baseline(config, echo=lambda m: click.echo(m, err=True)),
+    )
     click.echo(json.dumps(record, indent=2))
     click.echo(f"system folder: {config.work / 'system'}", err=True)
 

@@ -5,6 +5,9 @@ Thin over rescorer.experiments.help_corpus (its docstring says how pages are ali
 help packages are fetched with `apt-get download` (never installed), unpacked with `dpkg -x`,
 aligned by page and paragraph id, cleaned and split; the folder gets train/dev/test.{SRC,TGT}
 (raw text), *.origin, corpus.json (versions, checksums, counts), files.sha256 and a README.
+--out is checked (a folder that can be made and written in) before anything is downloaded.
+Ctrl-C or SIGTERM ends the command running (dpkg -x and what it started) and exits 130 or 143
+with one line; the downloads are kept for the next run.
 
 Example (the help-prose system of Table 1's third edition):
 
@@ -15,14 +18,13 @@ Another language: `--tgt-package libreoffice-help-de --tgt de`.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rescorer.errors import RescorerError
+from rescorer.cli.drivers import COUNT, drive
 from rescorer.experiments.help_corpus import CorpusConfig, build
 
 
@@ -34,8 +36,20 @@ def corpus_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tgt-package", default="libreoffice-help-fr", show_default=True),
         click.option("--src", default="en", show_default=True, help="Suffix of the source files."),
         click.option("--tgt", default="fr", show_default=True, help="Suffix of the target files."),
-        click.option("--dev", default=1500, show_default=True, help="Distinct sources in dev."),
-        click.option("--test", default=5000, show_default=True, help="Distinct sources in test."),
+        click.option(
+            "--dev",
+            default=1500,
+            show_default=True,
+            callback=COUNT,
+            help="Distinct sources in dev.",
+        ),
+        click.option(
+            "--test",
+            default=5000,
+            show_default=True,
+            callback=COUNT,
+            help="Distinct sources in test.",
+        ),
         click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed."),
     ]
     for option in reversed(options):
@@ -49,11 +63,7 @@ def corpus_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def main(**opts: object) -> None:
     """Build the corpus into --out (downloads kept in OUT/debs and reused)."""
     config = CorpusConfig(**opts)  # type: ignore[arg-type]
-    try:
-        build(config, say=lambda msg: click.echo(msg, err=True))
-    except RescorerError as exc:
-        click.echo(f"help-corpus: error: {exc}", err=True)
-        sys.exit(1)
+    drive("help-corpus", config.out, lambda: build(config, say=lambda m: click.echo(m, err=True)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import click
 from help_corpus import corpus_options
 
 from rescorer.cli.common import mert_seed_option, moses_option
-from rescorer.errors import RescorerError
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
 from rescorer.experiments.help_system import build_help_system
@@ -41,8 +40,16 @@ HERE = Path(__file__).resolve().parent
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
 @corpus_options
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
-@click.option("--max-iterations", default=15, show_default=True, help="MERT iterations.")
-@click.option("--threads", default=len(os.sched_getaffinity(0)), show_default="usable CPUs")
+@click.option(
+    "--max-iterations",
+    default=15,
+    show_default=True,
+    callback=MERT_ITERATIONS,
+    help="MERT iterations at most (1 or more).",
+)
+@click.option(
+    "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
+)
 @mert_seed_option(DEFAULT_MERT_SEED)
 def main(
     work: Path,
@@ -63,13 +70,11 @@ def main(
         threads=threads,
         mert_seed=mert_seed,
     )
-    try:
-        record = build_help_system(
-            work, corpus, baseline, echo=lambda msg: click.echo(msg, err=True)
-        )
-    except RescorerError as exc:
-        click.echo(f"help-system: error: {exc}", err=True)
-        sys.exit(1)
+    record = drive(
+        "help-system",
+        work,
+        lambda: build_help_system(work, corpus, baseline, echo=lambda m: click.echo(m, err=True)),
+    )
     click.echo(json.dumps(record, indent=2))
     click.echo(f"system folder: {work / 'baseline' / 'system'}", err=True)
 

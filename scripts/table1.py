@@ -28,20 +28,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
 
 import click
 
-from rescorer.cli.common import (
-    Terminated,
-    check_duration,
-    check_finite,
-    handle_sigterm,
-    interrupt_status,
-    moses_option,
-)
-from rescorer.errors import RescorerError
+from rescorer.cli.common import check_duration, check_finite, moses_option
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, NONE_OR_MORE, drive, fail
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
 from rescorer.experiments.steps import check_work_folder
 from rescorer.experiments.table1 import (
@@ -107,18 +99,27 @@ def runs_of_option(
 )
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/")
-@click.option("--runs", default=3, show_default=True, help="K: tuning runs of (a), (b), (e).")
-@click.option("--runs-c", type=int, help="K of (c) and (d), 0 for none [default: --runs].")
+@click.option(
+    "--runs", default=3, show_default=True, callback=COUNT, help="K: tuning runs of (a), (b), (e)."
+)
+@click.option(
+    "--runs-c",
+    type=int,
+    callback=NONE_OR_MORE,
+    help="K of (c) and (d), 0 for none [default: --runs].",
+)
 @click.option(
     "--runs-mira",
     default=0,
     show_default=True,
+    callback=NONE_OR_MORE,
     help="K of (a) and the best (b) tuned by batch MIRA (kbmira); 0 for none.",
 )
 @click.option(
     "--runs-f",
     default=0,
     show_default=True,
+    callback=NONE_OR_MORE,
     help="K of (f): the best model's table filled up with its own pairs for the dev and test "
     "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
 )
@@ -137,9 +138,22 @@ def runs_of_option(
     help="More `rescorer extend` flags of (f), one string (e.g. -n 10, the --precision of "
     "--score-args, --lex-f2e/--lex-e2f).",
 )
-@click.option("--dev-lines", type=int, help="Tune on the first N dev sentences [default: all].")
-@click.option("--max-iterations", default=10, show_default=True, help="Tuning iterations at most.")
-@click.option("--top-k", default=5, show_default=True, help="System (d): targets per source.")
+@click.option(
+    "--dev-lines",
+    type=int,
+    callback=COUNT,
+    help="Tune on the first N dev sentences [default: all].",
+)
+@click.option(
+    "--max-iterations",
+    default=10,
+    show_default=True,
+    callback=MERT_ITERATIONS,
+    help="Tuning iterations at most (1 or more).",
+)
+@click.option(
+    "--top-k", default=5, show_default=True, callback=COUNT, help="System (d): targets per source."
+)
 @click.option(
     "--new-weight",
     default=0.05,
@@ -159,12 +173,14 @@ def runs_of_option(
     "--threads",
     default=os.cpu_count() or 1,
     show_default="all cores",
+    callback=COUNT,
     help="Decoder threads of each tuning and decoding.",
 )
 @click.option(
     "--jobs",
     default=1,
     show_default=True,
+    callback=COUNT,
     help="Tuning runs at once, each with its decoding (and (d)'s pruning after (b)'s run); "
     "give each --threads so that jobs x threads fits the cores.",
 )
@@ -173,7 +189,11 @@ def runs_of_option(
 @click.option("--tgt", default="fr", show_default=True, help="Target suffix of dev/test files.")
 @click.option("--feature-name", help="The phrase-table feature when the ini has several.")
 @click.option(
-    "--trials", default=10000, show_default=True, help="Randomisation and bootstrap trials."
+    "--trials",
+    default=10000,
+    show_default=True,
+    callback=COUNT,
+    help="Randomisation and bootstrap trials.",
 )
 @click.option(
     "--plan",
@@ -213,15 +233,9 @@ def main(
         if not (plan_only or interim):
             system = build_system(bitext, work, moses, opts)
         elif not baseline_built(work / "baseline"):
-            try:
-                check_work_folder(work)
-            except RescorerError as exc:
-                click.echo(f"table1: error: {exc}", err=True)
-                sys.exit(1)
+            drive("table1", work, lambda: check_work_folder(work))
             if interim:
-                click.echo(f"table1: error: {work}: the baseline is not built yet: no run to "
-                           "report", err=True)  # fmt: skip
-                sys.exit(1)
+                fail("table1", f"{work}: the baseline is not built yet: no run to report")
             click.echo(
                 f"baseline  to do: built first from {bitext} in {work / 'baseline'} "
                 "(scripts/baseline.py's steps); the systems' steps are planned once it exists"
@@ -238,34 +252,15 @@ def main(
         **opts,  # type: ignore[arg-type]
     )
     if plan_only:
-        try:
-            steps, note = plan_table1(config)
-        except RescorerError as exc:
-            click.echo(f"table1: error: {exc}", err=True)
-            sys.exit(1)
+        steps, note = drive("table1", config.work, lambda: plan_table1(config))
         click.echo(plan_text(steps, note, config.jobs))
         return
     if interim:
-        try:
-            interim_table1(config)
-        except RescorerError as exc:
-            click.echo(f"table1: error: {exc}", err=True)
-            sys.exit(1)
+        drive("table1", config.work, lambda: interim_table1(config))
         click.echo((config.work / INTERIM_FILES[1]).read_text(encoding="utf-8"))
         return
-    try:
-        run_table1(config)
-    except RescorerError as exc:
-        click.echo(f"table1: error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt as exc:  # the running command and what it started have ended
-        which = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
-        click.echo(
-            f"table1: interrupted by {which}; the finished steps in {config.work} are kept: "
-            "run the same command again to go on",
-            err=True,
-        )
-        sys.exit(interrupt_status(exc))
+    # interrupted, the running command and what it started are ended: one line, 130 or 143
+    drive("table1", config.work, lambda: run_table1(config))
     click.echo((config.work / "results.md").read_text(encoding="utf-8"))
 
 
@@ -345,14 +340,9 @@ def build_system(bitext: Path, work: Path, moses: Path, opts: dict[str, object])
         threads=int(opts["threads"]),  # type: ignore[call-overload]
         max_iterations=int(opts["max_iterations"]),  # type: ignore[call-overload]
     )
-    try:
-        run_baseline(config, echo=lambda msg: click.echo(msg, err=True))
-    except RescorerError as exc:
-        click.echo(f"table1: error: {exc}", err=True)
-        sys.exit(1)
+    drive("table1", work, lambda: run_baseline(config, echo=lambda m: click.echo(m, err=True)))
     return config.work / "system"
 
 
 if __name__ == "__main__":
-    handle_sigterm()  # SIGTERM ends the run as Ctrl-C does: its command ended, one line, 143
     main()

@@ -11,8 +11,9 @@ lm         KenLM ``lmplz -o 5 -S 20%`` on the cleaned target side (again with
            ``--discount_fallback`` when its discounts are out of range: a tiny corpus),
            ``build_binary trie``
 train      ``train-model.perl`` with MGIZA++, ``grow-diag-final-and``,
-           ``msd-bidirectional-fe`` (steps 1-9: alignment, lexical tables, extraction, scoring,
-           reordering table, moses.ini)
+           ``msd-bidirectional-fe``: its steps 1-9 (alignment, lexical tables, extraction,
+           scoring, reordering table, moses.ini) one command each, a line each with its time;
+           a killed training goes on from its first unfinished step (:mod:`train_model`)
 tune       cube pruning (``[search-algorithm] 1``, pop limit and stack 1000) added to the ini,
            then ``mert-moses.pl`` (MERT, 100-best, 20 restarts, BLEU) on dev
 system     the system folder Table 1 reads: ``moses.ini`` (tuned, relative paths), the tables
@@ -30,54 +31,39 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from rescorer.errors import RescorerError
+from rescorer.experiments.baseline_config import (
+    DEFAULT_MERT_SEED,
+    SETS,
+    BaselineConfig,
+    check_counts,
+    check_inputs,
+)
 from rescorer.experiments.bleu import sacrebleu_score
 from rescorer.experiments.layout import read_lines
 from rescorer.experiments.steps import DONE_FILE, Step, StepError, WorkDir, check_work_folder
 from rescorer.experiments.tools import MosesTools, multi_bleu
+from rescorer.experiments.train_model import Layout, run_steps
 from rescorer.io.outputs import write_text
 from rescorer.moses.ini import read_ini
-
-SETS = ("train", "dev", "test")
-DEFAULT_MERT_SEED = 1  # a rebuild of the same bitext tunes the same weights (issue 35)
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    """What the baseline is built from and how."""
-
-    corpus: Path  # folder with train/dev/test.{src,tgt}
-    work: Path
-    moses: Path
-    src: str = "en"
-    tgt: str = "fr"
-    tokenized: bool = False  # the corpus is tokenised and lowercased already
-    max_length: int = 80  # clean-corpus-n's limit (tokens, both sides)
-    lm_order: int = 5
-    discount_fallback: bool = False  # lmplz's --discount_fallback from the start (else on demand)
-    max_phrase_length: int = 7
-    cube_pruning: bool = True
-    max_iterations: int = 15
-    dev_lines: int | None = None  # tune on the first N dev lines
-    threads: int = 2
-    mert_seed: int | None = DEFAULT_MERT_SEED  # None: mert's own, from the system clock
 
 
 def run_baseline(cfg: BaselineConfig, *, echo: Callable[[str], None] | None = None) -> dict:
     """Run every step not done yet; returns the evaluate step's record."""
     check_work_folder(cfg.work)
     tools = MosesTools(cfg.moses)
-    _check(cfg, tools)
+    check_inputs(cfg, tools)
     work = WorkDir(cfg.work, echo=echo, prog="baseline")
     work.lock()  # one driver per work folder
     prepared = work.step("prepare", partial(prepare, cfg, tools))
     lm = work.step("lm", partial(train_lm, cfg, tools, prepared))
-    model = work.step("train", partial(train_model, cfg, tools, prepared, lm))
+    # a killed training goes on from its last finished train-model.perl step (train_model.py)
+    model = work.step(
+        "train", partial(train_model, cfg, tools, prepared, lm, work.say), keep_partial=True
+    )
     tuned = work.step("tune", partial(tune, cfg, tools, prepared, model), keep_partial=True)
     system = work.step("system", partial(assemble, cfg, prepared, model, tuned, lm))
     return work.step(LAST_STEP, partial(evaluate, cfg, tools, system))
@@ -89,37 +75,6 @@ LAST_STEP = "evaluate"  # its record: the baseline is built (WORK/system before 
 def baseline_built(work: Path) -> bool:
     """Whether :func:`run_baseline` has finished in ``work`` (nothing is read but the record)."""
     return (work / LAST_STEP / DONE_FILE).is_file()
-
-
-def _check(cfg: BaselineConfig, tools: MosesTools) -> None:
-    tools.check()
-    needed = [
-        tools.root / "scripts" / "tokenizer" / "tokenizer.perl",
-        tools.root / "scripts" / "tokenizer" / "lowercase.perl",
-        tools.root / "scripts" / "training" / "clean-corpus-n.perl",
-        tools.root / "scripts" / "training" / "train-model.perl",
-        tools.root / "bin" / "lmplz",
-        tools.root / "bin" / "build_binary",
-        tools.root / "mgiza" / "mgiza",
-    ]
-    for path in needed:
-        if not path.exists():
-            raise RescorerError(f"--moses {tools.root}: {path} is missing (Moses' training tools)")
-    for part in SETS:
-        lengths = []
-        for lang in (cfg.src, cfg.tgt):
-            path = cfg.corpus / f"{part}.{lang}"
-            if not path.is_file():
-                raise RescorerError(f"{path}: missing (the corpus needs {part}.{lang})")
-            with open(path, "rb") as f:
-                lengths.append(sum(1 for _ in f))
-        if lengths[0] != lengths[1]:
-            raise RescorerError(
-                f"{cfg.corpus}: {part}.{cfg.src} has {lengths[0]} lines, {part}.{cfg.tgt} has "
-                f"{lengths[1]}: expected parallel files"
-            )
-        if lengths[0] == 0:
-            raise RescorerError(f"{cfg.corpus / f'{part}.{cfg.src}'}: empty")
 
 
 def _script(tools: MosesTools, *parts: str) -> Path:
@@ -220,26 +175,28 @@ def train_model(
     tools: MosesTools,
     prepared: dict[str, Any],
     lm: dict[str, Any],
+    say: Callable[[str], None],
     step: Step,
 ) -> dict[str, Any]:
-    """``train-model.perl`` steps 1-9 with MGIZA++ (both directions at once on 2+ threads)."""
+    """``train-model.perl`` steps 1-9 with MGIZA++ (both directions at once on 2+ threads),
+    one command a step, resumed inside a killed training (:mod:`train_model`)."""
     root = step.folder.resolve()
-    argv: list[str | os.PathLike[str]] = [
-        "perl", _script(tools, "training", "train-model.perl"),
-        "-root-dir", root,
-        "-corpus", Path(prepared["folder"]).resolve() / "train.clean",
+    argv: list[str] = [
+        "perl", str(_script(tools, "training", "train-model.perl")),
+        "-root-dir", str(root),
+        "-corpus", str(Path(prepared["folder"]).resolve() / "train.clean"),
         "-f", cfg.src, "-e", cfg.tgt,
         "-alignment", "grow-diag-final-and",
         "-reordering", "msd-bidirectional-fe",
         "-max-phrase-length", str(cfg.max_phrase_length),
         "-lm", f"0:{cfg.lm_order}:{lm['lm']}:8",
         "-mgiza", "-mgiza-cpus", "1",
-        "-external-bin-dir", (tools.root / "mgiza").resolve(),
+        "-external-bin-dir", str((tools.root / "mgiza").resolve()),
         "-cores", str(cfg.threads),
     ]  # fmt: skip
     if cfg.threads > 1:
         argv.append("-parallel")
-    step.run(argv, cwd=root)
+    ran = run_steps(step, argv, Layout(root, cfg.src, cfg.tgt), say)
     model = root / "model"
     table = model / "phrase-table.gz"
     step.need(table, model / "moses.ini", model / "lex.e2f", model / "lex.f2e")
@@ -256,6 +213,7 @@ def train_model(
         "phrase_table": str(table),
         "reordering_table": str(reordering[0]),
         "phrase_pairs": _count_gz_lines(table),
+        **ran,
     }
 
 
@@ -395,3 +353,6 @@ def evaluate(
     except ImportError:  # sacreBLEU is optional (the experiments extra)
         return record
     return {**record, "test_bleu": bleu, "sacrebleu_signature": signature}
+
+
+__all__ = ["DEFAULT_MERT_SEED", "BaselineConfig", "baseline_built", "check_counts", "run_baseline"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.errors import RescorerError
-from rescorer.experiments.actions import phrase_table_feature, tuning_seconds
+from rescorer.experiments.actions import phrase_table_feature
 from rescorer.experiments.bleu import bleu_from_totals, corpus_stats, sacrebleu_score
 from rescorer.experiments.breakdown import (
     Group,
@@ -37,6 +37,7 @@ from rescorer.experiments.significance import (
 )
 from rescorer.experiments.systems import TUNERS, System, column_names
 from rescorer.experiments.tools import multi_bleu
+from rescorer.experiments.tuning_log import tuning_seconds
 from rescorer.moses.ini import read_ini
 
 PARTS = ("dev", "test")
@@ -100,51 +101,7 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     refs = {part: read_lines(prep / f"{part}.ref") for part in PARTS}
     feature, _ = phrase_table_feature(read_ini(str(prep / "base.ini")), cfg.feature_name)
     base_columns = len(read_ini(str(prep / "base.ini")).weights()[feature])
-    runs: list[dict[str, Any]] = []
-    stats: dict[tuple[str, str], list[np.ndarray]] = {}  # (system, part) -> K x [S, W]
-    signature = ""
-    tuning_times: dict[str, float] = {}  # a tuning step's whole time, continued ones included
-    for system in ctx.systems:
-        tuned_from = system.pruned_from or system.key
-        names = column_names(system, ctx.models)
-        for run in range(1, system.runs + 1):
-            tune_step = f"tune-{tuned_from}-{run}"
-            tune = records[tune_step]
-            row: dict[str, Any] = {"system": system.key, "run": run, "seed": tune["seed"]}
-            for part in PARTS:
-                hyp_path = ctx.paths.hyp(system.key, run, part)
-                hyps = read_lines(hyp_path)
-                if len(hyps) != len(refs[part]):  # damaged after its step's check
-                    raise RescorerError(
-                        f"{hyp_path}: {len(hyps)} lines, expected {len(refs[part])} (one per "
-                        f"{part} sentence): remove {hyp_path.parent} and run the same command "
-                        f"again to redo step {hyp_path.parent.name}"
-                    )
-                row[f"{part}_bleu"], signature = sacrebleu_score(hyps, refs[part])
-                row[f"{part}_multi_bleu"] = multi_bleu(ctx.tools, prep / f"{part}.ref", hyp_path)
-                stats.setdefault((system.key, part), []).append(corpus_stats(hyps, refs[part]))
-            named = named_weights(tune["weights"], feature, base_columns, names)
-            row["new_weights"] = {name: named[name] for name in names if name in named}
-            row["weights"] = tune["weights"]
-            row["named_weights"] = named
-            row["iterations"] = tune["iterations"]
-            if system.pruned_from:
-                row["table_lines"] = records[f"prune-{system.key}-{run}"]["table_lines"]
-            elif system.extend_step:
-                row["table_lines"] = records[system.extend_step]["table_lines"]
-            else:
-                row["table_lines"] = records["filter"]["filtered_lines"]
-            row["tune_seconds"] = None
-            if system.tuned:  # tuned_from is its own key
-                row["tune_seconds"], problem = tuning_seconds(ctx.paths.root / tune_step, tune)
-                tuning_times[tune_step] = row["tune_seconds"]
-                if tune.get("continued_after_iteration"):
-                    row["continued_after_iteration"] = tune["continued_after_iteration"]
-                if problem is not None:  # its last invocation's time: a lower bound
-                    row["tune_seconds_lower_bound"] = True
-                    ctx.warnings.append(f"{problem}: its tuning time is its last invocation's")
-            row["decode_seconds"] = records[f"decode-{system.key}-{run}"]["seconds"]
-            runs.append(row)
+    runs, stats, signature, tuning_times = _score_runs(ctx, refs, feature, base_columns)
     n_tune = records["prepare"]["sentences"]["tune"]
     start = (
         f"shipped weights of {cfg.system / 'moses.ini'}"
@@ -200,6 +157,80 @@ def evaluate(ctx: Context) -> dict[str, Any]:
         ),
         "warnings": list(ctx.warnings),
     }
+
+
+def _score_runs(
+    ctx: Context, refs: dict[str, list[str]], feature: str, base_columns: int
+) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[np.ndarray]], str, dict[str, float]]:
+    """Every decoded run's row (BLEU both ways, weights, table size, times), the BLEU
+    statistics of each (system, part) over its runs, sacreBLEU's signature and each tuning
+    step's whole time (continued ones included)."""
+    runs: list[dict[str, Any]] = []
+    stats: dict[tuple[str, str], list[np.ndarray]] = {}  # (system, part) -> K x [S, W]
+    signature = ""
+    tuning_times: dict[str, float] = {}  # a tuning step's whole time, continued ones included
+    for system in ctx.systems:
+        names = column_names(system, ctx.models)
+        for run in range(1, system.runs + 1):
+            row, signature = _run_row(ctx, system, run, refs, stats)
+            tune_step = f"tune-{system.pruned_from or system.key}-{run}"
+            tune = ctx.records[tune_step]
+            named = named_weights(tune["weights"], feature, base_columns, names)
+            row["new_weights"] = {name: named[name] for name in names if name in named}
+            row["weights"] = tune["weights"]
+            row["named_weights"] = named
+            row["iterations"] = tune["iterations"]
+            row["table_lines"] = _table_lines(ctx, system, run)
+            row["tune_seconds"] = None
+            if system.tuned:  # tuned_from is its own key
+                row["tune_seconds"], problem = tuning_seconds(ctx.paths.root / tune_step, tune)
+                tuning_times[tune_step] = row["tune_seconds"]
+                if tune.get("continued_after_iteration"):
+                    row["continued_after_iteration"] = tune["continued_after_iteration"]
+                if problem is not None:  # its last invocation's time: a lower bound
+                    row["tune_seconds_lower_bound"] = True
+                    ctx.warnings.append(f"{problem}: its tuning time is its last invocation's")
+            row["decode_seconds"] = ctx.records[f"decode-{system.key}-{run}"]["seconds"]
+            runs.append(row)
+    return runs, stats, signature, tuning_times
+
+
+def _run_row(
+    ctx: Context,
+    system: System,
+    run: int,
+    refs: dict[str, list[str]],
+    stats: dict[tuple[str, str], list[np.ndarray]],
+) -> tuple[dict[str, Any], str]:
+    """A run's row begun: its BLEU on each part (sacreBLEU's and multi-bleu.perl's), its
+    statistics added to ``stats``; and sacreBLEU's signature."""
+    prep = ctx.paths.prepare
+    tune = ctx.records[f"tune-{system.pruned_from or system.key}-{run}"]
+    row: dict[str, Any] = {"system": system.key, "run": run, "seed": tune["seed"]}
+    signature = ""
+    for part in PARTS:
+        hyp_path = ctx.paths.hyp(system.key, run, part)
+        hyps = read_lines(hyp_path)
+        if len(hyps) != len(refs[part]):  # damaged after its step's check
+            raise RescorerError(
+                f"{hyp_path}: {len(hyps)} lines, expected {len(refs[part])} (one per "
+                f"{part} sentence): remove {hyp_path.parent} and run the same command "
+                f"again to redo step {hyp_path.parent.name}"
+            )
+        row[f"{part}_bleu"], signature = sacrebleu_score(hyps, refs[part])
+        row[f"{part}_multi_bleu"] = multi_bleu(ctx.tools, prep / f"{part}.ref", hyp_path)
+        stats.setdefault((system.key, part), []).append(corpus_stats(hyps, refs[part]))
+    return row, signature
+
+
+def _table_lines(ctx: Context, system: System, run: int) -> Any:
+    """The lines of the phrase table a run tuned with: (d)'s pruned one, (f)'s extended one,
+    or the filtered table."""
+    if system.pruned_from:
+        return ctx.records[f"prune-{system.key}-{run}"]["table_lines"]
+    if system.extend_step:
+        return ctx.records[system.extend_step]["table_lines"]
+    return ctx.records["filter"]["filtered_lines"]
 
 
 def _system_entry(

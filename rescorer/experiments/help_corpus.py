@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import hashlib
 import html.parser
+import os
 import random
 import re
 import shutil
 import statistics
-import subprocess
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rescorer.errors import RescorerError
+from rescorer.experiments.help_corpus_readme import readme
+from rescorer.experiments.processes import run_captured
 from rescorer.io.jsonfiles import write_json
 from rescorer.io.outputs import write_text
 
@@ -138,8 +141,10 @@ def sha256_of(path: Path) -> str:
 
 
 def _run(argv: Sequence[str], cwd: Path | None = None) -> str:
+    """``argv``'s stdout; its last line of error when it fails. Interrupted, the command and
+    what it started are ended first (:func:`processes.run_captured`)."""
     try:
-        proc = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False)
+        proc = run_captured(argv, cwd=cwd)
     except OSError as exc:
         raise RescorerError(f"cannot run {argv[0]}: {exc.strerror}") from exc
     if proc.returncode != 0:
@@ -164,9 +169,15 @@ def download(name: str, folder: Path) -> Package:
 
 def unpack(package: Package, folder: Path) -> Path:
     """``dpkg -x`` into ``folder``; returns the package's one help language folder."""
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    try:
+        if folder.exists():
+            shutil.rmtree(folder)  # what an interrupted dpkg -x left
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise RescorerError(
+            f"{folder}: cannot empty it for dpkg -x: {exc.strerror} (is another run unpacking "
+            "there?)"
+        ) from exc
     _run(["dpkg", "-x", str(package.deb), str(folder)])
     root = folder / HELP_ROOT
     langs = [p for p in sorted(root.iterdir()) if (p / "text").is_dir()] if root.is_dir() else []
@@ -255,13 +266,41 @@ def split(
     for pair in pairs:
         groups.setdefault(split_key(pair[0]), []).append(pair)
     keys = list(groups)
+    check_sizes(dev, test)
     if dev + test >= len(keys):
         raise RescorerError(
-            f"dev {dev} + test {test} sources leave none of the {len(keys)} distinct to train"
+            f"--dev {dev} + --test {test} distinct sources leave none of the {len(keys)} to "
+            "train: give smaller sets"
         )
     random.Random(seed).shuffle(keys)
     parts = {"test": keys[:test], "dev": keys[test : test + dev], "train": keys[test + dev :]}
     return {name: [p for k in part for p in groups[k]] for name, part in parts.items()}
+
+
+def check_sizes(dev: int, test: int) -> None:
+    """Refuse a dev or test set of no source (or fewer: a negative slice would put test's
+    sources in train too)."""
+    for option, value in (("--dev", dev), ("--test", test)):
+        if value < 1:
+            raise RescorerError(f"{option} {value}: expected 1 or more distinct sources")
+
+
+def check_out_folder(out: Path) -> None:
+    """Make ``out`` (and its parents) and write a probe in it: an unusable folder (a file, a
+    path under a file, one that cannot be made or written in) is refused by one error before
+    anything is downloaded."""
+    if out.exists() and not out.is_dir():
+        raise RescorerError(f"--out {out}: not a folder (expected a folder, made if missing)")
+    above = next((p for p in out.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise RescorerError(f"--out {out}: {above} is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise RescorerError(f"--out {out}: cannot write there: {exc.strerror}") from exc
 
 
 def word_stats(texts: Sequence[str]) -> dict[str, float]:
@@ -300,6 +339,8 @@ def build(config: CorpusConfig, say: Callable[[str], None] = print) -> dict[str,
     checksums, counts, statistics), ``files.sha256`` and a README into ``config.out``."""
     echo = say
     out = config.out
+    check_sizes(config.dev, config.test)
+    check_out_folder(out)
     debs = out / "debs"
     packages = [download(name, debs) for name in (config.src_package, config.tgt_package)]
     for p in packages:
@@ -350,79 +391,3 @@ def build(config: CorpusConfig, say: Callable[[str], None] = print) -> dict[str,
     shutil.rmtree(out / "unpacked")
     echo(f"help-corpus: {len(aligned.pairs):,} pairs in {out} (README.md, corpus.json)")
     return record
-
-
-def _stats_row(name: str, s: dict[str, float]) -> str:
-    return (
-        f"| {name} | {s['lines']:,} | {s['words']:,} | {s['median']:g} | {s['mean']:g} | "
-        f"{s['p90']:g} | {100 * s['over_32']:.1f}% |"
-    )
-
-
-def readme(config: CorpusConfig, record: dict[str, Any]) -> str:
-    """The corpus README: what the text is, how it was made, its licence and statistics."""
-    pk, dropped, every, sets = (record[k] for k in ("packages", "dropped", "all", "sets"))
-    s, t = config.src, config.tgt
-    rows = [_stats_row(f"all kept, {s}", every[s]), _stats_row(f"all kept, {t}", every[t])]
-    for name in ("train", "dev", "test"):
-        rows += [_stats_row(f"{name}.{s}", sets[name][s]), _stats_row(f"{name}.{t}", sets[name][t])]
-    packages = "\n".join(
-        f"| `{p['name']}` | `{p['version']}` | `{p['deb']}` | `{p['sha256']}` |" for p in pk
-    )
-    return f"""# {s}-{t} LibreOffice help: a parallel corpus of software documentation prose
-
-Made by `scripts/help_corpus.py` (rescorer.experiments.help_corpus) from Debian's packages;
-nothing here was edited by hand. The text is LibreOffice 7's user help: how-to pages and
-reference pages of Writer, Calc, Impress, Draw, Base, Math and the shared dialogs, written in
-English by LibreOffice's documentation team and translated paragraph by paragraph by its
-localisation teams. Paragraphs are full sentences of instructional prose ("To insert a
-table, choose ..."), headings and table cells; a line is one paragraph, so it may hold
-several sentences.
-
-## Provenance
-
-| package | version | file | sha256 |
-|---|---|---|---|
-{packages}
-
-Rebuild: `python scripts/help_corpus.py -o FOLDER --src-package {pk[0]["name"]} \\
---tgt-package {pk[1]["name"]} --src {s} --tgt {t} --dev {config.dev} --test {config.test} \\
---seed {config.seed}` (another help language: its package, e.g. `libreoffice-help-de`).
-The packages are fetched with `apt-get download` and unpacked with `dpkg -x`; nothing is
-installed. `files.sha256` lists the sha256 of each of the {2 * int(record["pages"]):,} HTML
-pages used ({record["pages"]:,} per language; its own sha256 is in `corpus.json`).
-
-1. Every `<p>` and `<h1>`..`<h6>` element with an `id` attribute of every page present in both
-   languages; its text as a Windows or Linux reader sees it (of the variants a page's script
-   switches between, the `default` one: "Tools - Options", "Ctrl"; the macOS and per-module
-   variants left out); character references decoded; white space (NBSP and the other Unicode spaces
-   too) collapsed to one space.
-2. Pairs aligned by (page, id, occurrence of the id in the page): {record["candidates"]:,}
-   candidate pairs, {record["distinct_sources"]:,} distinct non-empty {s} paragraphs.
-3. Dropped: {dropped["empty"]:,} with an empty side, {dropped["identical"]:,} whose two sides
-   are identical (code, names, numbers), {dropped["repeated source"]:,} whose {s} side came
-   before (the first wins, pages in sorted order). Kept: {record["kept"]:,} pairs.
-4. Split by distinct source (lowercased, spaces collapsed), shuffled with Python's
-   `random.Random({config.seed})`: the first {config.test:,} to test, the next {config.dev:,}
-   to dev, the rest to train, every pair with its source. A distinct source can be several
-   paragraphs that differ only in case or spacing:
-   test has {sets["test"][s]["lines"]:,} lines, dev {sets["dev"][s]["lines"]:,}.
-   `*.origin` gives each line's page and id.
-
-Tokenising (Moses' `tokenizer.perl`), lowercasing and `clean-corpus-n.perl` are the
-baseline's steps (`scripts/baseline.py`), not this folder's: these files are raw text.
-
-## Statistics (words split on spaces, before tokenising)
-
-| set | lines | words | median | mean | 90th pct | over 32 words |
-|---|---:|---:|---:|---:|---:|---:|
-{chr(10).join(rows)}
-
-## Licence
-
-The help text is part of LibreOffice: Mozilla Public License 2.0 (MPL-2.0), some files
-incorporating Apache-2.0 material (the packages' `/usr/share/doc/*/copyright`: "Copyright
-2000, 2010 Oracle and/or its affiliates. Copyright (c) 2000, 2010 LibreOffice contributors
-and/or their affiliates"). The derived corpus is distributed under the same terms; this
-folder is rebuilt by the script and not committed.
-"""

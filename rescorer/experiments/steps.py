@@ -19,11 +19,9 @@ a folder (:meth:`WorkDir.lock`, an flock on ``driver.lock``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
+from rescorer.experiments.processes import end_command
 from rescorer.io.jsonfiles import read_json_object, write_json
 from rescorer.io.locks import LockHeldError, take_pid_lock, write_pid
 
@@ -118,8 +117,10 @@ class Step:
         stdin: Path | None = None,
         stdout: Path | None = None,
         env: dict[str, str] | None = None,
+        watch: Callable[[], None] | None = None,
     ) -> None:
-        """Run a command, its stderr (and stdout unless redirected) appended to the log."""
+        """Run a command, its stderr (and stdout unless redirected) appended to the log;
+        ``watch`` is called every WATCH_EVERY seconds while it runs (to report progress)."""
         args = [os.fspath(a) for a in argv]
         with open(self.log, "a", encoding="utf-8") as log:
             log.write(f"$ {shlex.join(args)}" + (f" < {stdin}" if stdin else ""))
@@ -132,7 +133,7 @@ class Step:
                     self.name, args, cwd=cwd, stdin=inp, stdout=out, stderr=log, env=env
                 )
                 try:
-                    proc.wait()
+                    _wait(proc, watch)
                 except BaseException:  # Ctrl-C or SIGTERM: no command outlives the run
                     end_command(proc)
                     raise
@@ -156,57 +157,21 @@ class Step:
             )
 
 
-# Seconds an interrupted command gets to end by itself (a Ctrl-C at a terminal reaches it too),
-# then to end on SIGTERM, before it and what it started are killed.
-END_GRACE = (2.0, 20.0)
+WATCH_EVERY = 2.0  # seconds between two calls of a running command's watch
 
 
-def end_command(proc: subprocess.Popen[bytes]) -> None:
-    """End ``proc`` and every process it started (mert-moses.pl's decoder, say): a command
-    that has not ended by itself within END_GRACE[0] seconds gets SIGTERM, as do its
-    descendants (a rescorer command then removes its temporary files and exits 143), and
-    whatever still runs END_GRACE[1] seconds later, SIGKILL."""
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(END_GRACE[0])
-    tree = [*_descendants(proc.pid), proc.pid] if proc.poll() is None else []
-    for pid in tree:
-        _signal(pid, signal.SIGTERM)
-    try:
-        proc.wait(END_GRACE[1])
-    except subprocess.TimeoutExpired:
-        proc.kill()
+def _wait(proc: subprocess.Popen[bytes], watch: Callable[[], None] | None) -> None:
+    if watch is None:
         proc.wait()
-    for pid in tree[:-1]:  # the descendants: no longer ours to wait for
-        _signal(pid, signal.SIGKILL)
-
-
-def _signal(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signum)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes ``pid`` started, and theirs (from /proc; none known elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+        return
+    while True:
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+            proc.wait(WATCH_EVERY)
+        except subprocess.TimeoutExpired:
+            watch()
+        else:
+            watch()  # what it wrote last
+            return
 
 
 def _last_line(log: Path) -> str:

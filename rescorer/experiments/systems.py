@@ -149,3 +149,23 @@ def _systems(cfg: Table1Config, models: list[Model], best: str) -> list[System]:
             ),
         ]  # fmt: skip
     return systems
+
+
+def chains(systems: list[System]) -> list[tuple[int, list[System]]]:
+    """The tuning chains, in the order they start: replica by replica (a cut-short run has
+    whole rows); (d)'s run r prunes with (b)'s tuned weights of run r, so it follows that
+    tuning in its chain."""
+    found: dict[tuple[int, str], list[System]] = {}
+    for run in range(1, max(s.runs for s in systems) + 1):
+        for system in systems:
+            if run <= system.runs:
+                found.setdefault((run, system.pruned_from or system.key), []).append(system)
+    return [(run, members) for (run, _), members in found.items()]
+
+
+def tuning_step(system: System, run: int) -> str:
+    return f"{'tune' if system.tuned else 'prune'}-{system.key}-{run}"
+
+
+def decode_step(system: System, run: int) -> str:
+    return f"decode-{system.key}-{run}"

@@ -7,15 +7,24 @@ test paragraphs of the LibreOffice help corpus (scripts/help_corpus.py). Skipped
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import DATA_DIR, MOSES, ROOT
 
+from rescorer.errors import RescorerError
+from rescorer.experiments.baseline import BaselineConfig
+from rescorer.experiments.processes import descendants
+from rescorer.experiments.train_model import STEPS, Layout, first_to_run
 from rescorer.moses.ini import read_ini
 
 SCRIPT = ROOT / "scripts" / "baseline.py"
@@ -184,6 +193,71 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
         assert f"{corpus / 'test.fr'}: missing" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("script", "flags", "expected"),
+    [
+        ("baseline.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more "
+         "(mert-moses.pl reads 0 as no limit)"),
+        ("baseline.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+        ("baseline.py", ("--dev-lines", "0"), "'--dev-lines': 0: expected 1 or more"),
+        ("table1.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
+        ("table1.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+        ("table1.py", ("--jobs", "0"), "'--jobs': 0: expected 1 or more"),
+        ("table1.py", ("--runs-f", "-1"), "'--runs-f': -1: expected 0 or more"),
+        ("help_system.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
+        ("help_system.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+    ],
+)  # fmt: skip
+def test_counts_no_run_could_use_are_refused_at_parse_time(
+    tmp_path: Path, script: str, flags: tuple[str, str], expected: str
+) -> None:
+    """Issue 58.8 and 58.14: --max-iterations 0 ran MERT without a limit (mert-moses.pl reads 0
+    as none), --threads 0 failed only at tuning, after the training; table1 --bitext built the
+    whole baseline before refusing --jobs 0."""
+    work = tmp_path / "work"
+    where = {"baseline.py": [str(BITEXT)], "table1.py": ["--bitext", str(BITEXT), "--train", "1m"]}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *where.get(script, []),
+         "--work", str(work), "--moses", str(MOSES), *flags],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"Invalid value for {expected}" in proc.stderr
+    assert not work.exists()
+
+
+def test_the_library_refuses_the_same_counts() -> None:
+    """run_baseline's own check, for callers other than the scripts (table1's build_system)."""
+    from rescorer.experiments.baseline import check_counts
+
+    config = BaselineConfig(corpus=BITEXT, work=Path("unused"), moses=MOSES, max_iterations=0)
+    with pytest.raises(RescorerError, match="--max-iterations 0: expected 1 or more"):
+        check_counts(config)
+    with pytest.raises(RescorerError, match="--threads 0: expected 1 or more"):
+        check_counts(BaselineConfig(corpus=BITEXT, work=Path("u"), moses=MOSES, threads=0))
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_corpus_file_that_is_a_folder_or_a_fifo_is_named_so(tmp_path: Path, kind: str) -> None:
+    """Issue 58.14: both were called "missing". A FIFO is refused without being opened (the
+    corpus is read more than once: a FIFO would hang or give its lines once)."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(BITEXT, corpus)
+    (corpus / "dev.fr").unlink()
+    if kind == "folder":
+        (corpus / "dev.fr").mkdir()
+    else:
+        os.mkfifo(corpus / "dev.fr")
+    proc = build(tmp_path / "work", corpus=corpus)
+    assert proc.returncode == 1
+    if (MOSES / "bin" / "moses").exists():
+        what = "a folder, not a file" if kind == "folder" else "a FIFO (named pipe), not a file"
+        assert proc.stderr.splitlines()[-1].startswith(
+            f"baseline: error: {corpus / 'dev.fr'}: {what}"
+        ), proc.stderr
+        assert not (tmp_path / "work" / "prepare").exists()
+
+
 @pytest.mark.slow
 @needs_moses
 def test_lmplz_runs_again_with_discount_fallback_on_a_tiny_corpus(tmp_path: Path) -> None:
@@ -267,3 +341,138 @@ def test_table1_plan_from_a_bitext_says_the_baseline_comes_first(tmp_path: Path)
     )
     assert proc.returncode == 1
     assert f"table1: error: {tmp_path / 'file'}: not a folder" in proc.stderr
+
+
+# ------------------------------------------------ train-model.perl, step by step (issue 59.5)
+def test_the_first_step_to_run_is_the_first_unfinished_or_one_whose_outputs_are_gone(
+    tmp_path: Path,
+) -> None:
+    layout = Layout(tmp_path, "en", "fr")
+
+    def make(*steps: int) -> None:
+        for n in steps:
+            for path in layout.outputs(n):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("x")
+
+    done = {str(n): 1.0 for n in range(1, 10)}
+    assert first_to_run(layout, {}) == 1
+    make(1)
+    assert first_to_run(layout, {"1": 1.0}) == 2
+    make(2)
+    assert first_to_run(layout, {"1": 1.0, "2": 1.0}) == 3
+    (layout.outputs(2)[1]).unlink()  # a recorded step whose output step 3 reads is gone
+    assert first_to_run(layout, {"1": 1.0, "2": 1.0}) == 2
+    shutil.rmtree(tmp_path / "corpus")
+    assert first_to_run(layout, {"1": 1.0, "2": 1.0}) == 1
+    make(3, 4, 5, 6, 7, 9)
+    # all done, the corpus and alignments removed after the training: nothing runs
+    assert first_to_run(layout, done) == 10
+    assert first_to_run(layout, {k: v for k, v in done.items() if k < "6"}) == 6
+    (layout.outputs(6)[0]).write_text("")  # empty: not complete
+    assert first_to_run(layout, done) == 6
+    assert (tmp_path / "model" / "phrase-table.gz") in layout.scratch(6)
+
+
+def model_files(train: Path) -> dict[str, object]:
+    """What train-model.perl made that is deterministic: the tables' text, the lexical
+    tables' lines sorted (Perl writes them in its hash order), moses.ini without its folder."""
+    model = train / "model"
+    found: dict[str, object] = {}
+    for name in ("phrase-table.gz", "reordering-table.wbe-msd-bidirectional-fe.gz"):
+        found[name] = gzip.decompress((model / name).read_bytes())
+    found["aligned"] = (model / "aligned.grow-diag-final-and").read_bytes()
+    for name in ("lex.e2f", "lex.f2e"):
+        found[name] = sorted((model / name).read_bytes().splitlines())
+    found["moses.ini"] = (model / "moses.ini").read_text().replace(str(train.parent), "WORK")
+    return found
+
+
+@pytest.mark.slow
+@needs_moses
+def test_a_killed_training_goes_on_from_its_first_unfinished_step_to_the_same_model(
+    built: Built, tmp_path: Path
+) -> None:
+    """Issue 59.5: the terminal showed 'train: running' alone for 41 minutes, and a re-run
+    after a kill started train-model.perl again from step 1. A line per train-model.perl step
+    with its time, MGIZA's progress in step 2; killed (SIGKILL, the driver and every process
+    it started, as an OOM killer or a lost session would) in step 2, the re-run keeps step 1,
+    removes what the killed step 2 left and runs it again with --first-step 2, and the model
+    is that of the uninterrupted build."""
+    assert built[1].returncode == 0, built[1].stderr
+    first = built[1].stderr
+    for n, name in enumerate(STEPS.values(), 1):
+        assert f"baseline: train: {n}/9 {name}: done in " in first, first
+    # a line at each new model MGIZA is seen at (every 2 s), the last one's always
+    pattern = r"word alignment: MGIZA\+\+ iteration \d+ of 32 \(both directions; Model 4\)"
+    assert re.search(pattern, first), first
+    work = tmp_path / "work"
+    argv = [sys.executable, str(SCRIPT), str(BITEXT), "--work", str(work), "--moses", str(MOSES),
+            "--max-iterations", "1", "--threads", "2"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, start_new_session=True, stderr=subprocess.DEVNULL)
+    log = work / "train" / "log"
+    deadline = time.monotonic() + 300
+    while not (log.is_file() and "Hmm Iteration: 1 took" in log.read_text()):  # MGIZA well on
+        assert proc.poll() is None and time.monotonic() < deadline, "step 2 never started"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    record = json.loads((work / "train" / "steps.json").read_text())
+    assert list(record["finished"]) == ["1"]
+    again = build(work, "--max-iterations", "1")
+    assert again.returncode == 0, again.stderr
+    assert "baseline: train: steps 1-1 done before; going on from step 2" in again.stderr
+    assert "baseline: train: 1/9" not in again.stderr
+    said = log.read_text()
+    assert said.count("--first-step 1 --last-step 1") == 1
+    assert said.count("--first-step 2 --last-step 2") == 2
+    assert "seems finished, reusing" not in said and "already in place, reusing" not in said
+    train = json.loads((work / "train" / "done.json").read_text())
+    assert train["resumed_from_step"] == 2
+    assert list(train["train_model_steps"]) == [str(n) for n in range(1, 10)]
+    assert model_files(work / "train") == model_files(built[0] / "train")
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@needs_moses
+def test_sigterm_or_sigint_to_the_driver_ends_what_it_started_and_a_rerun_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 58.11: SIGTERM killed baseline.py at once and left train-model.perl, MGIZA,
+    mert-moses.pl and moses running; Ctrl-C said 'Aborted!' and exit 1. The signal goes to the
+    driver alone (``kill PID``): in MGIZA's step 2 (SIGTERM) and in the tuning (SIGINT) every
+    process the driver started ends, it says so in one line and exits 143 or 130."""
+    work = tmp_path / "work"
+    argv = [sys.executable, str(SCRIPT), str(BITEXT), "--work", str(work), "--moses", str(MOSES),
+            "--max-iterations", "1", "--threads", "2"]  # fmt: skip
+    for signum, status, ready in (
+        (signal.SIGTERM, 143, (work / "train" / "log", "Hmm Iteration: 1 took")),
+        (signal.SIGINT, 130, (work / "tune" / "log", "mert-moses.pl")),
+    ):
+        proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not (ready[0].is_file() and ready[1] in ready[0].read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, "never got there"
+            time.sleep(0.05)
+        started = descendants(proc.pid)
+        assert started
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == status, err
+        assert err.splitlines()[-1] == (
+            f"baseline: interrupted by {signal.Signals(signum).name}; the finished steps in "
+            f"{work} are kept: run the same command again to go on"
+        ), err
+        assert not [pid for pid in started if alive(pid)], "a process outlived the driver"
+    again = build(work, "--max-iterations", "1")
+    assert again.returncode == 0, again.stderr
+    assert "baseline: train: done before" in again.stderr

@@ -8,10 +8,16 @@ step (apt-get download) is not tested here: it would need the network.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import DATA_DIR
+from conftest import DATA_DIR, ROOT
 
 from rescorer.errors import RescorerError
 from rescorer.experiments.help_corpus import (
@@ -23,6 +29,7 @@ from rescorer.experiments.help_corpus import (
     split_key,
     word_stats,
 )
+from rescorer.experiments.processes import descendants
 
 PAGES = DATA_DIR / "help-pages"
 EN, FR = PAGES / "en-US", PAGES / "fr"
@@ -143,3 +150,136 @@ def test_the_readme_states_provenance_licence_and_statistics(tmp_path: Path) -> 
     assert "the first 5,000 to test" in text and "test has 3 lines, dev 3." in text
     assert "apt-get download" in text and "dpkg -x" in text
     json.dumps(record)  # what corpus.json holds is JSON
+
+
+# ------------------------------------------------------------------ the script, end to end
+SCRIPT = ROOT / "scripts" / "help_corpus.py"
+needs_dpkg = pytest.mark.skipif(
+    shutil.which("dpkg") is None or shutil.which("dpkg-deb") is None,
+    reason="dpkg and dpkg-deb (Debian's) are needed to build and unpack the test packages",
+)
+
+
+def help_debs(debs: Path) -> None:
+    """Two real Debian packages of the help pages in tests/data/help-pages (en-US and fr),
+    built with dpkg-deb into ``debs``, where help_corpus finds them instead of downloading."""
+    debs.mkdir(parents=True, exist_ok=True)
+    for name, lang in (("libreoffice-help-en-us", "en-US"), ("libreoffice-help-fr", "fr")):
+        tree = debs.parent / f"tree-{lang}"
+        shutil.copytree(PAGES / lang, tree / "usr" / "share" / "libreoffice" / "help" / lang)
+        (tree / "DEBIAN").mkdir()
+        (tree / "DEBIAN" / "control").write_text(
+            f"Package: {name}\nVersion: 1:7.4-test\nArchitecture: all\n"
+            "Maintainer: tests <tests@example.org>\nDescription: test pages\n"
+        )
+        subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree),
+             str(debs / f"{name}_7.4-test_all.deb")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        shutil.rmtree(tree)
+
+
+def help_corpus(
+    out: Path | str, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "-o", str(out), *flags],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags", [("--dev", "-1"), ("--test", "-3"), ("--dev", "0"), ("--test", "0")]
+)
+def test_an_impossible_set_size_is_refused_at_parse_time(tmp_path: Path, flags: tuple) -> None:
+    """Issue 58.8: --dev -1 wrote a corpus whose test and train overlap (a negative slice)."""
+    proc = help_corpus(tmp_path / "out", *flags)
+    assert proc.returncode == 2, proc.stderr
+    assert f"Invalid value for '{flags[0]}': {flags[1]}: expected 1 or more" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_the_split_refuses_sizes_that_leave_no_train_or_are_negative() -> None:
+    pairs = [(f"Source {i}", f"cible {i}", f"o{i}") for i in range(30)]
+    for dev, test in ((-1, 5), (5, -1), (0, 5)):
+        with pytest.raises(RescorerError, match="expected 1 or more"):
+            split(pairs, dev=dev, test=test, seed=1)
+    with pytest.raises(RescorerError, match=r"--dev 20 \+ --test 10 .* leave none of the 30"):
+        split(pairs, dev=20, test=10, seed=1)
+
+
+def test_every_unusable_out_folder_gets_one_error_line_before_any_work(tmp_path: Path) -> None:
+    """Issue 58.10: each of these gave a traceback (after downloading, for some)."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = {
+        afile: f"--out {afile}: not a folder",
+        afile / "sub": f"--out {afile / 'sub'}: {afile} is not a folder",
+        Path("/proc/rescorer-test/out"): "--out /proc/rescorer-test/out: cannot write there:",
+    }
+    if os.geteuid() != 0:  # root writes in a read-only-mode folder
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        cases[locked] = f"--out {locked}: cannot write there: Permission denied"
+    for out, expected in cases.items():
+        proc = help_corpus(out, "--dev", "2", "--test", "2")
+        assert proc.returncode == 1, (out, proc.stderr)
+        assert proc.stderr.splitlines() == [proc.stderr.splitlines()[0]], proc.stderr
+        assert proc.stderr.startswith(f"help-corpus: error: {expected}"), proc.stderr
+    assert afile.read_text() == "x"
+
+
+@pytest.mark.slow
+@needs_dpkg
+def test_the_corpus_builds_from_packages_and_an_interrupted_dpkg_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """Issue 58.11: SIGTERM while ``dpkg -x`` runs left it running (the script died at once),
+    and a re-run removing the folder it was writing in failed with a traceback. Here dpkg is
+    slow (a wrapper in PATH that sleeps, then runs the real dpkg): the signal ends it and what
+    it started, the script says so in one line and exits 143; the re-run builds the corpus."""
+    out = tmp_path / "out"
+    help_debs(out / "debs")
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    mark = tmp_path / "dpkg.pid"
+    wrapper = slow / "dpkg"
+    wrapper.write_text(f'#!/bin/sh\necho $$ > {mark}\nsleep 60\nexec {shutil.which("dpkg")} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{slow}:{os.environ['PATH']}"}
+    for signum, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        mark.unlink(missing_ok=True)
+        argv = [sys.executable, str(SCRIPT), "-o", str(out), "--dev", "2", "--test", "2"]
+        proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        deadline = time.monotonic() + 120
+        while not mark.is_file() or not mark.read_text().strip():
+            assert proc.poll() is None and time.monotonic() < deadline, "dpkg never started"
+            time.sleep(0.1)
+        dpkg = int(mark.read_text())
+        children = [dpkg, *descendants(dpkg)]
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == status, err
+        which = signal.Signals(signum).name
+        assert err.splitlines()[-1] == (
+            f"help-corpus: interrupted by {which}; the finished steps in {out} are kept: "
+            "run the same command again to go on"
+        ), err
+        assert "Traceback" not in err
+        assert not [pid for pid in children if alive(pid)], "a child outlived the script"
+    done = help_corpus(out, "--dev", "2", "--test", "2")
+    assert done.returncode == 0, done.stderr
+    assert (out / "train.en").is_file() and (out / "corpus.json").is_file()
+    record = json.loads((out / "corpus.json").read_text())
+    assert record["pages"] == 3 and record["kept"] == 22
+    assert not (out / "unpacked").exists()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False

@@ -4,6 +4,7 @@ real commands (``sh``, ``sleep``), no Moses needed."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 from conftest import DATA_DIR, ROOT, TINY_SYSTEM
 
 from rescorer.errors import RescorerError
+from rescorer.experiments.processes import descendants
 from rescorer.experiments.steps import StepError, WorkDir
 
 
@@ -104,3 +106,56 @@ def test_a_work_folder_that_is_a_file_is_refused_by_name(tmp_path: Path, script:
     assert f"{afile}: not a folder (expected a work folder" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert afile.read_text() == "not a folder\n"
+
+
+# A driver (rescorer.cli.drivers.drive, as every scripts/ driver ends) whose step runs a real
+# long command: sh, which starts two sleeps and waits
+DRIVER = """
+import sys
+from pathlib import Path
+from rescorer.cli.drivers import drive
+from rescorer.experiments.steps import WorkDir
+
+work = WorkDir(Path(sys.argv[1]), prog="demo")
+def action():
+    work.lock()
+    work.step("sleep", lambda s: (s.run(["sh", "-c", "sleep 60 & sleep 60; wait"]), {})[1])
+drive("demo", work.root, action)
+"""
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_driver_interrupted_in_a_step_leaves_no_process_of_the_step_running(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    """Issue 58.11: the shared piece every driver ends through. The signal goes to the driver
+    alone (not its process group, as ``kill PID`` sends it): the step's command and what it
+    started end, the driver says so in one line and exits 128+signal; a re-run runs the step
+    again (here: it is interrupted again, the lock free)."""
+    work = tmp_path / "work"
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, str(work)], stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 60
+        while len(started := descendants(proc.pid)) < 3:  # sh and its two sleeps
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == status, err
+        name = signal.Signals(signum).name
+        assert err.splitlines()[-1] == (
+            f"demo: interrupted by {name}; the finished steps in {work} are kept: run the same "
+            "command again to go on"
+        ), err
+        left = [pid for pid in started if os.path.exists(f"/proc/{pid}") and not zombie(pid)]
+        assert not left, f"still running: {left}"
+
+
+def zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
