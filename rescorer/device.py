@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rescorer.cpus import ThreadChoice
+from rescorer.cpus import ThreadChoice, probe_threads
 from rescorer.errors import RescorerError
 
 PRECISIONS = ("auto", "bf16", "tf32", "fp32")
@@ -265,7 +265,9 @@ def _write_cache(path: Path, entries: dict[str, Any]) -> str | None:
 
 
 def set_threads(choice: ThreadChoice) -> ThreadChoice:
-    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``."""
+    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``. A
+    RescorerError first where the operating system would refuse them (:func:`probe_threads`)."""
+    probe_threads(choice.threads)
     torch.set_num_threads(choice.threads)
     return choice
 

@@ -80,3 +80,25 @@ def run(
         timeout=timeout,
         **kwargs,
     )
+
+
+def few_threads(threads: int = 8) -> Callable[[], None]:
+    """``preexec_fn``: the child may hold address space for about ``threads`` threads beyond
+    what a run needs (RLIMIT_AS: each thread takes a stack of 8 MiB and an allocator arena of
+    64 MiB of it). A child that tried to start 100,000 threads fails within a second there,
+    where it would starve the machine of processes for minutes; RLIMIT_NPROC would bound it
+    too, but root ignores it."""
+
+    def limit() -> None:
+        space = (2 << 30) + threads * (96 << 20)
+        resource.setrlimit(resource.RLIMIT_AS, (space, space))
+
+    return limit
+
+
+def refused_threads() -> dict[str, str]:
+    """An environment in which the operating system refuses every thread libgomp starts, as a
+    low process limit or a full pids cgroup would: libgomp asks for stacks of 1,000 GiB
+    (OMP_STACKSIZE), which no machine maps (pthread_create fails with EAGAIN). Unlike
+    RLIMIT_NPROC, root meets it too. Two compute threads unless the caller changes it."""
+    return {**os.environ, "OMP_STACKSIZE": "1000G", "OMP_NUM_THREADS": "2"}

@@ -18,6 +18,7 @@ import click
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
+from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU
 from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.model.config import ModelConfig
@@ -74,6 +75,9 @@ class Group(click.Group):
     own line and exit with the same status."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from rescorer.cpus import cap_environment
+
+        cap_environment()  # before any command loads torch (libgomp reads it then)
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # its last line as every error line: rescorer CMD: error:
@@ -112,6 +116,13 @@ def user_errors(func: F) -> F:
         except RescorerError as exc:
             click.echo(f"{command_name()}: error: {exc}", err=True)
             sys.exit(1)
+        except RuntimeError as exc:
+            if not is_thread_failure(exc):
+                raise
+            from rescorer.cpus import thread_failure
+
+            click.echo(f"{command_name()}: error: {thread_failure(None, str(exc))}", err=True)
+            sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so
             # exit 1 with one line, never a summary that says everything was written. stdout
@@ -130,6 +141,12 @@ def user_errors(func: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def is_thread_failure(exc: BaseException) -> bool:
+    """Python's own error for a thread the operating system refused (``can't start new
+    thread``); libgomp's is met before it happens (rescorer.cpus.probe_threads)."""
+    return isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
 
 
 def check_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -202,11 +219,12 @@ precision_option = click.option(
 
 threads_option = click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     metavar="N",
     help="Threads that compute [default: OMP_NUM_THREADS if set, else the CPUs this process "
-    "may run on: its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK]. On a machine busy "
-    "with other jobs, 1 can be much faster.",
+    "may run on (its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK), fewer while the "
+    "machine is busier than its CPUs (load average above them: their fair share, 1 on 2 "
+    f"CPUs)]. At most {THREADS_PER_CPU} per CPU this process may run on (more are capped).",
 )
 
 
