@@ -213,7 +213,9 @@ precision_option = click.option(
     default="auto",
     show_default=True,
     help="auto: bf16 autocast on GPUs; on a CPU whichever of bf16 and fp32 multiplies this "
-    "model's matrices faster here (measured once, cached in ~/.cache/rescorer/precision.json).",
+    "model's matrices faster here (measured once, cached in ~/.cache/rescorer/precision.json; "
+    "a measurement taken on a busy machine is taken again once it is idle; delete the file, "
+    "or set RESCORER_CACHE_DIR to an empty folder, to measure again).",
 )
 
 
