@@ -428,7 +428,7 @@ class _Trainer(RunSetup):
                 run.best_valid_ppl,
                 self.unigram_ppl,
             )
-            self.say(f"rescorer train: verdict: the model {verdict.text}")
+            self.say(f"rescorer train: verdict: {verdict.sentence}")
         return TrainResult(
             out_dir=str(self.out),
             updates=run.update,
