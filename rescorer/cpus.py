@@ -288,3 +288,12 @@ def thread_failure(count: int | None, reason: str) -> str:
         "processes (ulimit -u, a cgroup's pids.max) or memory (ulimit -v) was reached; "
         "fewer threads (--threads 1) need fewer"
     )
+
+
+def refused_thread(exc: BaseException) -> str | None:
+    """The error line for Python's own error where the operating system refused a thread
+    (``RuntimeError: can't start new thread``), else None; libgomp's is met before it happens
+    (:func:`probe_threads`)."""
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return thread_failure(None, str(exc))
+    return None

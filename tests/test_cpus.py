@@ -22,6 +22,7 @@ from rescorer.cpus import (
     cap_environment,
     cgroup_cpu_quota,
     choose_threads,
+    refused_thread,
 )
 from rescorer.errors import RescorerError
 
@@ -257,3 +258,14 @@ def test_on_a_busy_machine_the_default_takes_fewer_threads_and_says_why_first(
     first = done.stderr.splitlines()[0]
     assert re.search(r"score: cpu, fp32, \d+ threads? \(the machine is busy: load ", first), first
     assert int(first.split(", ")[2].split()[0]) < cpus and "--threads N to choose" in first, first
+
+
+def test_pythons_own_refused_thread_is_one_line_too() -> None:
+    """What user_errors prints for ``RuntimeError: can't start new thread`` (a score's
+    reader thread, say); other RuntimeErrors are not its business."""
+
+    line = refused_thread(RuntimeError("can't start new thread"))
+    assert line is not None and line.startswith("the operating system refused to start a thread")
+    assert "--threads 1" in line
+    assert refused_thread(RuntimeError("something else")) is None
+    assert refused_thread(ValueError("can't start new thread")) is None

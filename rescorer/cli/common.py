@@ -18,7 +18,7 @@ import click
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
-from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU
+from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU, refused_thread
 from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.model.config import ModelConfig
@@ -116,12 +116,10 @@ def user_errors(func: F) -> F:
         except RescorerError as exc:
             click.echo(f"{command_name()}: error: {exc}", err=True)
             sys.exit(1)
-        except RuntimeError as exc:
-            if not is_thread_failure(exc):
+        except RuntimeError as exc:  # Python's own for a thread the system refused
+            if (refused := refused_thread(exc)) is None:
                 raise
-            from rescorer.cpus import thread_failure
-
-            click.echo(f"{command_name()}: error: {thread_failure(None, str(exc))}", err=True)
+            click.echo(f"{command_name()}: error: {refused}", err=True)
             sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so
@@ -141,12 +139,6 @@ def user_errors(func: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
-
-
-def is_thread_failure(exc: BaseException) -> bool:
-    """Python's own error for a thread the operating system refused (``can't start new
-    thread``); libgomp's is met before it happens (rescorer.cpus.probe_threads)."""
-    return isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
 
 
 def check_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
