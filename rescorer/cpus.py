@@ -240,6 +240,9 @@ _PROBE = (
 )
 
 
+_PROBED: set[int] = set()  # the counts this process started once already
+
+
 def openmp_library() -> str | None:
     """The GNU OpenMP library (libgomp) this process has loaded (torch's), or None."""
     try:
@@ -260,7 +263,7 @@ def probe_threads(count: int) -> None:
     Python code can catch. So a child process with this one's limits and environment starts
     them first (a process limit, ``ulimit -u``; memory, ``ulimit -v``; a cgroup's pids.max;
     OMP_STACKSIZE). Nothing to do for one thread, or without libgomp."""
-    library = openmp_library() if count > 1 else None
+    library = openmp_library() if count > 1 and count not in _PROBED else None
     if library is None:
         return
     try:
@@ -278,6 +281,7 @@ def probe_threads(count: int) -> None:
         said = [line for line in done.stderr.splitlines() if line.strip()]
         reason = said[-1].removeprefix("libgomp: ") if said else f"exit {done.returncode}"
         raise RescorerError(thread_failure(count, reason))
+    _PROBED.add(count)
 
 
 def thread_failure(count: int | None, reason: str) -> str:

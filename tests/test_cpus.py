@@ -22,6 +22,8 @@ from rescorer.cpus import (
     cap_environment,
     cgroup_cpu_quota,
     choose_threads,
+    openmp_library,
+    probe_threads,
     refused_thread,
 )
 from rescorer.errors import RescorerError
@@ -269,3 +271,16 @@ def test_pythons_own_refused_thread_is_one_line_too() -> None:
     assert "--threads 1" in line
     assert refused_thread(RuntimeError("something else")) is None
     assert refused_thread(ValueError("can't start new thread")) is None
+
+
+def test_the_probe_starts_the_threads_libgomp_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process (torch is loaded, so libgomp is): the probe's child inherits the
+    environment and limits that would make libgomp fail."""
+    import torch  # noqa: F401  (libgomp)
+
+    assert openmp_library() is not None
+    probe_threads(1)  # one thread starts none
+    probe_threads(3)
+    monkeypatch.setenv("OMP_STACKSIZE", "1000G")
+    with pytest.raises(RescorerError, match=r"refused to start 5 threads .*Thread creation failed"):
+        probe_threads(5)
