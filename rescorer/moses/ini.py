@@ -234,7 +234,8 @@ def _read_ini_bytes(path: str) -> bytes:
         if stat.S_ISDIR(mode):
             raise RescorerError(f"{path}: is a folder, expected a moses.ini file")
         raise RescorerError(
-            f"{path}: not a regular file (a FIFO, a device?), expected a moses.ini file"
+            f"{path}: not a regular file (a FIFO, a device?), expected a moses.ini file (its "
+            "relative paths are taken from its folder: save it as a file there first)"
         )
     with open(fd, "rb") as f:
         os.set_blocking(fd, True)
