@@ -6,7 +6,8 @@ this process may run on, their fair share while the load average is above the ma
 The busy machine is made here: ``--busy N`` processes that spin (as other users' jobs would),
 started before the runs and left to raise the 1-minute load average above the CPU count
 (``--settle`` seconds at most), stopped at the end. The idle runs come first and wait (at most
-``--settle`` seconds) for the load to fall under half the CPUs; the load each run started at is
+``--settle`` seconds) for the load to fall under half the CPUs, before each run, so that the
+default's choice does not meet the load of the run before; the load each run started at is
 printed with it. Each setting runs ``--repeats`` times, alternating, and the median is kept.
 
 Prints a Markdown block for BENCHMARKS.md:
@@ -107,12 +108,18 @@ def score_once(table: str, model: str, setting: str, work: str, extra: list[str]
     }
 
 
-def measure(table: str, model: str, repeats: int, work: str, extra: list[str]) -> dict:
+def measure(
+    table: str, model: str, repeats: int, work: str, extra: list[str], calm: float | None = None
+) -> dict:
     """Each setting ``repeats`` times, alternating: {setting: (median wall seconds, median
-    pairs/s as score reports them, threads taken, median load at the start)}."""
+    pairs/s as score reports them, threads taken, median load at the start)}. With ``calm``
+    (seconds), each run first waits that long at most for the load its predecessors left to
+    fall under half the CPUs: the idle runs' default must not meet the last run's load."""
     runs: dict[str, list[dict]] = {setting: [] for setting in SETTINGS}
     for _ in range(repeats):
         for setting in SETTINGS:
+            if calm is not None:
+                wait_for_load(None, (os.cpu_count() or 1) / 2, calm)
             runs[setting].append(score_once(table, model, setting, work, extra))
     return {
         setting: (
@@ -152,8 +159,7 @@ def main() -> None:
         model = args.model or tiny_model(work)
         table = os.path.join(work, "table.gz")
         lines = write_slice(args.table, args.lines, table, cycle=True)
-        wait_for_load(None, cpus / 2, args.settle)
-        idle = measure(table, model, args.repeats, work, extra)
+        idle = measure(table, model, args.repeats, work, extra, calm=args.settle)
         with busy_load(args.busy):
             wait_for_load(cpus, None, args.settle)
             busy = measure(table, model, args.repeats, work, extra)
