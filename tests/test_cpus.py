@@ -179,6 +179,7 @@ def score(args: list[str], tmp_path: Path, **kwargs: object) -> subprocess.Compl
     )
 
 
+@pytest.mark.slow
 def test_threads_beyond_the_cpus_are_capped_in_the_first_line(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
@@ -189,6 +190,7 @@ def test_threads_beyond_the_cpus_are_capped_in_the_first_line(
     assert f"{cap} threads (--threads 4096 capped at {cap}, " in first, first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", ["2147483648", "65537", "0"])
 def test_an_absurd_thread_count_is_one_error_line(
     tmp_path: Path, tiny_model_dir: Path, count: str
@@ -200,6 +202,7 @@ def test_an_absurd_thread_count_is_one_error_line(
     assert not (tmp_path / "a.gz").exists()
 
 
+@pytest.mark.slow
 def test_omp_num_threads_of_100000_is_capped_before_torch_starts_them(
     tmp_path: Path, tiny_model_dir: Path
 ) -> None:
@@ -219,6 +222,7 @@ def test_omp_num_threads_of_100000_is_capped_before_torch_starts_them(
     assert f"{cap} threads (OMP_NUM_THREADS=100000 capped at {cap}, " in first, first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["score", "train", "sample"])
 def test_threads_the_system_refuses_are_one_error_line(
     tmp_path: Path, tiny_model_dir: Path, command: str
