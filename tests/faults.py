@@ -94,7 +94,7 @@ def few_threads(threads: int = 8) -> Callable[[], None]:
     too, but root ignores it."""
 
     def limit() -> None:
-        space = (2 << 30) + threads * (96 << 20)
+        space = (4 << 30) + threads * (96 << 20)  # torch with CUDA maps GiBs
         resource.setrlimit(resource.RLIMIT_AS, (space, space))
 
     return limit
