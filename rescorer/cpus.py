@@ -67,8 +67,10 @@ def busy_threads(cpus: int, load: float | None, machine_cpus: int | None) -> int
     CPUs, else their fair share, ``cpus * machine_cpus / load`` rounded down, at least 1 (on 2
     CPUs: 1 thread at any load above 2). Each of the team's threads waits for the slowest at
     every parallel step, so on CPUs busy with other jobs two threads ran 2.2-3.9 times slower
-    than one (issue 59: load 4-5 on 2 CPUs; scripts/bench_threads.py measures it)."""
-    if load is None or not machine_cpus or load <= machine_cpus:
+    than one (issue 59: load 4-5 on 2 CPUs; scripts/bench_threads.py measures it). A process
+    held to fewer CPUs than the machine has (taskset, a cpuset, Slurm, a quota) keeps them:
+    the machine's load average does not tell its CPUs' load from the others'."""
+    if load is None or not machine_cpus or load <= machine_cpus or cpus < machine_cpus:
         return cpus
     return max(1, min(cpus, math.floor(cpus * machine_cpus / load)))
 
