@@ -174,10 +174,11 @@ def cap_environment(environ: MutableMapping[str, str] | None = None) -> None:
     torch loads: libgomp and MKL read it then, and every child process inherits it. The value
     asked for is kept for the first line's reason (:func:`choose_threads`)."""
     environ = os.environ if environ is None else environ
-    asked = _positive_int(environ.get("OMP_NUM_THREADS"))
+    text = environ.get("OMP_NUM_THREADS", "")
+    asked = _positive_int(text.split(",")[0])  # "8,2": 8 threads, 2 in nested regions
     cap, _ = thread_cap(environ)
     if asked is not None and asked > cap:
-        _ASKED.setdefault("OMP_NUM_THREADS", str(environ["OMP_NUM_THREADS"]).strip())
+        _ASKED.setdefault("OMP_NUM_THREADS", str(asked))
         environ["OMP_NUM_THREADS"] = str(cap)
 
 
