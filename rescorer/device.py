@@ -14,20 +14,25 @@ Threads: :func:`set_threads` applies a :class:`~rescorer.cpus.ThreadChoice` to t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from rescorer.cpus import ThreadChoice
+from rescorer.cpus import ThreadChoice, probe_threads
 from rescorer.errors import RescorerError
+from rescorer.io.precision_cache import (
+    idle,
+    measured_busy,
+    precision_cache_path,
+    read_cache,
+    write_cache,
+)
 
 PRECISIONS = ("auto", "bf16", "tf32", "fp32")
 
@@ -114,8 +119,6 @@ def choose_precision(
 #: also casts every weight and activation, which fp32 never does.
 BF16_MARGIN = 1.1
 MEASURE_SECONDS = 0.1  # timed per precision, after one warm-up pass (at least one timed pass)
-CACHE_FORMAT = "rescorer-precision-cache-1"
-CACHE_FILE = "precision.json"
 TOKENS_PER_PHRASE = 4  # rows of the readout's products per pair (a phrase's words and EOS)
 
 
@@ -166,20 +169,6 @@ def gemm_gflops(
                 return passes * flops / elapsed / 1e9
 
 
-def cache_dir() -> Path:
-    """Where rescorer keeps what it measured: ``$RESCORER_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/rescorer``, else ``~/.cache/rescorer``."""
-    if os.environ.get("RESCORER_CACHE_DIR"):
-        return Path(os.environ["RESCORER_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rescorer"
-
-
-def precision_cache_path() -> Path:
-    """The file of measured matrix-product speeds (:func:`measured_training_precision`)."""
-    return cache_dir() / CACHE_FILE
-
-
 def cpu_model() -> str:
     """This CPU's model name and its bf16 instructions, from /proc/cpuinfo (a cache key)."""
     name, flags = "", set()
@@ -202,23 +191,32 @@ def measured_training_precision(shapes: Sequence[tuple[int, int, int]]) -> Preci
     """bf16 when its matrix products at ``shapes`` run more than BF16_MARGIN times as fast as
     fp32's on this CPU with torch's current thread count, else fp32; measured once and cached
     per machine (CPU model), torch version, thread count and shapes in
-    :func:`precision_cache_path` (delete the file to measure again)."""
+    :func:`precision_cache_path` (delete the file to measure again), with the load average of
+    the moment. A measurement taken on a busy machine is taken again once the machine is idle;
+    a cache that cannot be used is measured again, with a warning."""
     path = precision_cache_path()
     threads = torch.get_num_threads()
     shape_text = " ".join("x".join(map(str, shape)) for shape in shapes)
     key = f"{cpu_model()} | torch {torch.__version__} | {threads} threads | {shape_text}"
-    entries = _read_cache(path)
-    entry = entries.get(key)
-    if entry is not None:
-        where = f"measured earlier, cached in {path}"
+    cached = read_cache(path)
+    if cached.problem:
+        print(f"rescorer: warning: {cached.problem}; measuring again", file=sys.stderr, flush=True)
+    load, cpus = _load(), os.cpu_count()
+    entry = cached.entries.get(key)
+    if entry is not None and not (measured_busy(entry) and idle(load, cpus)):
+        where = f"measured earlier, cached in {path}{_at(entry)}; delete it to measure again"
     else:
+        again = ", again: the figures cached were measured on a busy machine" if entry else ""
         entry = {
             "fp32": gemm_gflops(shapes, torch.float32),
             "bf16": gemm_gflops(shapes, torch.bfloat16),
             "date": time.strftime("%Y-%m-%d"),
+            "load": load,
+            "cpus": cpus,
         }
-        problem = _write_cache(path, {**entries, key: entry})
-        where = f"measured now, cached in {path}" if problem is None else f"not cached: {problem}"
+        problem = write_cache(path, {**cached.entries, key: entry})
+        stored = f"cached in {path}" if problem is None else f"not cached: {problem}"
+        where = f"measured now, {stored}{_at(entry)}{again}"
     fp32, bf16 = float(entry["fp32"]), float(entry["bf16"])
     precision = "bf16" if bf16 > BF16_MARGIN * fp32 else "fp32"
     return PrecisionChoice(
@@ -229,43 +227,28 @@ def measured_training_precision(shapes: Sequence[tuple[int, int, int]]) -> Preci
     )
 
 
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _at(entry: dict[str, Any]) -> str:
+    """``, at load 5.1 on 2 CPUs`` where the entry recorded it."""
+    load, cpus = entry.get("load"), entry.get("cpus")
+    return f", at load {load:.1f} on {cpus} CPUs" if isinstance(load, (int, float)) else ""
+
+
 def _figure(gflops: float) -> str:
     """334 or 1.48: whole numbers from 100 up, three digits below."""
     return f"{gflops:,.0f}" if gflops >= 100 else f"{gflops:.3g}"
 
 
-def _read_cache(path: Path) -> dict[str, Any]:
-    """The cache's entries; an unreadable, foreign or damaged file counts as empty."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    entries = data.get("entries") if isinstance(data, dict) else None
-    if not isinstance(entries, dict) or data.get("format") != CACHE_FORMAT:
-        return {}
-    return {
-        key: value
-        for key, value in entries.items()
-        if isinstance(value, dict)
-        and all(isinstance(value.get(p), (int, float)) and value[p] > 0 for p in ("fp32", "bf16"))
-    }
-
-
-def _write_cache(path: Path, entries: dict[str, Any]) -> str | None:
-    """Write the cache atomically; the reason it could not be written, or None."""
-    from rescorer.io.jsonfiles import write_json
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, {"format": CACHE_FORMAT, "entries": entries})
-    except (OSError, RescorerError) as exc:
-        return str(exc)
-    return None
-
-
 def set_threads(choice: ThreadChoice) -> ThreadChoice:
-    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``."""
+    """Make torch compute with ``choice.threads`` threads (intra-op); returns ``choice``. A
+    RescorerError first where the operating system would refuse them (:func:`probe_threads`)."""
+    probe_threads(choice.threads)
     torch.set_num_threads(choice.threads)
     return choice
 

@@ -48,6 +48,12 @@ class Verdict(NamedTuple):
             f" against the unigram's {self.unigram_ppl:,.2f} ({ratio:.2f}x)"
         )
 
+    @property
+    def sentence(self) -> str:
+        """The verdict as a sentence about the model: ``the model has NOT LEARNED (...): ...``
+        (:attr:`text` is the label ``info`` shows after ``verdict:``)."""
+        return f"the model has {self.text}"
+
 
 def training_verdict(provenance: dict[str, Any]) -> Verdict | None:
     """The verdict from a model directory's provenance (None: trained without validation)."""
@@ -67,7 +73,7 @@ def unlearned_warning(provenance: dict[str, Any], model_dir: str) -> str | None:
     verdict = training_verdict(provenance)
     if verdict is None or verdict.learned:
         return None
-    return f"warning: {model_dir}: the model is {verdict.text}; its column may cost BLEU"
+    return f"warning: {model_dir}: {verdict.sentence}; its column may cost BLEU"
 
 
 def training_coverage(provenance: dict[str, Any]) -> float | None:

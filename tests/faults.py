@@ -9,15 +9,19 @@ every writer (ours, torch's, safetensors'), with no hook in the code under test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -80,3 +84,150 @@ def run(
         timeout=timeout,
         **kwargs,
     )
+
+
+def few_threads(threads: int = 8) -> Callable[[], None]:
+    """``preexec_fn``: the child may hold address space for about ``threads`` threads beyond
+    what a run needs (RLIMIT_AS: each thread takes a stack of 8 MiB and an allocator arena of
+    64 MiB of it). A child that tried to start 100,000 threads fails within a second there,
+    where it would starve the machine of processes for minutes; RLIMIT_NPROC would bound it
+    too, but root ignores it."""
+
+    def limit() -> None:
+        space = (4 << 30) + threads * (96 << 20)  # torch with CUDA maps GiBs
+        resource.setrlimit(resource.RLIMIT_AS, (space, space))
+
+    return limit
+
+
+def refused_threads() -> dict[str, str]:
+    """An environment in which the operating system refuses every thread libgomp starts, as a
+    low process limit or a full pids cgroup would: libgomp asks for stacks of 1,000 GiB
+    (OMP_STACKSIZE), which no machine maps (pthread_create fails with EAGAIN). Unlike
+    RLIMIT_NPROC, root meets it too. Two compute threads unless the caller changes it."""
+    return {**os.environ, "OMP_STACKSIZE": "1000G", "OMP_NUM_THREADS": "2"}
+
+
+# ------------------------------------------------------------------------------ hang guards
+class HangError(AssertionError):
+    """A command that waited on nothing that would come (no CPU time, nothing runnable) for
+    ``quiet`` seconds, or spent more CPU time than it may."""
+
+
+@dataclass
+class TreeState:
+    """A process and its descendants at one moment."""
+
+    cpu_ticks: int  # user and system time of every thread, in clock ticks
+    busy: bool  # some thread runs, waits for a CPU (R) or for the disk (D)
+    waits: list[str]  # "pid 1234 S pipe_read" per sleeping thread: what it waits in
+
+
+def _stat_fields(path: str) -> list[str] | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:  # gone meanwhile
+        return None
+    return text[text.rfind(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat_fields(f"/proc/{name}/stat")
+            if fields is not None:
+                parents.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(parents.get(current, []))
+    return found
+
+
+def tree_state(pid: int) -> TreeState:
+    """What ``pid``'s processes and threads are doing (from /proc: Linux)."""
+    ticks, busy, waits = 0, False, []
+    for process in descendants(pid):
+        try:
+            tasks = os.listdir(f"/proc/{process}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            fields = _stat_fields(f"/proc/{process}/task/{task}/stat")
+            if fields is None:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            if fields[0] in "RD":
+                busy = True
+            else:
+                try:
+                    with open(f"/proc/{process}/task/{task}/wchan", encoding="ascii") as f:
+                        wchan = f.read().strip()
+                except OSError:
+                    wchan = "?"
+                waits.append(f"pid {process} {fields[0]} {wchan}")
+    return TreeState(ticks, busy, waits)
+
+
+def run_unless_hung(
+    args: list[str],
+    *,
+    quiet: float = 30,
+    cpu_limit: float = 300,
+    wall_limit: float = 3600,
+    python: bool = True,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m rescorer ARGS`` (``ARGS`` itself with ``python=False``), its output captured
+    as text, raising :class:`HangError` for a hang, not for slowness: a process (with its
+    children) that used no CPU time and had no thread running, runnable or in disk wait for
+    ``quiet`` seconds is blocked on something that will not come (a FIFO's writer, a lock); one
+    that used more than ``cpu_limit`` seconds of CPU runs away. A run starved by a loaded
+    machine uses little CPU but stays runnable, so it is waited for however long it takes (up
+    to ``wall_limit``, the last resort). The process tree is killed on a hang."""
+    argv = [sys.executable, "-m", "rescorer", *args] if python else list(args)
+    kwargs.setdefault("start_new_session", True)
+    ticks_per_second = os.sysconf("SC_CLK_TCK")
+    with subprocess.Popen(
+        argv,
+        stdin=kwargs.pop("stdin", subprocess.DEVNULL),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    ) as proc:
+        start = last_progress = time.monotonic()
+        last_ticks = -1
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=0.5)  # drains the pipes meanwhile
+                return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+            except subprocess.TimeoutExpired:
+                pass
+            state, now = tree_state(proc.pid), time.monotonic()
+            if state.busy or state.cpu_ticks != last_ticks:
+                last_progress, last_ticks = now, state.cpu_ticks
+            problem = ""
+            if now - last_progress > quiet:
+                problem = f"hung: no CPU time and nothing runnable for {quiet:g} s"
+            elif state.cpu_ticks / ticks_per_second > cpu_limit:
+                problem = f"ran away: over {cpu_limit:g} s of CPU time"
+            elif now - start > wall_limit:
+                problem = f"still running after {wall_limit:g} s"
+            if problem:
+                waits = "; ".join(state.waits[:8])
+                _kill_tree(proc)
+                raise HangError(f"{' '.join(argv)}: {problem} (waiting in: {waits})")
+
+
+def _kill_tree(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL to the process group of ``proc`` (its own session) and to ``proc``."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    proc.communicate()

@@ -4,14 +4,16 @@ function itself, in scoring and in training."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import faults
 import numpy as np
 import pytest
 import torch
-from conftest import SAMPLE_TABLE, SLICE
+from conftest import SAMPLE_TABLE, SLICE, TINY_SYSTEM, TINY_TRAIN_FLAGS
 
 from rescorer.device import CompileGuard, soft_compile
 from rescorer.io.table import read_table
@@ -221,6 +223,7 @@ def gemm_speeds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[torch.d
         return speeds[dtype]
 
     monkeypatch.setattr(device, "gemm_gflops", measured, raising=False)
+    monkeypatch.setattr(device, "_load", lambda: 0.0, raising=False)  # an idle machine
     return speeds
 
 
@@ -288,3 +291,125 @@ def test_a_real_measurement_gives_positive_speeds() -> None:
 
     for dtype in (torch.float32, torch.bfloat16):
         assert gemm_gflops([(16, 8, 24), (16, 6, 40)], dtype, seconds=0.01) > 0
+
+
+# ------------------------------------------------- the precision cache (issue 58.10, 59.8)
+def write_entries(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    """The cache at ``path`` with ``change`` applied to each of its entries."""
+    data = json.loads(path.read_text())
+    for entry in data["entries"].values():
+        change(entry)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda entry: entry.update(fp32=float("inf")),  # written as Infinity, trusted before
+        lambda entry: entry.update(bf16=float("nan")),
+        lambda entry: entry.update(bf16=-3.0),
+        lambda entry: entry.update(fp32=True),
+    ],
+)
+def test_a_cache_entry_that_is_not_a_finite_positive_speed_is_measured_again(
+    gemm_speeds: dict[Any, float],
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[dict[str, Any]], None],
+) -> None:
+    from rescorer.device import choose_precision, precision_cache_path
+
+    gemm_speeds.update({torch.float32: 220.0, torch.bfloat16: 910.0})
+    cpu = torch.device("cpu")
+    choose_precision("auto", cpu, "train")
+    write_entries(precision_cache_path(), damage)
+    capsys.readouterr()
+    choice = choose_precision("auto", cpu, "train")
+    assert gemm_speeds[None] == 4 and choice.precision == "bf16"
+    assert "measured now" in choice.reason
+    warning = capsys.readouterr().err
+    assert f"warning: {precision_cache_path()}: 1 entries without finite positive" in warning
+    (entry,) = json.loads(precision_cache_path().read_text())["entries"].values()
+    assert (entry["fp32"], entry["bf16"]) == (220.0, 910.0)
+
+
+def test_a_deeply_nested_cache_is_measured_past_with_a_warning(
+    gemm_speeds: dict[Any, float], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rescorer.device import choose_precision, precision_cache_path
+
+    gemm_speeds.update({torch.float32: 220.0, torch.bfloat16: 910.0})
+    precision_cache_path().parent.mkdir(parents=True)
+    precision_cache_path().write_text("[" * 200_000 + "]" * 200_000)
+    assert choose_precision("auto", torch.device("cpu"), "train").precision == "bf16"
+    assert gemm_speeds[None] == 2
+    assert "nested too deeply; measuring again" in capsys.readouterr().err
+
+
+def test_a_measurement_taken_busy_is_taken_again_once_the_machine_is_idle(
+    gemm_speeds: dict[Any, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 59, item 8: bf16 11.5 against fp32 2.6 GFLOP/s measured on a starved machine
+    (311 against 76 idle) stayed cached for good. The load of the moment is recorded; an
+    entry measured busy is measured again when the machine is idle, and kept while busy."""
+    import rescorer.device as device
+
+    cpus = os.cpu_count() or 1
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(device, "_load", lambda: 2.5 * cpus)
+    gemm_speeds.update({torch.float32: 2.6, torch.bfloat16: 11.5})
+    busy = device.choose_precision("auto", cpu, "train")
+    assert busy.precision == "bf16" and f"at load {2.5 * cpus:.1f} on {cpus} CPUs" in busy.reason
+    (entry,) = json.loads(device.precision_cache_path().read_text())["entries"].values()
+    assert (entry["load"], entry["cpus"]) == (2.5 * cpus, cpus)
+    still_busy = device.choose_precision("auto", cpu, "train")
+    assert gemm_speeds[None] == 2 and "measured earlier, cached in " in still_busy.reason
+    assert f"at load {2.5 * cpus:.1f}" in still_busy.reason
+    assert "delete it to measure again" in still_busy.reason
+    monkeypatch.setattr(device, "_load", lambda: 0.1)
+    gemm_speeds.update({torch.float32: 311.0, torch.bfloat16: 76.0})
+    idle = device.choose_precision("auto", cpu, "train")
+    assert gemm_speeds[None] == 4 and idle.precision == "fp32"
+    assert "measured now, cached in " in idle.reason and "at load 0.1 on " in idle.reason
+    assert "again: the figures cached were measured on a busy machine" in idle.reason
+    again = device.choose_precision("auto", cpu, "train").reason
+    assert "measured earlier, cached in " in again and "at load 0.1 on " in again
+    assert gemm_speeds[None] == 4
+    # an entry of an older cache, without the load it was measured at, counts as busy
+    write_entries(device.precision_cache_path(), lambda entry: entry.pop("load"))
+    device.choose_precision("auto", cpu, "train")
+    assert gemm_speeds[None] == 6
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder"])
+def test_a_cache_that_is_not_a_regular_file_is_measured_past_not_waited_on(
+    tmp_path: Path, kind: str
+) -> None:
+    """``train --precision auto`` hung on a FIFO there, and read /dev/zero for ever (here under
+    a bound on its memory, faults.few_threads): the cache is read only as a regular file, said
+    in a warning, measured past and left as it is."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    path = cache / "precision.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    flags = [f for f in TINY_TRAIN_FLAGS if f != "-q"]
+    flags[flags.index("--max-updates") + 1] = "2"
+    done = faults.run_unless_hung(
+        ["train", str(TINY_SYSTEM / "phrase-table.gz"), "-o", str(tmp_path / "m"), *flags,
+         "--device", "cpu", "--precision", "auto", "--compile", "no"],
+        env={**os.environ, "RESCORER_CACHE_DIR": str(cache)},
+        preexec_fn=faults.few_threads(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"warning: {path}: not a regular file" in done.stderr, done.stderr
+    assert "precision auto -> " in done.stderr and "not cached: " in done.stderr
+    assert {"fifo": path.is_fifo(), "dev-zero": path.is_symlink(), "folder": path.is_dir()}[kind]
+
+
+def test_train_help_says_how_to_measure_the_precision_again() -> None:
+    done = faults.run(["train", "--help"])
+    assert "delete the file" in " ".join(done.stdout.split()), done.stdout

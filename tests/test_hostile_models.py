@@ -19,7 +19,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from click.testing import Result as CliRunnerResult
-from faults import run
+from faults import run_unless_hung
 
 from rescorer.cli import cli
 from rescorer.model.checkpoint import load_model_dir, min_parameters, save_model_dir
@@ -246,7 +246,8 @@ def test_a_model_file_that_is_a_fifo_is_refused_not_waited_on(
     tmp_path: Path, good_model: Path, file: str, command: str
 ) -> None:
     """``info`` hung when config.json was a FIFO (open waits for a writer): only regular files
-    are opened. A real process, so that a hang would end at the timeout."""
+    are opened. A real process, so that a hang is caught (faults.run_unless_hung: blocked
+    without CPU time, however slow the machine)."""
     folder = tmp_path / "model"
     shutil.copytree(good_model, folder)
     (folder / file).unlink()
@@ -256,7 +257,7 @@ def test_a_model_file_that_is_a_fifo_is_refused_not_waited_on(
     args = ["info", str(folder)]
     if command == "score":
         args = ["score", str(table), "-m", str(folder), "-o", str(out), "--device", "cpu"]
-    done = run(args, timeout=60)
+    done = run_unless_hung(args)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{folder / file}: not a regular file" in lines[0], lines

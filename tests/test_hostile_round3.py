@@ -35,7 +35,7 @@ from conftest import (
     TINY_TRAIN_FLAGS,
     default_sigint,
 )
-from faults import run, small_disk
+from faults import few_threads, run, run_unless_hung, small_disk
 from test_hostile_walk import expect_refusal
 
 NBEST = DATA_DIR / "nbest"
@@ -391,3 +391,42 @@ def test_merge_refuses_a_part_of_more_gzip_members_than_score_writes(
     manifest.write_text(json.dumps(record))
     done = run(["merge", str(merged), *map(str, parts)])
     expect_refusal(done, str(parts[1]), says="gzip members", absent=(merged,))
+
+
+# ----------------------------------------------- issue 58, item 10: an ini that is not a file
+def ini_readers(ini: Path, out: Path) -> dict[str, list[str]]:
+    """Every command that reads a moses.ini, reading ``ini``."""
+    nbest = SEG
+    return {
+        "moses-ini": ["moses-ini", str(ini), "--phrase-table", str(TABLE), "-o", str(out)],
+        "filter": ["filter", str(TABLE), "--weights", str(ini), "--no-lm", "--min-score",
+                   "2:0", "-o", str(out)],
+        "filter --moses-ini": ["filter", str(TABLE), "--input", str(INPUT), "--moses-ini",
+                               str(ini), "--ini-out", str(out.with_suffix(".ini")), "-o", str(out)],
+        "combine": ["combine", str(TABLE), "--weights", str(ini), "--no-lm", "-o", str(out)],
+        "rerank": ["rerank", str(nbest), "--weights", str(ini), "-o", str(out)],
+        "rerank --decoded-with": ["rerank", str(nbest), "--weights", str(TINY_SYSTEM / "moses.ini"),
+                                  "--decoded-with", str(ini), "-o", str(out)],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder"])
+def test_every_ini_reader_refuses_an_ini_that_is_not_a_regular_file(
+    tmp_path: Path, kind: str
+) -> None:
+    """Each reader hung on a FIFO ini with no writer (open waits for one; a moses.ini is a
+    small config read as a file, its relative paths taken from its folder): one line naming it
+    now, at once (faults.run_unless_hung would catch a hang however slow the machine)."""
+    ini = tmp_path / "moses.ini"
+    if kind == "fifo":
+        os.mkfifo(ini)
+    elif kind == "dev-zero":
+        ini.symlink_to("/dev/zero")
+    else:
+        ini.mkdir()
+    out = tmp_path / "out.gz"
+    for name, args in ini_readers(ini, out).items():
+        done = run_unless_hung(args, preexec_fn=few_threads())  # bounded memory: /dev/zero
+        line = expect_refusal(done, str(ini), absent=(out, out.with_suffix(".ini")))
+        says = "is a folder" if kind == "folder" else "not a regular file (a FIFO, a device?)"
+        assert says in line, (name, line)

@@ -1,7 +1,8 @@
 """Every command against hostile inputs (issue 28): a full disk, a gzip file truncated at several
 points, an endless line, unreadable files, forged shard manifests. Each must end in one line
 ``rescorer CMD: error: ...`` naming the file, exit 1 and nothing under the final name: never a
-traceback, a hang (every command runs under a timeout) or exit 0 with lines lost.
+traceback, a hang (the guards: faults.run_unless_hung, which tells a hang from a slow run) or
+exit 0 with lines lost.
 
 Real commands in subprocesses, on the real slice and a tiny trained model (conftest). The disk
 fills for real (tests/faults.py: a tmpfs, or a file size limit where none can be mounted).
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import SLICE, TINY_TRAIN_FLAGS
-from faults import SmallDisk, run, small_disk
+from faults import SmallDisk, run, run_unless_hung, small_disk
 
 TEXT = gzip.decompress(SLICE.read_bytes())  # 2,090 lines, some 238 kB
 CHUNK = "16384"  # a dozen chunks: truncation and full disks meet the run after its first one
@@ -180,7 +181,7 @@ def test_an_endless_line_is_refused_quickly_by_every_reader(walk: Path, tmp_path
             ["check", str(table)],
             ["filter", str(table), "--min-score", "2:0", "-o", str(out)],
         ):
-            done = run(args, timeout=60)
+            done = run_unless_hung(args)
             if args[0] == "check" and kind == "long":  # check counts bad lines, it does not stop
                 assert done.returncode == 1 and f"{table}:{line_no}" in done.stdout + done.stderr
                 continue
@@ -189,7 +190,7 @@ def test_an_endless_line_is_refused_quickly_by_every_reader(walk: Path, tmp_path
     long = tmp_path / "long-target.txt"
     bad = tmp_path / "bad.txt"
     args = ["score", str(long), "-m", str(walk / "model"), "-o", str(out), *FAST]
-    done = run([*args, "--skip-bad-lines", str(bad)], timeout=60)
+    done = run_unless_hung([*args, "--skip-bad-lines", str(bad)])
     assert done.returncode == 0, done.stderr
     assert gzip.decompress(out.read_bytes()).count(b"\n") == TEXT.count(b"\n")
     assert bad.read_bytes().count(b"\n") == 1
@@ -201,7 +202,7 @@ def test_a_vocabulary_pointing_at_dev_zero_is_refused(walk: Path, tmp_path: Path
     (model / "vocab.src.json").unlink()
     (model / "vocab.src.json").symlink_to("/dev/zero")
     out = tmp_path / "out.gz"
-    done = run(["score", str(walk / "pt.gz"), "-m", str(model), "-o", str(out), *FAST], timeout=60)
+    done = run_unless_hung(["score", str(walk / "pt.gz"), "-m", str(model), "-o", str(out), *FAST])
     expect_refusal(done, "vocab.src.json", says="64 MiB", absent=(out,))
 
 

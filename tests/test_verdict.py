@@ -43,6 +43,16 @@ def test_the_verdict_reads_the_best_validation_against_the_unigram() -> None:
     assert "NOT LEARNED" in (unlearned_warning(provenance(395.8, 322.9), "m") or "")
 
 
+def test_each_verdict_is_said_as_a_sentence_with_a_verb() -> None:
+    """Issue 59, item 8: train ended with "the model NOT LEARNED (not better than a unigram
+    model)": no verb. Every place that says it about the model says "the model has"."""
+    for valid, label in ((10.0, "learned"), (290.0, "barely learned"), (395.8, "NOT LEARNED")):
+        verdict = training_verdict(provenance(valid, 300.0))
+        assert verdict is not None and verdict.sentence.startswith(f"the model has {label}")
+    warning = unlearned_warning(provenance(395.8, 322.9), "m") or ""
+    assert warning.startswith("warning: m: the model has NOT LEARNED (not better than a unigram")
+
+
 def test_coverage_far_below_the_training_tables_warns() -> None:
     prov = provenance(10.0, 300.0, coverage=0.98)
     n = COVERAGE_MIN_PAIRS
@@ -67,7 +77,7 @@ def slice_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 def test_train_ends_with_a_verdict_and_info_shows_it(slice_model: tuple[Path, str]) -> None:
     model, stderr = slice_model
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("rescorer train: verdict: the model "), last
+    assert last.startswith("rescorer train: verdict: the model has "), last
     prov = json.loads((model / PROVENANCE_FILE).read_text())
     verdict = training_verdict(prov)
     assert verdict is not None and verdict.text in last
@@ -85,7 +95,7 @@ def test_score_warns_once_on_an_unlearned_model(
     verdict = training_verdict(prov)
     assert verdict is not None and not verdict.learned  # 20 updates learn nothing clear
     stderr = run("score", str(SLICE), "-m", str(model), "-o", str(tmp_path / "o.gz"), "-q").stderr
-    assert stderr.count("the model is") == 1 and verdict.text in stderr
+    assert stderr.count("the model has") == 1 and verdict.text in stderr
 
 
 def test_score_warns_when_the_table_is_not_the_training_tables(
@@ -138,9 +148,19 @@ def test_a_table_far_outside_the_shortlists_is_refused_before_it_is_scored(
     errors = [line for line in done.stderr.splitlines() if ": error: " in line]
     assert done.returncode == 1 and len(errors) == 1, done.stderr
     assert errors[0].startswith("rescorer score: error: ") and not out.exists()
-    check = run("check", str(SAMPLE), "-m", str(model)).stdout.splitlines()[-1]
+    # check -m says the same verdict, and exits 1 as score does (issue 59, item 8: it exited 0)
+    checked = subprocess.run(
+        [sys.executable, "-m", "rescorer", "check", str(SAMPLE), "-m", str(model)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    check = checked.stdout.splitlines()[-1]
     assert check.startswith(f"coverage verdict: {model}: 4.0% of its 24,245 pairs"), check
     assert "rescorer score refuses it (--ignore-coverage to go on)" in check
+    assert checked.returncode == 1, checked.stderr
+    assert checked.stderr.splitlines() == [
+        f"rescorer check: error: {model}: a model for another language pair or table: rescorer "
+        f"score refuses {SAMPLE} with it (the coverage verdict above; --ignore-coverage to go on)"
+    ]
     own = run("check", str(SLICE), "-m", str(model)).stdout.splitlines()[-1]
     assert own == "coverage verdict: none (2,090 pairs, fewer than the 5,000 score judges by)"
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from rescorer.analysis.labels import figure_record, place_labels
+from rescorer.analysis.labels import figure_record, place_labels, watermark
 from rescorer.analysis.sides import FORWARD_SIDES, Sides
 from rescorer.batching import pad_batch
 from rescorer.constants import FIRST_WORD_ID
@@ -137,8 +137,7 @@ def _save(
     the record."""
     plt = _pyplot()
     if note:
-        fig.text(0.5, 0.5, note, ha="center", va="center", rotation=25, fontsize=22,
-                 color="tab:red", alpha=0.45, weight="bold", zorder=10)  # fmt: skip
+        watermark(fig, note)
     record = figure_record(fig, names)
     if note:
         record["note"] = note

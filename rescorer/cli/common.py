@@ -18,6 +18,7 @@ import click
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
+from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU, refused_thread
 from rescorer.errors import RescorerError
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.model.config import ModelConfig
@@ -74,6 +75,9 @@ class Group(click.Group):
     own line and exit with the same status."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        from rescorer.cpus import cap_environment
+
+        cap_environment()  # before any command loads torch (libgomp reads it then)
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # its last line as every error line: rescorer CMD: error:
@@ -111,6 +115,11 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except RescorerError as exc:
             click.echo(f"{command_name()}: error: {exc}", err=True)
+            sys.exit(1)
+        except RuntimeError as exc:  # Python's own for a thread the system refused
+            if (refused := refused_thread(exc)) is None:
+                raise
+            click.echo(f"{command_name()}: error: {refused}", err=True)
             sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so
@@ -196,17 +205,20 @@ precision_option = click.option(
     default="auto",
     show_default=True,
     help="auto: bf16 autocast on GPUs; on a CPU whichever of bf16 and fp32 multiplies this "
-    "model's matrices faster here (measured once, cached in ~/.cache/rescorer/precision.json).",
+    "model's matrices faster here (measured once, cached in ~/.cache/rescorer/precision.json; "
+    "a measurement taken on a busy machine is taken again once it is idle; delete the file, "
+    "or set RESCORER_CACHE_DIR to an empty folder, to measure again).",
 )
 
 
 threads_option = click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     metavar="N",
     help="Threads that compute [default: OMP_NUM_THREADS if set, else the CPUs this process "
-    "may run on: its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK]. On a machine busy "
-    "with other jobs, 1 can be much faster.",
+    "may run on (its affinity, a cgroup CPU quota or SLURM_CPUS_PER_TASK), fewer while the "
+    "machine is busier than its CPUs (load average above them: their fair share, 1 on 2 "
+    f"CPUs)]. At most {THREADS_PER_CPU} per CPU this process may run on (more are capped).",
 )
 
 

@@ -276,9 +276,9 @@ def merge(parts: tuple[str, ...], out: str | None, manifest_glob: str | None, qu
         )
 
 
-def coverage_line(model_dir: str, inside: int, pairs: int) -> str:
+def coverage_line(model_dir: str, inside: int, pairs: int) -> tuple[str, bool]:
     """``check -m``'s verdict on the table against the model's own (the rule score applies to
-    its first pairs: rescorer/verdict.py)."""
+    its first pairs: rescorer/verdict.py), and whether score refuses the table."""
     import os
 
     from rescorer.constants import PROVENANCE_FILE
@@ -288,16 +288,16 @@ def coverage_line(model_dir: str, inside: int, pairs: int) -> str:
     provenance = read_json_object(os.path.join(model_dir, PROVENANCE_FILE), what="provenance")
     verdict = coverage_verdict(provenance, inside, pairs)
     if training_coverage(provenance) is None:
-        return "coverage verdict: none (the model's provenance records no training coverage)"
+        return "coverage verdict: none (the model's provenance records no training coverage)", False
     if verdict is None:
         return (
             f"coverage verdict: none ({pairs:,} pairs, fewer than the {COVERAGE_MIN_PAIRS:,} "
             "score judges by)"
-        )
+        ), False
     text = f"coverage verdict: {verdict.describe(model_dir, f'its {pairs:,} pairs')}"
     if verdict.foreign:
-        return text + " rescorer score refuses it (--ignore-coverage to go on)"
-    return text + (" rescorer score warns about it" if verdict.lower else "")
+        return text + " rescorer score refuses it (--ignore-coverage to go on)", True
+    return text + (" rescorer score warns about it" if verdict.lower else ""), False
 
 
 @click.command()
@@ -315,7 +315,8 @@ def check(table: str, model_dir: str | None) -> None:
     Checks every line (fields, scores, the first line's score count, UTF-8), the gzip stream to
     its end, and the source order that shards rely on; prints its kind (a phrase table or a
     lexicalised reordering table), lines, distinct sources, targets per source, phrase lengths,
-    and with -m the shortlists' coverage. Exit 1 if a line is bad.
+    and with -m the shortlists' coverage. Exit 1 if a line is bad, or if -m's model is one
+    score refuses for the table (a model of another language pair or table), as score exits.
 
     \b
     Example:
@@ -336,11 +337,18 @@ def check(table: str, model_dir: str | None) -> None:
     found = check_table(table, *vocabs)
     for line in found.summary(with_coverage=model_dir is not None):
         click.echo(line)
+    foreign = False
     if model_dir is not None:
-        click.echo(coverage_line(model_dir, found.pairs_covered, found.lines - found.bad))
+        verdict, foreign = coverage_line(model_dir, found.pairs_covered, found.lines - found.bad)
+        click.echo(verdict)
     if not found.ok:
         lineno, message = found.errors[0]
         raise RescorerError(
             f"{found.path}: {found.bad:,} malformed line(s); the first: {found.path}:{lineno}: "
             f"{message}"
+        )
+    if foreign:
+        raise RescorerError(
+            f"{model_dir}: a model for another language pair or table: rescorer score refuses "
+            f"{found.path} with it (the coverage verdict above; --ignore-coverage to go on)"
         )

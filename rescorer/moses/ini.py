@@ -22,6 +22,7 @@ import gzip
 import math
 import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import InputError, RescorerError
 from rescorer.io.table import parse_number
+
+MAX_INI_BYTES = 64 << 20  # the largest moses.ini read (a few KiB is usual)
 
 TEXT_TABLE = "PhraseDictionaryMemory"
 COMPACT_TABLE = "PhraseDictionaryCompact"
@@ -189,11 +192,7 @@ def same_file(a: str, b: str) -> bool:
 def read_ini(path: str, run_dir: str | None = None) -> MosesIni:
     """Parse a moses.ini (plain, or gzip as Moses reads a .gz one), meant to run from
     ``run_dir`` (default: its own folder); malformed lines are InputErrors naming the line."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+    data = _read_ini_bytes(path)
     if data.startswith(GZIP_MAGIC):
         if not path.endswith(".gz"):
             raise InputError(
@@ -218,6 +217,35 @@ def read_ini(path: str, run_dir: str | None = None) -> MosesIni:
             ) from exc
     folder = _run_dir(run_dir) if run_dir is not None else os.path.dirname(os.path.abspath(path))
     return _parse(path, tuple(lines), folder)
+
+
+def _read_ini_bytes(path: str) -> bytes:
+    """The bytes of the ini ``path``, which must be a regular file of at most MAX_INI_BYTES:
+    a moses.ini is a small config whose relative paths are taken from its folder, and a FIFO
+    with no writer (or a device) made every reader of it wait for ever."""
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once, and is then refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RescorerError(f"{path}: cannot open: {exc.strerror}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise RescorerError(f"{path}: is a folder, expected a moses.ini file")
+        raise RescorerError(
+            f"{path}: not a regular file (a FIFO, a device?), expected a moses.ini file (its "
+            "relative paths are taken from its folder: save it as a file there first)"
+        )
+    with open(fd, "rb") as f:
+        os.set_blocking(fd, True)
+        try:
+            data = f.read(MAX_INI_BYTES + 1)
+        except OSError as exc:
+            raise RescorerError(f"{path}: cannot read: {exc.strerror}") from exc
+    if len(data) > MAX_INI_BYTES:
+        raise RescorerError(f"{path}: over {MAX_INI_BYTES >> 20} MiB, expected a moses.ini")
+    return data
 
 
 def _parse(path: str, lines: tuple[str, ...], run_dir: str) -> MosesIni:

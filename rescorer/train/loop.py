@@ -331,7 +331,7 @@ class _Trainer(BudgetedRun):
                 run.best_valid_ppl,
                 self.unigram_ppl,
             )
-            self.say(f"rescorer train: verdict: the model {verdict.text}")
+            self.say(f"rescorer train: verdict: {verdict.sentence}")
         return TrainResult(
             out_dir=str(self.out),
             updates=run.update,

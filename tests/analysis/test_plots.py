@@ -217,3 +217,22 @@ def test_a_figure_names_the_model_by_its_folder_and_says_it_has_not_learned(
     # the tiny model (20 updates) has not learned: said across the picture and in the record
     assert record["note"].startswith("model NOT LEARNED: validation perplexity "), record
     assert "against a unigram model's " in record["note"]
+
+
+@pytest.mark.parametrize("figure", ["scatter", "words"])
+def test_the_not_learned_note_lies_wholly_inside_the_picture(
+    tiny_model_dir: Path, tmp_path: Path, figure: str
+) -> None:
+    """Issue 59, item 8: the note ran off both edges of the scatter. No pixel of the note's
+    red on the picture's outer frame (4 pixels), and some in its middle."""
+    import matplotlib.image
+
+    args = ["scatter", str(SLICE), "--pairs", "300"] if figure == "scatter" else ["words"]
+    record = run_plot(args, tiny_model_dir, tmp_path)
+    assert record["note"].startswith("model NOT LEARNED")
+    rgb = matplotlib.image.imread(tmp_path / "fig.png")[:, :, :3]
+    red = (rgb[:, :, 0] - rgb[:, :, 1] > 0.2) & (rgb[:, :, 0] - rgb[:, :, 2] > 0.2)
+    frame = [red[:4, :], red[-4:, :], red[:, :4], red[:, -4:]]
+    assert not any(edge.any() for edge in frame), [int(edge.sum()) for edge in frame]
+    height, width = red.shape
+    assert red[height // 4 : 3 * height // 4, width // 4 : 3 * width // 4].sum() > 500
