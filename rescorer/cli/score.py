@@ -153,20 +153,7 @@ def score(
     """
     from rescorer.score.pipeline import score_table
 
-    if table == "-" and (opts["resume"] or shard):
-        raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
-    if out == "-" and opts["resume"]:
-        raise click.UsageError("--resume needs an output file, not stdout (-o -)")
-    if opts["resume"] and opts["restart"]:
-        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
-    if opts.pop("check_first"):
-        if table == "-":
-            raise click.UsageError("--check-first needs a file: stdin can be read only once")
-        from rescorer.io.check import first_error
-
-        error = first_error(table)
-        if error is not None and opts["skip_bad_lines"] is None:
-            raise error
+    _check_options(table, out, shard, opts)
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     if table == "-" and sys.stdin.isatty():  # not waiting without a word
         click.echo(
@@ -186,6 +173,33 @@ def score(
                 err=True,
             )
         sys.exit(interrupt_status(exc))
+    _report(stats, config, table, out, shard)
+
+
+def _check_options(
+    table: str, out: str, shard: tuple[int, int] | None, opts: dict[str, Any]
+) -> None:
+    """The usage errors among the options, and --check-first's pass (popped from ``opts``)."""
+    if table == "-" and (opts["resume"] or shard):
+        raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
+    if out == "-" and opts["resume"]:
+        raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts["resume"] and opts["restart"]:
+        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
+    if opts.pop("check_first"):
+        if table == "-":
+            raise click.UsageError("--check-first needs a file: stdin can be read only once")
+        from rescorer.io.check import first_error
+
+        error = first_error(table)
+        if error is not None and opts["skip_bad_lines"] is None:
+            raise error
+
+
+def _report(
+    stats: Any, config: ScoreConfig, table: str, out: str, shard: tuple[int, int] | None
+) -> None:
+    """The run's summary lines (stderr): what was scored, the profile, the skipped lines."""
     if stats.lines_in == 0 and not stats.already_done:
         click.echo(f"rescorer score: warning: {table}: empty input; {out} has no lines", err=True)
     if stats.already_done:

@@ -91,69 +91,19 @@ def parse_chunk(
     pairs in line order, an inverse model's grouped by target (:func:`encode_inverse`); with
     ``digest`` also hash its bytes (for a shard's manifest)."""
     assert _models is not None
-    models = _models
-    wp = word_penalty_model(models)
-    wp_vocab = models[wp].tgt_vocab if models[wp].direction == FORWARD else models[wp].src_vocab
-    bad: list[tuple[int, str, bytes]] = []
-    pairs: list[GroupedPairs] = []
-    orders: list[np.ndarray | None] = []
-    unk: np.ndarray | None = None
     columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
     if columns is not None:
-        raw_lines = lines = columns.lines
-        cuts = columns.cuts
-        src_col, tgt_col = columns.src, columns.tgt
-        for i, m in enumerate(models):
-            if m.direction == FORWARD:
-                grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
-                pairs.append(grouped)
-                orders.append(None)
-                if i == wp:
-                    unk = tgt_unk
-            else:
-                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
-                pairs.append(grouped)
-                orders.append(order)
-        if unk is None:
-            unk = count_unknown(wp_vocab, tgt_col)
+        raw_lines: list[bytes] = columns.lines
+        lines, cuts = columns.lines, columns.cuts
+        pairs, orders, unk = _encode_columns(_models, columns.src, columns.tgt)
+        bad: list[tuple[int, str, bytes]] = []
     else:  # some line is bad or unusual: line by line, naming the bad ones
         raw_lines = chunk.data.split(b"\n")
         if raw_lines and raw_lines[-1] == b"":
             raw_lines.pop()
-        lines, cuts = [], []
-        builders = [
-            GroupedPairsBuilder(m.src_vocab, m.tgt_vocab) if m.direction == FORWARD else None
-            for m in models
-        ]
-        plain_src: list[bytes] = []  # the phrases with single spaces, for the inverse models
-        plain_tgt: list[bytes] = []
-        unk_counts: list[int] = []
-        for i, raw in enumerate(raw_lines):
-            lineno = chunk.first_line + i
-            entry = parse_raw_line(raw, lineno, num_scores)
-            if isinstance(entry, str):
-                bad.append((lineno, entry, raw))
-                continue
-            lines.append(raw)
-            rest = entry.rest.encode("utf-8")
-            cuts.append(len(raw) - len(rest))
-            tgt_tokens = entry.tgt_tokens
-            for builder in builders:
-                if builder is not None:
-                    builder.add(entry.src, tgt_tokens)
-            if None in builders:
-                plain_src.append(" ".join(split_tokens(entry.src)).encode("utf-8"))
-                plain_tgt.append(" ".join(tgt_tokens).encode("utf-8"))
-            unk_counts.append(wp_vocab.unk_count(tgt_tokens))
-        for m, builder in zip(models, builders, strict=True):
-            if builder is not None:
-                pairs.append(builder.build())
-                orders.append(None)
-            else:
-                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, plain_src, plain_tgt)
-                pairs.append(grouped)
-                orders.append(order)
-        unk = np.asarray(unk_counts, dtype=np.int32)
+        lines, cuts, (pairs, orders, unk), bad = _parse_lines(
+            _models, raw_lines, chunk.first_line, num_scores
+        )
     unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
     return ParsedChunk(
@@ -170,6 +120,87 @@ def parse_chunk(
         last_kept,
         hashlib.sha256(chunk.data).hexdigest() if digest else "",
     )
+
+
+Encoded = tuple[list[GroupedPairs], list[np.ndarray | None], np.ndarray]  # pairs, orders, unk
+
+
+def _word_penalty_vocab(models: Sequence[ModelSides]) -> Vocab:
+    """The shortlist --word-penalty counts with (:func:`word_penalty_model`)."""
+    wp = models[word_penalty_model(models)]
+    return wp.tgt_vocab if wp.direction == FORWARD else wp.src_vocab
+
+
+def _encode_columns(
+    models: Sequence[ModelSides], src_col: Sequence[bytes], tgt_col: Sequence[bytes]
+) -> Encoded:
+    """The fast path: a chunk's plain columns encoded for every model at once."""
+    wp = word_penalty_model(models)
+    pairs: list[GroupedPairs] = []
+    orders: list[np.ndarray | None] = []
+    unk: np.ndarray | None = None
+    for i, m in enumerate(models):
+        if m.direction == FORWARD:
+            grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+            pairs.append(grouped)
+            orders.append(None)
+            if i == wp:
+                unk = tgt_unk
+        else:
+            grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+            pairs.append(grouped)
+            orders.append(order)
+    if unk is None:
+        unk = count_unknown(_word_penalty_vocab(models), tgt_col)
+    return pairs, orders, unk
+
+
+def _parse_lines(
+    models: Sequence[ModelSides],
+    raw_lines: list[bytes],
+    first_line: int,
+    num_scores: int | None,
+) -> tuple[list[bytes], list[int], Encoded, list[tuple[int, str, bytes]]]:
+    """The exact path, line by line: the good lines, their cuts, their encoding for every
+    model, and the bad lines (number, message, raw line)."""
+    wp_vocab = _word_penalty_vocab(models)
+    bad: list[tuple[int, str, bytes]] = []
+    lines, cuts = [], []
+    builders = [
+        GroupedPairsBuilder(m.src_vocab, m.tgt_vocab) if m.direction == FORWARD else None
+        for m in models
+    ]
+    plain_src: list[bytes] = []  # the phrases with single spaces, for the inverse models
+    plain_tgt: list[bytes] = []
+    unk_counts: list[int] = []
+    for i, raw in enumerate(raw_lines):
+        lineno = first_line + i
+        entry = parse_raw_line(raw, lineno, num_scores)
+        if isinstance(entry, str):
+            bad.append((lineno, entry, raw))
+            continue
+        lines.append(raw)
+        rest = entry.rest.encode("utf-8")
+        cuts.append(len(raw) - len(rest))
+        tgt_tokens = entry.tgt_tokens
+        for builder in builders:
+            if builder is not None:
+                builder.add(entry.src, tgt_tokens)
+        if None in builders:
+            plain_src.append(" ".join(split_tokens(entry.src)).encode("utf-8"))
+            plain_tgt.append(" ".join(tgt_tokens).encode("utf-8"))
+        unk_counts.append(wp_vocab.unk_count(tgt_tokens))
+    pairs: list[GroupedPairs] = []
+    orders: list[np.ndarray | None] = []
+    for m, builder in zip(models, builders, strict=True):
+        if builder is not None:
+            pairs.append(builder.build())
+            orders.append(None)
+        else:
+            grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, plain_src, plain_tgt)
+            pairs.append(grouped)
+            orders.append(order)
+    return lines, cuts, (pairs, orders, np.asarray(unk_counts, dtype=np.int32)), bad
 
 
 def format_chunk(
