@@ -170,9 +170,9 @@ class Scoring:
             if scored:
                 print(f"rescorer score: {scored}", file=sys.stderr, flush=True)
         stats.pairs_scored += len(logp)
-        args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
+        args = (parsed.text, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
         parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
-        return format_chunk, (*args, gz_level, parsed.last_unterminated), len(parsed.lines)
+        return format_chunk, (*args, gz_level), parsed.num_lines
 
     def progress(self) -> int:
         return self.stats.pairs_scored

@@ -14,7 +14,7 @@ import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.columns import column_texts, insert_columns, split_columns
+from rescorer.io.columns import column_texts, insert_at, split_columns
 from rescorer.io.outputs import gzip_member
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
@@ -69,14 +69,27 @@ class ParsedChunk:
     chunk_len: int
     first_line: int
     lines_in: int
-    lines: list[bytes]  # good lines without newline
-    cuts: list[int]  # byte offset of the end of each good line's score field
+    text: bytes  # the good lines, each with its newline (an unterminated last one without)
+    cuts: np.ndarray  # (N,) int64 where each good line's score field ends in text
     by_model: list[GroupedPairs]  # one per model, in its direction
     orders: list[np.ndarray | None]  # per model: None (line order) or (N,) the line of each pair
     unk: np.ndarray  # (N,) int32 target words outside the shortlist (word_penalty_model's)
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
     chunk_sha256: str = ""  # of the chunk's input bytes
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The good lines without newline (copies: for messages and tests)."""
+        lines = self.text.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        return lines
+
+    @property
+    def num_lines(self) -> int:
+        """The good lines, what the chunk writes."""
+        return len(self.cuts)
 
     @property
     def pairs(self) -> GroupedPairs:
@@ -93,25 +106,31 @@ def parse_chunk(
     assert _models is not None
     columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
     if columns is not None:
-        raw_lines: list[bytes] = columns.lines
-        lines, cuts = columns.lines, columns.cuts
+        lines_in = len(columns.starts)
+        text, cuts = chunk.data, columns.score_ends  # every line is kept: no copy
         pairs, orders, unk = _encode_columns(_models, columns.src, columns.tgt)
         bad: list[tuple[int, str, bytes]] = []
     else:  # some line is bad or unusual: line by line, naming the bad ones
         raw_lines = chunk.data.split(b"\n")
         if raw_lines and raw_lines[-1] == b"":
             raw_lines.pop()
-        lines, cuts, (pairs, orders, unk), bad = _parse_lines(
+        lines_in = len(raw_lines)
+        lines, line_cuts, (pairs, orders, unk), bad = _parse_lines(
             _models, raw_lines, chunk.first_line, num_scores
         )
-    unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
-    last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
+        starts = np.cumsum([0] + [len(line) + 1 for line in lines], dtype=np.int64)[:-1]
+        cuts = starts + np.asarray(line_cuts, dtype=np.int64)
+        text = b"".join(line + b"\n" for line in lines)
+    unterminated = lines_in > 0 and not chunk.data.endswith(b"\n")
+    last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + lines_in - 1)
+    if last_kept and text.endswith(b"\n"):
+        text = text[:-1]  # the input's last line had no newline
     return ParsedChunk(
         chunk.offset,
         len(chunk.data),
         chunk.first_line,
-        len(raw_lines),
-        lines,
+        lines_in,
+        text,
         cuts,
         pairs,
         orders,
@@ -204,31 +223,30 @@ def _parse_lines(
 
 
 def format_chunk(
-    lines: list[bytes],
-    cuts: list[int],
+    text: bytes,
+    cuts: np.ndarray,
     logp: np.ndarray,
     unk: np.ndarray,
     column: str,
     word_penalty: bool,
     compresslevel: int | None,
-    last_unterminated: bool = False,
 ) -> bytes:
-    """The chunk's lines with the new column(s) in the score field; gzip member if asked.
-    ``logp`` is (N,) for one model or (N,M) for M, one column each in that order, then the word
-    penalty. With ``last_unterminated`` the last line gets no newline, as the input's last line
-    had none."""
+    """The chunk's lines (``text``, a ParsedChunk's) with the new column(s) at the end of each
+    score field (``cuts``); a gzip member if asked. ``logp`` is (N,) for one model or (N,M)
+    for M, one column each in that order, then the word penalty."""
     by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
     last = by_model.shape[1] - 1
     per_model = [
         column_texts(
-            by_model[:, k].tolist(), column, unk.tolist() if word_penalty and k == last else None
+            by_model[:, k].tolist(),
+            column,
+            unk.tolist() if word_penalty and k == last else None,
+            " " if k == 0 else "",
         )
         for k in range(last + 1)
     ]
     texts = per_model[0] if last == 0 else list(map(b" ".join, zip(*per_model, strict=True)))
-    data = insert_columns(lines, cuts, texts)
-    if last_unterminated and data:
-        data = data[:-1]
+    data = insert_at(text, cuts.tolist(), texts)
     if compresslevel is not None:
         return gzip_member(data, compresslevel)
     return data

@@ -108,7 +108,7 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
     rng = np.random.default_rng(0)
     logp = -rng.exponential(8.0, len(parsed.lines))
     logp[:3] = [-1e9, 0.0, -100.0]  # the floor, a probability of 1, the floor exactly
-    data = format_chunk(parsed.lines, parsed.cuts, logp, parsed.unk, column, True, 1)
+    data = format_chunk(parsed.text, parsed.cuts, logp, parsed.unk, column, True, 1)
     expected = []
     for i, raw in enumerate(parsed.lines):
         entry = parse_raw_line(raw, i + 1, 4)
@@ -117,10 +117,11 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
         texts = [value, format_score(math.exp(int(parsed.unk[i])))]
         expected.append(entry.line_with_columns(texts) + "\n")
     assert gzip.decompress(data) == "".join(expected).encode("utf-8")
-    assert format_chunk([], [], logp[:0], parsed.unk[:0], column, True, None) == b""
+    empty = np.zeros(0, dtype=np.int64)
+    assert format_chunk(b"", empty, logp[:0], parsed.unk[:0], column, True, None) == b""
     # Two models: two columns in that order, then the word penalty.
     two = np.stack([logp, logp[::-1]], axis=1)  # (N,2)
-    data = format_chunk(parsed.lines, parsed.cuts, two, parsed.unk, column, True, None)
+    data = format_chunk(parsed.text, parsed.cuts, two, parsed.unk, column, True, None)
     for i, line in enumerate(data.decode("utf-8").splitlines()):
         values = [format_prob(v) if column == "prob" else f"{v:.8g}" for v in two[i]]
         penalty = format_score(math.exp(int(parsed.unk[i])))
