@@ -126,7 +126,9 @@ def parse_workers(value: str) -> int | str:
     "--profile",
     is_flag=True,
     help="Print where the time went: read, parse, trees, h2d, encoder, decoder, readout, d2h, "
-    "format, write (a GPU run synchronises per phase, so it runs slower).",
+    "format, write (a GPU run synchronises per phase, so it runs slower); then the whole wall "
+    "time from the process's start: imports, model load, worker start, first chunk, steady "
+    "state, drain, final rename.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
@@ -226,6 +228,9 @@ def _report(
         )
     if stats.phases is not None:
         for line in stats.phases.report(stats.seconds):
+            click.echo(f"rescorer score: {line}", err=True)
+    if stats.clock is not None:  # last: the summary is a stretch of its own
+        for line in stats.clock.report():
             click.echo(f"rescorer score: {line}", err=True)
     if stats.bad:
         click.echo(

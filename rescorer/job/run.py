@@ -48,19 +48,14 @@ from rescorer.job.output import Output, Resume, finished_shard
 from rescorer.job.record import input_fingerprint, model_fingerprint
 from rescorer.job.shards import complete_manifest, shard_manifest
 from rescorer.job.stats import NOT_IN_RUN_KEY, JobStats
-from rescorer.job.stream import Inline, first_num_scores, num_scores_of, stream_chunks
-from rescorer.job.work import ChunkWork, JobConfig, Parsed, Phase, nothing
+from rescorer.job.stream import Inline, first_num_scores, num_scores_of, ready, stream_chunks
+from rescorer.job.work import ChunkWork, Phase, nothing
 
-__all__ = [
-    "ChunkWork",
-    "JobConfig",
-    "Parsed",
-    "Phase",
-    "StreamedJob",
-    "first_num_scores",
-    "nothing",
-    "num_scores_of",
-]
+__all__ = ["ChunkWork", "Phase", "StreamedJob", "first_num_scores", "nothing"]
+
+
+def _unmarked(name: str) -> None:
+    """No stretch is timed."""
 
 
 class StreamedJob:
@@ -80,6 +75,20 @@ class StreamedJob:
             )
         not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
 
+    def claim(self, config: Any) -> None:
+        """The output's checks, before any model loads (a command calls it before it imports
+        torch, which takes a minute on a busy machine): OUT.partial's lock (a second run is
+        refused, naming the first one's pid) and, without --resume, an interrupted run's
+        partial that --resume could continue (refused unless --restart or --force). The lock
+        is let go again: ``run`` takes it for the run, and checks again."""
+        output = Output(self.out, {}, config.skip_bad_lines, 0.0, self.command)
+        output.lock()
+        try:
+            if not config.resume and not (config.restart or config.force):
+                output.refuse_to_discard(False)
+        finally:
+            output.unlock()
+
     def run(
         self,
         work: ChunkWork,
@@ -91,13 +100,15 @@ class StreamedJob:
         phase: Phase = nothing,
         opening: Sequence[str] = (),
         compiling: str | None = None,
+        mark: Callable[[str], None] = _unmarked,
     ) -> JobStats:
         """Run the job (module docstring), ``work`` on every chunk. ``config``: the job's
         config with ``workers`` and ``chunk_bytes`` resolved to numbers (the device decides
         them); ``manifest_options``: every option that changes the output's bytes, as a
         shard's manifest states them; ``opening``: lines said when the input opens (how the
         run computes); ``compiling``: said every --progress-every seconds until the first chunk
-        is written, while a first compile reports nothing."""
+        is written, while a first compile reports nothing; ``mark``: told when each stretch of
+        the run ends (``score --profile``: rescorer/score/profile.py's STRETCHES)."""
         assert isinstance(config.workers, int) and config.chunk_bytes is not None
         shard_range = None
         if config.shard is not None:
@@ -116,7 +127,7 @@ class StreamedJob:
         resume = self._resume(output, config, stats, manifest, shard_range)
         if resume is None:
             return stats  # a re-run of a finished shard: nothing to redo
-        run = _Run(self, work, config, stats, output, *resume, shard_range, phase)
+        run = _Run(self, work, config, stats, output, *resume, shard_range, phase, mark)
         run.stream(opening, compiling, manifest, device)
         return stats
 
@@ -180,10 +191,12 @@ class _Run:
         fresh: bool,
         shard_range: ShardRange | None,
         phase: Phase,
+        mark: Callable[[str], None],
     ) -> None:
         self.job, self.work, self.config, self.stats = job, work, config, stats
         self.output, self.resume, self.fresh = output, resume, fresh
-        self.shard_range, self.phase = shard_range, phase
+        self.shard_range, self.phase, self.mark = shard_range, phase, mark
+        self.written = False  # a chunk has been written
         self.name = display_name(job.table)
         self.meter = InputMeter()
         # The decompressed size, where the gzip trailer tells it: the decompressing thread reads
@@ -224,11 +237,17 @@ class _Run:
         def report() -> None:
             beat.stop()  # a chunk is written: compiled
             progress.update(self.work.progress(), self.fraction())
+            if not self.written:
+                self.written = True
+                self.mark("first chunk")
 
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
             num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: chunk 1
             pool = self._start_pool()
+            if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
+                pool.apply_async(ready, ()).get()
+            self.mark("worker start")
             self._chunks_through(pool, num_scores, opening, report)
             ok = True
         except KeyboardInterrupt:
@@ -253,6 +272,7 @@ class _Run:
                         output.checkpoint()
             finally:
                 output.close(ok, keep_partial=interrupted, manifest=manifest)
+                self.mark("final rename")
         stats.seconds = time.monotonic() - t0
 
     def _start_pool(self) -> Any:
@@ -300,6 +320,7 @@ class _Run:
                 self.stats,
                 report,
                 self.phase,
+                self._mark_end,
             )
         shard_range = self.shard_range
         if shard_range is not None and self.stats.next_offset != shard_range.end:
@@ -310,6 +331,12 @@ class _Run:
         if job.out.endswith(".gz") and output.sink is not None and output.sink.tell() == 0:
             # no line, no member: an empty gzip member keeps OUT a valid gzip file
             output.write(gzip_member(b"", config.compresslevel), [])
+
+    def _mark_end(self, name: str) -> None:
+        """The chunk loop's marks: before the first chunk is written, its time is the first
+        chunk's (a one-chunk input has no steady state)."""
+        if self.written or name != "steady state":
+            self.mark(name)
 
     def _chunks(self, stream: BinaryIO) -> tuple[Iterator[Chunk], int | None]:
         """The run's chunks of ``stream``, and (a pipe, read once) the score count of the

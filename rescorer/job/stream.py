@@ -31,10 +31,12 @@ def stream_chunks(
     stats: JobStats,
     progress: Callable[[], None],
     phase: Phase = nothing,
+    mark: Callable[[str], None] | None = None,
 ) -> None:
     """Parse ahead in the pool, submit to the device in order (chunk k+1 before chunk k is
     collected, with ``config.overlap``), format in the pool, write in order, record progress
-    by time."""
+    by time; ``mark`` is told when the input's last chunk is parsed and submitted (the steady
+    state ends) and when all is written (the drain)."""
     workers, chunk_bytes = config.workers, config.chunk_bytes
     assert isinstance(workers, int) and chunk_bytes is not None
     # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
@@ -71,14 +73,7 @@ def stream_chunks(
                 data = result.get()
             with phase("write"):
                 output.write(data, [raw for _, _, raw in parsed.bad])
-            stats.lines_in += parsed.lines_in
-            stats.lines_out += lines_out
-            stats.bad += len(parsed.bad)
-            stats.next_offset = parsed.chunk_offset + parsed.chunk_len
-            if parsed.chunk_sha256:  # shards only: their manifest vouches for the range
-                stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
-            for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
-                stats.bad_examples.append(f"{name}:{lineno}: {message}")
+            _count(stats, parsed, lines_out, name)
             with phase("write"):  # a record only every --checkpoint-every seconds
                 output.advance(stats.next_offset, parsed.first_line + parsed.lines_in, stats)
             progress()
@@ -94,11 +89,31 @@ def stream_chunks(
         working.append((work.submit(parsed), parsed))
         while len(working) > (1 if config.overlap else 0):
             collect()
+    if mark is not None:
+        mark("steady state")
     while working:
         collect()
     write_ready(limit=0)
     with phase("write"):
         output.checkpoint()  # the end: everything written is on disk before OUT is renamed
+    if mark is not None:
+        mark("drain")
+
+
+def _count(stats: JobStats, parsed: Parsed, lines_out: int, name: str) -> None:
+    """A chunk written: its lines, bad lines, where the output now ends in the input."""
+    stats.lines_in += parsed.lines_in
+    stats.lines_out += lines_out
+    stats.bad += len(parsed.bad)
+    stats.next_offset = parsed.chunk_offset + parsed.chunk_len
+    if parsed.chunk_sha256:  # shards only: their manifest vouches for the range
+        stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
+    for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
+        stats.bad_examples.append(f"{name}:{lineno}: {message}")
+
+
+def ready() -> None:
+    """A task that returns once a worker runs it (has started)."""
 
 
 class Inline:

@@ -12,13 +12,14 @@ from rescorer.errors import RescorerError
 from rescorer.io.outputs import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.job.stats import MAX_AHEAD_BYTES, NOT_IN_RUN_KEY, JobStats
-from rescorer.score.profile import Phases
+from rescorer.score.profile import Phases, WallClock
 
 __all__ = [
     "MAX_AHEAD_BYTES",
     "NOT_IN_RUN_KEY",
     "ScoreConfig",
     "ScoreStats",
+    "choose_workers",
     "chunk_bytes_for",
     "input_chunks",
     "resolve_workers",
@@ -83,6 +84,7 @@ class ScoreStats(JobStats):
     device: str = ""
     precision: str = ""
     phases: Phases | None = None  # with --profile: where the time went
+    clock: WallClock | None = None  # with --profile: the whole run's wall time, stretch by stretch
 
 
 COMPILE_MIN_BYTES = 4 << 20
@@ -92,22 +94,36 @@ AUTO_WORKERS_MAX = 4
 
 
 def resolve_workers(workers: int | str, device: Any, input_chunks: int | None = None) -> int:
-    """``auto``: on a GPU up to ``AUTO_WORKERS_MAX`` parse/format processes, fewer where this
-    process may run on fewer CPUs (one stays to feed the device) or the input has fewer chunks
-    (``input_chunks``, when known: :func:`input_chunks`; a worker takes a whole chunk, and one
-    with none only costs its start). Four is the count measured best on two H100 hosts
-    (BENCHMARKS.md): 600,000 lines, 4 workers 1.50x as fast as none, 15 workers 0.87x; a
-    million lines, 4 workers 1.66x, 8 workers 1.35x, 15 workers 1.11x. More may pay on a table
-    of hundreds of chunks (not measured): ``--workers N`` takes any count. On the CPU none, as
-    the model's threads need the cores (and ScoreConfig's count as it is otherwise)."""
+    """The worker count (:func:`choose_workers` also gives why). ``auto``: on a GPU up to
+    ``AUTO_WORKERS_MAX`` parse/format processes, fewer where this process may run on fewer
+    CPUs (one stays to feed the device) or the input has fewer chunks (``input_chunks``, when
+    known: :func:`input_chunks`; a worker takes a whole chunk, and one with none only costs its
+    start). Four is the count measured best on two H100 hosts (BENCHMARKS.md): 600,000 lines,
+    4 workers 1.50x as fast as none, 15 workers 0.87x; a million lines, 4 workers 1.66x, 8
+    workers 1.35x, 15 workers 1.11x. More may pay on a table of hundreds of chunks (not
+    measured): ``--workers N`` takes any count. On the CPU none, as the model's threads need
+    the cores (and ScoreConfig's count as it is otherwise)."""
+    return choose_workers(workers, device, input_chunks)[0]
+
+
+def choose_workers(
+    workers: int | str, device: Any, input_chunks: int | None = None
+) -> tuple[int, str]:
+    """:func:`resolve_workers`'s count, and the words the run's first line says about it."""
     from rescorer.cpus import available_cpus
 
     if workers != "auto":
-        return int(workers)
+        count = int(workers)
+        return count, f"{count} worker{'s' if count != 1 else ''} (--workers)"
     if getattr(device, "type", "cpu") != "cuda":
-        return 0
-    count = max(1, min(AUTO_WORKERS_MAX, available_cpus()[0] - 1))
-    return count if input_chunks is None else max(1, min(count, input_chunks))
+        return 0, "no workers (auto: on the CPU the model's threads take the cores)"
+    cpus = available_cpus()[0]
+    count = max(1, min(AUTO_WORKERS_MAX, cpus - 1))
+    why = f"the best measured on H100 hosts, at most one per CPU but one of {cpus}"
+    if input_chunks is not None and input_chunks < count:
+        count = max(1, input_chunks)
+        why = f"one per chunk of the input ({input_chunks})"
+    return count, f"{count} worker{'s' if count != 1 else ''} (auto: {why})"
 
 
 def input_chunks(table: str, chunk_bytes: int) -> int | None:
