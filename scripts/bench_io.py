@@ -22,7 +22,10 @@
 
     python scripts/bench_io.py [--table ../shared/data/en-fr/phrase-table.gz] [--repeat 3]
     python scripts/bench_io.py --noop --max-workers 2 [--repeat 3]
-    python scripts/bench_io.py --stages-only --max-workers 2 (parts 2: per worker, scaling)
+    python scripts/bench_io.py --stages-only --max-workers 2 (part 2: per worker, scaling)
+
+The script also runs the code before issue 57 (PYTHONPATH=a checkout of 7557308), so that a
+sitting compares both with the same script.
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ from rescorer.io.inputs import open_binary
 from rescorer.io.table import copy_table, read_table
 from rescorer.job.output import Output, Resume
 from rescorer.job.stats import JobStats
-from rescorer.job.stream import stream_chunks
+
+try:
+    from rescorer.job.stream import stream_chunks
+except ImportError:  # the code before issue 57 (7557308): the same loop, in job/run.py
+    from rescorer.job.run import _stream as stream_chunks  # type: ignore[attr-defined,no-redef]
 from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import Vocab, build_vocabs
 
@@ -132,6 +139,9 @@ def _parse(args: tuple[Chunk, int]) -> ParsedChunk:
 def _format_args(parsed: ParsedChunk) -> tuple[Any, ...]:
     """format_chunk's arguments as ``score`` passes them (made-up scores for the model's:
     distinct values, as a model's are, so that formatting costs what it costs)."""
+    if not hasattr(parsed, "text"):  # the code before issue 57 (7557308): lists of lines
+        logp = -3.25 - np.arange(len(parsed.lines)) * 1e-5
+        return (parsed.lines, parsed.cuts, logp, parsed.unk, "prob", False, 1, False)
     logp = -3.25 - np.arange(parsed.num_lines) * 1e-5
     return (parsed.text, parsed.cuts, logp, parsed.unk, "prob", False, 1)
 
