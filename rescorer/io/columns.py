@@ -51,18 +51,16 @@ class ChunkColumns:
 # vertical tab and form feed (which ``bytes.split()`` would take as score separators).
 _CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
 _SEP = np.frombuffer(FIELD_SEP_B, dtype=np.uint8)  # b" ||| "
-SPACE, NEWLINE, DOT, PLUS, MINUS = 32, 10, 46, 43, 45
-_DIGIT = np.zeros(256, dtype=bool)
-_DIGIT[48:58] = True
-_EXP = np.zeros(256, dtype=bool)
-_EXP[[101, 69]] = True  # e E
-_SIGN = np.zeros(256, dtype=bool)
-_SIGN[[PLUS, MINUS]] = True
-_BOUNDARY = np.zeros(256, dtype=bool)
-_BOUNDARY[[SPACE, NEWLINE]] = True
-_SPECIAL = _EXP | _SIGN
-_SPECIAL[DOT] = True
-_NUMBER_BYTES = _DIGIT | _SPECIAL | _BOUNDARY  # every byte a score field may hold here
+SPACE, NEWLINE = 32, 10
+# Each byte's class in a score field: a digit, a sign, '.', an exponent's e or E, a boundary
+# (a space, or the newline after a field), anything else.
+DIGIT, SIGN, DOT, EXP, BOUNDARY, OTHER = range(6)
+_CLASS = np.full(256, OTHER, dtype=np.uint8)
+_CLASS[48:58] = DIGIT
+_CLASS[[43, 45]] = SIGN
+_CLASS[46] = DOT
+_CLASS[[101, 69]] = EXP
+_CLASS[[SPACE, NEWLINE]] = BOUNDARY
 MAX_NUMBER_BYTES = 30  # a longer number goes line by line (the exact path takes it)
 
 
@@ -149,46 +147,46 @@ def _numbers(
     count with None) separated by single spaces, each as the fast path has always read it:
     [-+]? then digits with an optional '.' and digits, or '.' and digits, then an optional
     [eE][-+]? and one or two digits (a number float() reads as a finite value)."""
-    # The fields and the byte after each (a newline, or the space of " ||| "), in one array.
+    # The fields and the byte after each (a newline, or the space of " ||| "), in one array
+    # that starts with a newline: runs of bytes out, in, out, ..., out.
     padded = np.append(text, np.uint8(NEWLINE))
-    marks = np.zeros(len(padded) + 1, dtype=np.int8)
-    marks[field_start] = 1
-    marks[field_end + 1] = -1
-    inside = np.cumsum(marks, dtype=np.int8)[:-1].view(bool)
-    scores = np.concatenate((np.array([NEWLINE], dtype=np.uint8), padded[inside]))
-    if not _NUMBER_BYTES[scores].all():
+    cuts = np.empty(2 * len(field_start) + 2, dtype=np.int64)
+    cuts[0], cuts[-1] = 0, len(padded)
+    cuts[1:-1:2], cuts[2:-1:2] = field_start, field_end + 1
+    inside = np.repeat(np.arange(len(cuts) - 1) % 2 == 1, np.diff(cuts))
+    classes = np.concatenate(([BOUNDARY], _CLASS[padded[inside]]))  # (B,)
+    if (classes == OTHER).any():
         return False
-    bounds = np.flatnonzero(_BOUNDARY[scores])  # (T+1,) before each number and after the last
-    if (np.diff(bounds) == 1).any():
-        return False  # an empty number: two spaces in a row, a space at either end
-    if (np.diff(bounds) > MAX_NUMBER_BYTES + 1).any():
-        return False
+    bounds = np.flatnonzero(classes == BOUNDARY)  # (T+1,) before each number, after the last
+    gaps = np.diff(bounds)
+    if (gaps == 1).any() or (gaps > MAX_NUMBER_BYTES + 1).any():
+        return False  # an empty number (two spaces in a row, a space at either end), a long one
     if num_scores is not None:
-        after = np.cumsum(field_end - field_start + 1)  # (N,) each field's end in ``scores``
+        after = np.cumsum(field_end - field_start + 1)  # (N,) each field's end in ``classes``
         per_line = np.diff(np.searchsorted(bounds, after), prepend=0)  # (N,) numbers per line
         if (per_line != num_scores).any():
             return False
-    return _number_grammar(scores, bounds)
+    return _number_grammar(classes, bounds)
 
 
-def _number_grammar(scores: np.ndarray, bounds: np.ndarray) -> bool:
-    """The grammar of each number between ``bounds`` in ``scores`` (digits, '.', e, E, + and -
-    only, none empty), by the bytes other than digits: each in its place, with the right
+def _number_grammar(classes: np.ndarray, bounds: np.ndarray) -> bool:
+    """The grammar of each number between ``bounds`` in ``classes`` (the bytes' classes: no
+    OTHER, no number empty), by the bytes other than digits: each in its place, with the right
     neighbours, and in order within its number (a sign, a '.', an exponent, its sign)."""
-    at = np.flatnonzero(_SPECIAL[scores])  # (S,) every byte that is not a digit
+    at = np.flatnonzero((classes >= SIGN) & (classes <= EXP))  # (S,) every byte not a digit
     if len(at) == 0:
         return True
-    byte, before, after = scores[at], scores[at - 1], scores[at + 1]
-    digit_before, digit_after = _DIGIT[before], _DIGIT[after]
-    lead_sign = _SIGN[byte] & _BOUNDARY[before] & (digit_after | (after == DOT))
-    exp_sign = _SIGN[byte] & _EXP[before] & digit_after
+    byte, before, after = classes[at], classes[at - 1], classes[at + 1]
+    lead_sign = (byte == SIGN) & (before == BOUNDARY) & ((after == DIGIT) | (after == DOT))
+    exp_sign = (byte == SIGN) & (before == EXP) & (after == DIGIT)
     dot = (
         (byte == DOT)
-        & (digit_before | digit_after)
-        & (digit_before | _SIGN[before] | _BOUNDARY[before])
-        & (digit_after | _EXP[after] | _BOUNDARY[after])
+        & ((before == DIGIT) | (after == DIGIT))
+        & ((before == DIGIT) | (before == SIGN) | (before == BOUNDARY))
+        & ((after == DIGIT) | (after == EXP) | (after == BOUNDARY))
     )
-    exponent = _EXP[byte] & (digit_before | (before == DOT)) & (digit_after | _SIGN[after])
+    exponent = (byte == EXP) & ((before == DIGIT) | (before == DOT))
+    exponent &= (after == DIGIT) | (after == SIGN)
     if not (lead_sign | exp_sign | dot | exponent).all():
         return False
     # The order within a number: sign 0, '.' 1, exponent 2, its sign 3, each at most once.
@@ -199,7 +197,7 @@ def _number_grammar(scores: np.ndarray, bounds: np.ndarray) -> bool:
         return False
     # One or two exponent digits: the number's end, less the exponent and its sign.
     e = at[exponent]
-    exp_digits = bounds[number[exponent]] - e - 1 - _SIGN[scores[e + 1]]
+    exp_digits = bounds[number[exponent]] - e - 1 - (classes[e + 1] == SIGN)
     return bool((exp_digits <= 2).all())
 
 
