@@ -107,7 +107,7 @@ def main() -> None:
             gzip_times.append(time.perf_counter() - t)
         identical = crc_of_gzip(ours) == crc_of_gzip(args.table)
     best_r, best_g, best_s = min(rescorer_times), min(gzip_times), min(score_times)
-    commit = git_commit()
+    commit = code_commit()
     print(f"table: {args.table} ({lines:,} lines); {args.repeat} runs each, best shown")
     print(f"date {datetime.date.today()}, commit {commit}, {cpu_name()}, {os.cpu_count()} cores")
     print("| pipeline | seconds | lines/s | relative |")
@@ -123,6 +123,18 @@ def main() -> None:
     )
     print(f"round trip byte-identical after decompression: {identical}")
     stages(args.table, src_vocab, tgt_vocab, args.max_workers)
+
+
+def code_commit() -> str:
+    """The short hash of the checkout whose rescorer is measured (PYTHONPATH's), which may
+    not be this script's."""
+    import rescorer
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(rescorer.__file__)))
+    proc = subprocess.run(
+        ["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() or git_commit()
 
 
 def vocabs(table: str, model_dir: str | None) -> tuple[Vocab, Vocab]:
@@ -189,7 +201,8 @@ def stages(
                 result.get()
             rows.append((f"--workers {workers}", workers, lines / (time.perf_counter() - t)))
     print()
-    print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks):")
+    print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks), rescorer of "
+          f"commit {code_commit()}, {cpu_name()}, {os.cpu_count()} cores:")  # fmt: skip
     print("| stages run in | lines/s | lines/s per process |")
     print("|---|---:|---:|")
     for name, n, rate in rows:
@@ -266,9 +279,7 @@ def noop_ceiling(table: str, workers: int, repeat: int) -> None:
             lines = stats.lines_in
     best = min(times)
     print(f"table: {table} ({lines:,} lines); {repeat} runs, best shown")
-    print(
-        f"date {datetime.date.today()}, commit {git_commit()}, {cpu_name()}, {os.cpu_count()} cores"
-    )
+    print(f"date {datetime.date.today()}, rescorer of commit {code_commit()}, {cpu_name()}")
     print("| main process, no-op stages | workers | seconds | lines/s |")
     print("|---|---:|---:|---:|")
     print(f"| read, cut, keep order, write | {workers} | {best:.2f} | {lines / best:,.0f} |")
