@@ -66,7 +66,8 @@ def parse_workers(value: str) -> int | str:
 @click.option(
     "--batch-tokens",
     type=click.IntRange(min=1),
-    help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU].",
+    help="Padded tokens per batch [default: 4096 on CPU; on a GPU by its memory, 65,536 to "
+    "262,144 (an eighth of it for a readout block's logits)].",
 )
 @click.option(
     "--workers",

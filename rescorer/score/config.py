@@ -19,6 +19,7 @@ __all__ = [
     "NOT_IN_RUN_KEY",
     "ScoreConfig",
     "ScoreStats",
+    "batch_tokens_for",
     "choose_workers",
     "chunk_bytes_for",
     "input_chunks",
@@ -40,7 +41,7 @@ class ScoreConfig:
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
-    batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
+    batch_tokens: int | None = None  # padded tokens per batch; None: batch_tokens_for
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
@@ -150,6 +151,29 @@ def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:
     if chunk_bytes is not None:
         return chunk_bytes
     return GPU_CHUNK_BYTES if getattr(device, "type", "cpu") == "cuda" else DEFAULT_CHUNK_BYTES
+
+
+CPU_BATCH_TOKENS = 4096
+GPU_BATCH_TOKENS = 65536  # the least on a GPU (the default before issue 57)
+GPU_BATCH_TOKENS_MAX = 4 * GPU_BATCH_TOKENS
+LOGITS_SHARE = 8  # one readout block's fp32 logits take at most 1/8 of the device's memory
+
+
+def batch_tokens_for(
+    batch_tokens: int | None, device: Any, device_bytes: int | None, vocab_rows: int
+) -> int:
+    """``--batch-tokens`` (None: by device). On a CPU 4096. On a GPU as many as the device's
+    memory holds rather than a fixed count (issue 57: more pairs per launch): the readout
+    rows whose fp32 logits (rows x ``vocab_rows`` x 4 bytes) take an eighth of
+    ``device_bytes``, between 65,536 (the old default, whatever the device) and 262,144, a
+    multiple of 4096 (few distinct shapes). An H100's 80 GB and 15,000 words: 163,840."""
+    if batch_tokens is not None:
+        return batch_tokens
+    if getattr(device, "type", "cpu") != "cuda" or not device_bytes:
+        return CPU_BATCH_TOKENS if getattr(device, "type", "cpu") != "cuda" else GPU_BATCH_TOKENS
+    fits = device_bytes // LOGITS_SHARE // (max(vocab_rows, 1) * 4)
+    fits -= fits % CPU_BATCH_TOKENS
+    return int(min(GPU_BATCH_TOKENS_MAX, max(GPU_BATCH_TOKENS, fits)))
 
 
 def want_compile(choice: str, table: str) -> bool:

@@ -34,6 +34,7 @@ from rescorer.job.run import Phase, StreamedJob, nothing
 from rescorer.score.config import (
     ScoreConfig,
     ScoreStats,
+    batch_tokens_for,
     choose_workers,
     chunk_bytes_for,
     input_chunks,
@@ -71,6 +72,8 @@ def score_table(
     compile_ = want_compile(config.compile, table)
     job = StreamedJob("score", table, out, config)  # its checks come before any work
     job.claim(config)
+    import torch
+
     from rescorer.cpus import choose_threads
     from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
@@ -84,7 +87,10 @@ def score_table(
     mark("start and imports")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
     mark("model load")
-    batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
+    cuda = device.type == "cuda"
+    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    rows = max(m.model.config.tgt_rows for m in loaded)
+    batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
     mark("scorers")
     sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]

@@ -15,7 +15,13 @@ from click.testing import CliRunner
 from conftest import SLICE
 
 from rescorer.cli import cli
-from rescorer.score.config import AUTO_WORKERS_MAX, ScoreConfig, input_chunks, resolve_workers
+from rescorer.score.config import (
+    AUTO_WORKERS_MAX,
+    ScoreConfig,
+    batch_tokens_for,
+    input_chunks,
+    resolve_workers,
+)
 from rescorer.score.pipeline import score_table
 from rescorer.score.profile import PHASES, STRETCHES
 
@@ -115,3 +121,17 @@ def test_profile_splits_the_whole_wall_time(
     done = subprocess.run(probe, capture_output=True, text=True, check=True)
     exit_cost = time.time() - float(done.stdout)
     assert 0 < outside - wall <= exit_cost + 1.0 + 0.1 * outside, (wall, outside, exit_cost)
+
+
+def test_batch_tokens_by_device_memory() -> None:
+    """Issue 57, item 3: a GPU's default batch is sized by its memory (an eighth of it for one
+    readout block's fp32 logits), between the old 65,536 and 262,144; the CPU's stays 4096,
+    and a count given is kept."""
+    cpu, gpu = SimpleNamespace(type="cpu"), SimpleNamespace(type="cuda")
+    assert batch_tokens_for(None, cpu, None, 15000) == 4096
+    assert batch_tokens_for(100, gpu, 80 << 30, 15000) == 100
+    assert batch_tokens_for(None, gpu, 80 * 10**9, 15002) == 163840  # an H100, the paper's size
+    assert batch_tokens_for(None, gpu, 141 * 10**9, 15002) == 262144  # an H200: the most
+    assert batch_tokens_for(None, gpu, 16 * 10**9, 15002) == 65536  # a small GPU: the least
+    assert batch_tokens_for(None, gpu, None, 15002) == 65536
+    assert batch_tokens_for(None, gpu, 80 * 10**9, 15002) % 4096 == 0
