@@ -93,9 +93,12 @@ def score_table(
     batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
     scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
     mark("scorers")
-    sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
     workers, why = choose_workers(config.workers, device, chunks)
+    sides = [  # with workers, they plan each chunk's trees: the main process feeds the device
+        ModelSides(m.src_vocab, m.tgt_vocab, m.direction, _plan_rows(m, s) if workers else None)
+        for m, s in zip(loaded, scorers, strict=True)
+    ]
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     phases = Phases(device) if config.profile else None
@@ -144,6 +147,11 @@ def _manifest_options(
     }
 
 
+def _plan_rows(loaded: Any, scorer: Any) -> tuple[int, int]:
+    """What a parse worker needs to plan a chunk for ``scorer`` (plan_chunk's rows)."""
+    return loaded.model.config.tgt_rows, scorer.readout_rows
+
+
 def _unmarked(name: str) -> None:
     """The stand-in for WallClock.mark when not profiling."""
 
@@ -183,8 +191,9 @@ class Scoring:
             if callback is not None and callback(self.inside[k], self.read):
                 self.warn[k] = None  # warned once
         self.stats.pairs_inside = self.inside[0]  # the first model's
-        models = zip(self.scorers, parsed.by_model, strict=True)
-        return [scorer.submit(pairs) for scorer, pairs in models]
+        plans = parsed.plans or [None] * len(self.scorers)
+        models = zip(self.scorers, parsed.by_model, plans, strict=True)
+        return [scorer.submit(pairs, plan) for scorer, pairs, plan in models]
 
     def collect(
         self, pending: list[Any], parsed: ParsedChunk, gz_level: int | None
@@ -200,7 +209,7 @@ class Scoring:
                 print(f"rescorer score: {scored}", file=sys.stderr, flush=True)
         stats.pairs_scored += len(logp)
         args = (parsed.text, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
-        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
+        parsed.by_model, parsed.orders, parsed.plans = [], [], []  # only what the writer needs
         return format_chunk, (*args, gz_level), parsed.num_lines
 
     def progress(self) -> int:

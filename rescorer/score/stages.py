@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from rescorer.score.pairs import (
     encode_columns,
     encode_inverse,
 )
+from rescorer.score.plan import Plan, plan_chunk
 from rescorer.vocab import Vocab
 
 
@@ -34,6 +35,9 @@ class ModelSides:
     src_vocab: Vocab  # the model's encoder side (an inverse model's: the table's targets)
     tgt_vocab: Vocab
     direction: str = FORWARD
+    plan: tuple[int, int] | None = None  # (target rows, readout rows): the worker plans the
+    # chunk's trees for the scorer (plan_chunk), so the main process, which feeds the device,
+    # does not
 
 
 def word_penalty_model(models: Sequence[ModelSides]) -> int:
@@ -77,6 +81,7 @@ class ParsedChunk:
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
     chunk_sha256: str = ""  # of the chunk's input bytes
+    plans: list[Plan | None] = field(default_factory=list)  # per model, with ModelSides.plan
 
     @property
     def lines(self) -> list[bytes]:
@@ -125,6 +130,10 @@ def parse_chunk(
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + lines_in - 1)
     if last_kept and text.endswith(b"\n"):
         text = text[:-1]  # the input's last line had no newline
+    plans = [
+        plan_chunk(p, *m.plan) if m.plan is not None and p.num_pairs else None
+        for m, p in zip(_models, pairs, strict=True)
+    ]
     return ParsedChunk(
         chunk.offset,
         len(chunk.data),
@@ -138,6 +147,7 @@ def parse_chunk(
         bad,
         last_kept,
         hashlib.sha256(chunk.data).hexdigest() if digest else "",
+        plans if any(plan is not None for plan in plans) else [],
     )
 
 

@@ -126,3 +126,24 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
         values = [format_prob(v) if column == "prob" else f"{v:.8g}" for v in two[i]]
         penalty = format_score(math.exp(int(parsed.unk[i])))
         assert line.split(" ||| ")[2].split(" ")[-3:] == [*values, penalty]
+
+
+def test_a_worker_plans_each_chunk_for_the_scorer(slice_chunk: Chunk) -> None:
+    """Issue 57: with ModelSides.plan a parse worker also makes the chunk's trees
+    (plan_chunk), for each model in its direction, so the main process only uploads them;
+    the scores are the same (tests/score/test_pipeline.py: 0, 1 and 2 workers, same bytes)."""
+    from rescorer.score.plan import plan_chunk
+
+    sides = list(stages._models or [])
+    try:
+        init_worker([ModelSides(m.src_vocab, m.tgt_vocab, m.direction, (300, 512)) for m in sides])
+        parsed = parse_chunk(slice_chunk, 4, "t")
+    finally:
+        init_worker(sides)
+    assert len(parsed.plans) == 2
+    for plan, pairs in zip(parsed.plans, parsed.by_model, strict=True):
+        assert plan is not None
+        again = plan_chunk(pairs, 300, 512)
+        assert len(plan.arrays) == len(again.arrays) > 0 and plan.work == again.work
+        assert all(np.array_equal(a, b) for a, b in zip(plan.arrays, again.arrays, strict=True))
+    assert parse_chunk(slice_chunk, 4, "t").plans == []  # without: the scorer plans
