@@ -14,8 +14,18 @@
    workers as ``score --workers N`` runs them (parse in the pool, back to the main process,
    format in the pool); lines/s per run and per worker. The rate per
    worker, times the cores a GPU host can give, is what ``--workers`` can feed a device with.
+3. The main process's own ceiling (``--noop``): ``score``'s chunk loop
+   (:func:`rescorer.job.stream.stream_chunks`: read and decompress, cut at source boundaries,
+   parse ahead in the pool, keep the order, write OUT.partial with its records) with a no-op
+   stage in ``--max-workers`` warm workers: what the main process alone can pass, parsing,
+   scoring and formatting left out (each chunk still crosses to a worker and back twice).
 
     python scripts/bench_io.py [--table ../shared/data/en-fr/phrase-table.gz] [--repeat 3]
+    python scripts/bench_io.py --noop --max-workers 2 [--repeat 3]
+    python scripts/bench_io.py --stages-only --max-workers 2 (part 2: per worker, scaling)
+
+The script also runs the code before issue 57 (PYTHONPATH=a checkout of 7557308), so that a
+sitting compares both with the same script.
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ import tempfile
 import time
 import zlib
 from collections import deque
+from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -37,6 +49,13 @@ from benchlib import cpu_name, git_commit
 from rescorer.io.chunks import Chunk, iter_chunks
 from rescorer.io.inputs import open_binary
 from rescorer.io.table import copy_table, read_table
+from rescorer.job.output import Output, Resume
+from rescorer.job.stats import JobStats
+
+try:
+    from rescorer.job.stream import stream_chunks
+except ImportError:  # the code before issue 57 (7557308): the same loop, in job/run.py
+    from rescorer.job.run import _stream as stream_chunks  # type: ignore[attr-defined,no-redef]
 from rescorer.score.stages import ParsedChunk, format_chunk, init_worker, parse_chunk
 from rescorer.vocab import Vocab, build_vocabs
 
@@ -57,8 +76,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--model", help="Take the shortlists of this model directory.")
     parser.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--noop", action="store_true", help="Part 3 only: the main process.")
+    parser.add_argument("--stages-only", action="store_true", help="Part 2 only.")
+    parser.add_argument("--lines", type=int, help="Only the chunks of the first LINES lines.")
     args = parser.parse_args()
+    if args.noop:
+        noop_ceiling(args.table, args.max_workers, args.repeat)
+        return
     src_vocab, tgt_vocab = vocabs(args.table, args.model)
+    if args.stages_only:
+        stages(args.table, src_vocab, tgt_vocab, args.max_workers, args.lines)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         ours, theirs = os.path.join(tmp, "ours.gz"), os.path.join(tmp, "gzip.gz")
         scored = os.path.join(tmp, "scored.gz")
@@ -79,7 +107,7 @@ def main() -> None:
             gzip_times.append(time.perf_counter() - t)
         identical = crc_of_gzip(ours) == crc_of_gzip(args.table)
     best_r, best_g, best_s = min(rescorer_times), min(gzip_times), min(score_times)
-    commit = git_commit()
+    commit = code_commit()
     print(f"table: {args.table} ({lines:,} lines); {args.repeat} runs each, best shown")
     print(f"date {datetime.date.today()}, commit {commit}, {cpu_name()}, {os.cpu_count()} cores")
     print("| pipeline | seconds | lines/s | relative |")
@@ -97,6 +125,18 @@ def main() -> None:
     stages(args.table, src_vocab, tgt_vocab, args.max_workers)
 
 
+def code_commit() -> str:
+    """The short hash of the checkout whose rescorer is measured (PYTHONPATH's), which may
+    not be this script's."""
+    import rescorer
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(rescorer.__file__)))
+    proc = subprocess.run(
+        ["git", "-C", folder, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return proc.stdout.strip() or git_commit()
+
+
 def vocabs(table: str, model_dir: str | None) -> tuple[Vocab, Vocab]:
     """The model's shortlists, or 15,000-word ones built from the table."""
     if model_dir is not None:
@@ -109,9 +149,13 @@ def _parse(args: tuple[Chunk, int]) -> ParsedChunk:
 
 
 def _format_args(parsed: ParsedChunk) -> tuple[Any, ...]:
-    """format_chunk's arguments as ``score`` passes them (a constant for the model's scores)."""
-    logp = np.full(len(parsed.lines), -3.25)
-    return (parsed.lines, parsed.cuts, logp, parsed.unk, "prob", False, 1, False)
+    """format_chunk's arguments as ``score`` passes them (made-up scores for the model's:
+    distinct values, as a model's are, so that formatting costs what it costs)."""
+    if not hasattr(parsed, "text"):  # the code before issue 57 (7557308): lists of lines
+        logp = -3.25 - np.arange(len(parsed.lines)) * 1e-5
+        return (parsed.lines, parsed.cuts, logp, parsed.unk, "prob", False, 1, False)
+    logp = -3.25 - np.arange(parsed.num_lines) * 1e-5
+    return (parsed.text, parsed.cuts, logp, parsed.unk, "prob", False, 1)
 
 
 def _stage_worker(args: tuple[Chunk, int]) -> bytes:
@@ -126,10 +170,14 @@ def score_io(table: str, out: str, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
             sink.write(_stage_worker((chunk, 4)))
 
 
-def stages(table: str, src_vocab: Vocab, tgt_vocab: Vocab, max_workers: int) -> None:
+def stages(
+    table: str, src_vocab: Vocab, tgt_vocab: Vocab, max_workers: int, max_lines: int | None = None
+) -> None:
     """Part 2 of the module docstring."""
     with open_binary(table) as stream:
         chunks = [(chunk, 4) for chunk in iter_chunks(stream, 1 << 20)]
+    if max_lines is not None:
+        chunks = [(c, n) for c, n in chunks if c.first_line <= max_lines]
     init_worker(src_vocab, tgt_vocab)
     rows = []
     lines = sum(chunk.data.count(b"\n") for chunk, _ in chunks)
@@ -153,11 +201,88 @@ def stages(table: str, src_vocab: Vocab, tgt_vocab: Vocab, max_workers: int) -> 
                 result.get()
             rows.append((f"--workers {workers}", workers, lines / (time.perf_counter() - t)))
     print()
-    print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks):")
+    print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks), rescorer of "
+          f"commit {code_commit()}, {cpu_name()}, {os.cpu_count()} cores:")  # fmt: skip
     print("| stages run in | lines/s | lines/s per process |")
     print("|---|---:|---:|")
     for name, n, rate in rows:
         print(f"| {name} | {rate:,.0f} | {rate / n:,.0f} |")
+
+
+@dataclass
+class _Passed:
+    """A chunk through the no-op stage: what the job reads of a parsed chunk, and its bytes."""
+
+    chunk_offset: int
+    chunk_len: int
+    first_line: int
+    lines_in: int
+    text: bytes
+    bad: list[tuple[int, str, bytes]] = field(default_factory=list)
+    chunk_sha256: str = ""
+
+
+def _noop_init(in_pool: bool = False) -> None:
+    pass
+
+
+def _noop_parse(chunk: Chunk, num_scores: int | None, name: str, digest: bool) -> _Passed:
+    lines = chunk.data.count(b"\n")
+    return _Passed(chunk.offset, len(chunk.data), chunk.first_line, lines, chunk.data)
+
+
+def _noop_format(text: bytes) -> bytes:
+    return text
+
+
+class NoopWork:
+    """The job's work with no work in it: the chunk's bytes go to a worker and back, then to
+    a worker and back again (as a parsed chunk and its formatting do), and are written."""
+
+    unit = "lines"
+    init_worker = staticmethod(_noop_init)
+    init_args: tuple[Any, ...] = ()
+    parse = staticmethod(_noop_parse)
+
+    def submit(self, parsed: _Passed) -> None:
+        return None
+
+    def collect(self, pending: None, parsed: _Passed, gz_level: int | None) -> tuple[Any, ...]:
+        return _noop_format, (parsed.text,), parsed.lines_in
+
+    def progress(self) -> int:
+        return 0
+
+
+def noop_ceiling(table: str, workers: int, repeat: int) -> None:
+    """Part 3 of the module docstring: lines/s of score's chunk loop with no-op stages."""
+    config = SimpleNamespace(
+        workers=workers, chunk_bytes=1 << 20, shard=None, skip_bad_lines=None, overlap=True
+    )
+    ctx = multiprocessing.get_context("spawn")
+    times, lines = [], 0
+    with tempfile.TemporaryDirectory() as tmp, ctx.Pool(workers) as pool:
+        pool.map(_noop_format, [b""] * workers)  # started and warm: not timed
+        out = os.path.join(tmp, "out.txt")
+        for _ in range(repeat):
+            stats = JobStats()
+            output = Output(out, {}, None, 10.0, "bench")
+            output.lock()
+            output.open(Resume())
+            t = time.perf_counter()
+            with open_binary(table) as stream:
+                chunks = iter_chunks(stream, 1 << 20, name=table)
+                stream_chunks(chunks, pool, NoopWork(), output, config, None, None, "t", stats,
+                              lambda: None)  # fmt: skip
+            output.close(True, keep_partial=False)
+            times.append(time.perf_counter() - t)
+            lines = stats.lines_in
+    best = min(times)
+    print(f"table: {table} ({lines:,} lines); {repeat} runs, best shown")
+    print(f"date {datetime.date.today()}, rescorer of commit {code_commit()}, {cpu_name()}")
+    print("| main process, no-op stages | workers | seconds | lines/s |")
+    print("|---|---:|---:|---:|")
+    print(f"| read, cut, keep order, write | {workers} | {best:.2f} | {lines / best:,.0f} |")
 
 
 if __name__ == "__main__":

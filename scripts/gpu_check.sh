@@ -8,7 +8,10 @@
 #   score      scripts/bench_score.py --device cuda at the paper's size (hidden 1000, shortlists
 #              of 15,000, random weights): model alone and end to end, against the GPU's bf16
 #              matrix-product peak measured at 8192^3; once per precision in GPU_CHECK_PRECISIONS
-#   workers    rescorer score end to end with --workers 0, 2, 4, 8, 15 (one process each)
+#   workers    rescorer score end to end with --workers 0, 2, 4, 8, 15 (one process each) on a
+#              table of 10,000,000 lines made here from the one carried (repeated), TF32: the
+#              rates, cmp of every output against the 0-worker one, then a --profile run at the
+#              best count (the whole wall time, stretch by stretch)
 #   pipeline   bench_score.py --compare-pipeline: end to end with the defaults against no overlap
 #              and against a progress record per chunk, paired in turn
 #   precision  how this GPU's TF32 products round; with GPU_CHECK_MODEL (a trained model folder)
@@ -70,8 +73,11 @@
 #   GPU_CHECK_REPEATS       2 (score's alternating model-alone / end-to-end pairs)
 #   GPU_CHECK_PRECISIONS    "bf16 tf32" (score)
 #   GPU_CHECK_COMPILE       "yes no" (train runs both; score and workers use the first)
-#   GPU_CHECK_WORKERS       "0 4 8 15", on GPU_CHECK_WORKER_LINES 2000000 lines (0 always
-#                           runs, first: the ratio's base)
+#   GPU_CHECK_WORKERS       "0 2 4 8 15", on GPU_CHECK_WORKER_LINES 10000000 lines (0 always
+#                           runs, first: the ratio's base), GPU_CHECK_WORKER_PRECISION tf32
+#                           (fp32 on the CPU), after a warm-up of GPU_CHECK_WARM_LINES 300000.
+#                           At the 57,000-71,000 pairs/s of 2026-11-26 a run is 2-3 minutes:
+#                           give the section a call of its own (GPU_CHECK_SECTIONS=workers)
 #   GPU_CHECK_TRAIN_SECONDS 90 per training run (two runs: 3 minutes), GPU_CHECK_LOG_EVERY 100,
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
 #                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
@@ -270,26 +276,32 @@ section_workers() {
     say ""
     skip_without_cuda && return
     make_model || { say "FAILED to make the model (see $log)"; return; }
-    local lines="${GPU_CHECK_WORKER_LINES:-2000000}"
-    "$py" - "$root/scripts" "$table" "$lines" "$work/workers.gz" >>"$log" 2>&1 <<'PY'
+    local lines="${GPU_CHECK_WORKER_LINES:-10000000}"
+    local warm_lines="${GPU_CHECK_WARM_LINES:-$((lines < 300000 ? lines : 300000))}"
+    local precision="${GPU_CHECK_WORKER_PRECISION:-$([ "$device" = cuda ] && echo tf32 || echo fp32)}"
+    # The table is made here from the one carried (repeated to the line count).
+    "$py" - "$root/scripts" "$table" "$lines" "$work/workers.gz" "$warm_lines" "$work/warm-in.gz" \
+        >>"$log" 2>&1 <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
 from benchlib import write_slice
 print(write_slice(sys.argv[2], int(sys.argv[3]), sys.argv[4], cycle=True), "lines")
+print(write_slice(sys.argv[2], int(sys.argv[5]), sys.argv[6], cycle=True), "lines (warm-up)")
 PY
-    local flags=(-m "$work/model" --device "$device" --compile "${compiles[0]}")
+    local flags=(-m "$work/model" --device "$device" --compile "${compiles[0]}"
+        --precision "$precision")
     # A first run fills inductor's on-disk cache, so no count pays the first compilation.
-    run_logged "$py" -m rescorer score "$work/workers.gz" "${flags[@]}" -o "$work/warm.gz" -q
-    say "$lines lines (the table repeated), gzip to gzip, --compile ${compiles[0]}, the" \
-        "default precision; seconds and pairs/s as score reports them (the model loaded;" \
+    run_logged "$py" -m rescorer score "$work/warm-in.gz" "${flags[@]}" -o "$work/warm.gz" -q
+    say "$lines lines (the table repeated), gzip to gzip, --compile ${compiles[0]}," \
+        "--precision $precision; seconds and pairs/s as score reports them (the model loaded;" \
         "compiling from inductor's warm cache included), wall: the whole process."
     say ""
     say "| workers | seconds | pairs/s | vs 0 workers | wall s |"
     say "|---:|---:|---:|---:|---:|"
     # The ratio is against the 0-worker run whatever GPU_CHECK_WORKERS's order: 0 runs first
     # (added when the list lacks it), and the others in the list's order after it.
-    local counts=(0) n base=""
-    for n in ${GPU_CHECK_WORKERS:-0 4 8 15}; do
+    local counts=(0) n base="" best=0 best_rate=0 same=True
+    for n in ${GPU_CHECK_WORKERS:-0 2 4 8 15}; do
         [ "$n" = 0 ] || counts+=("$n")
     done
     for n in "${counts[@]}"; do
@@ -310,13 +322,34 @@ PY
         secs=$(sed -E 's/.* in ([0-9.]+) s .*/\1/' <<<"$line")
         rate=$(sed -E 's/.*\(([0-9,]+) pairs\/s.*/\1/' <<<"$line" | tr -d ,)
         [ "$n" = 0 ] && base=$rate
+        if [ "$rate" -gt "$best_rate" ]; then best=$n; best_rate=$rate; fi
         local ratio="(the 0-worker run failed)"
         [ -n "$base" ] && ratio=$(awk -v a="$rate" -v b="$base" 'BEGIN {printf "%.2f", a / b}')
         say "| $n | $secs | $(printf "%'d" "$rate") | $ratio | $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}') |"
-        if ! cmp -s "$work/w$n.gz" "$work/warm.gz"; then  # the warm run: the same settings
-            say "| $n | the output differs from the warm-up run's (the default workers)! | | | |"
+        if [ -f "$work/w0.gz" ] && ! cmp -s "$work/w$n.gz" "$work/w0.gz"; then
+            say "| $n | the output differs from the 0-worker run's (cmp)! | | | |"
+            same=False
         fi
+        [ "$n" = 0 ] || rm -f "$work/w$n.gz"  # 10 million lines: keep one output on disk
     done
+    say ""
+    say "outputs of every worker count byte-identical to the 0-worker run's (cmp): $same"
+    say ""
+    say "The whole wall time of a --profile run at the best count ($best workers; a profiled run" \
+        "synchronises the GPU at every phase, so it is slower):"
+    say ""
+    note "rescorer score --workers $best --profile"
+    if (cd "$root" && "$py" -m rescorer score "$work/workers.gz" "${flags[@]}" --workers "$best" \
+        --profile -o "$work/profiled.gz") >"$work/profile.txt" 2>&1; then
+        cat "$work/profile.txt" >>"$log"
+        say '```'
+        sed -n '/wall time .* stretch by stretch/,$p' "$work/profile.txt" \
+            | sed 's/^rescorer score: //' | tee -a "$md"
+        say '```'
+    else
+        cat "$work/profile.txt" >>"$log"
+        say "rescorer score --profile FAILED (see $log)"
+    fi
 }
 
 extend_run() {  # one bench_extend.py call: its arguments after the common ones

@@ -66,7 +66,8 @@ def parse_workers(value: str) -> int | str:
 @click.option(
     "--batch-tokens",
     type=click.IntRange(min=1),
-    help="Padded tokens per batch [default: 4096 on CPU, 65536 on GPU].",
+    help="Padded tokens per batch [default: 4096 on CPU; on a GPU by its memory, 65,536 to "
+    "262,144 (an eighth of it for a readout block's logits)].",
 )
 @click.option(
     "--workers",
@@ -126,7 +127,9 @@ def parse_workers(value: str) -> int | str:
     "--profile",
     is_flag=True,
     help="Print where the time went: read, parse, trees, h2d, encoder, decoder, readout, d2h, "
-    "format, write (a GPU run synchronises per phase, so it runs slower).",
+    "format, write (a GPU run synchronises per phase, so it runs slower); then the whole wall "
+    "time from the process's start: imports, model load, worker start, first chunk, steady "
+    "state, drain, final rename.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @user_errors
@@ -153,20 +156,7 @@ def score(
     """
     from rescorer.score.pipeline import score_table
 
-    if table == "-" and (opts["resume"] or shard):
-        raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
-    if out == "-" and opts["resume"]:
-        raise click.UsageError("--resume needs an output file, not stdout (-o -)")
-    if opts["resume"] and opts["restart"]:
-        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
-    if opts.pop("check_first"):
-        if table == "-":
-            raise click.UsageError("--check-first needs a file: stdin can be read only once")
-        from rescorer.io.check import first_error
-
-        error = first_error(table)
-        if error is not None and opts["skip_bad_lines"] is None:
-            raise error
+    _check_options(table, out, shard, opts)
     config = ScoreConfig(shard=shard, compresslevel=opts.pop("compress_level"), **opts)
     if table == "-" and sys.stdin.isatty():  # not waiting without a word
         click.echo(
@@ -186,6 +176,33 @@ def score(
                 err=True,
             )
         sys.exit(interrupt_status(exc))
+    _report(stats, config, table, out, shard)
+
+
+def _check_options(
+    table: str, out: str, shard: tuple[int, int] | None, opts: dict[str, Any]
+) -> None:
+    """The usage errors among the options, and --check-first's pass (popped from ``opts``)."""
+    if table == "-" and (opts["resume"] or shard):
+        raise click.UsageError("--resume and --shard need a regular input file, not stdin (-)")
+    if out == "-" and opts["resume"]:
+        raise click.UsageError("--resume needs an output file, not stdout (-o -)")
+    if opts["resume"] and opts["restart"]:
+        raise click.UsageError("--resume continues OUT.partial, --restart discards it: give one")
+    if opts.pop("check_first"):
+        if table == "-":
+            raise click.UsageError("--check-first needs a file: stdin can be read only once")
+        from rescorer.io.check import first_error
+
+        error = first_error(table)
+        if error is not None and opts["skip_bad_lines"] is None:
+            raise error
+
+
+def _report(
+    stats: Any, config: ScoreConfig, table: str, out: str, shard: tuple[int, int] | None
+) -> None:
+    """The run's summary lines (stderr): what was scored, the profile, the skipped lines."""
     if stats.lines_in == 0 and not stats.already_done:
         click.echo(f"rescorer score: warning: {table}: empty input; {out} has no lines", err=True)
     if stats.already_done:
@@ -212,6 +229,9 @@ def score(
         )
     if stats.phases is not None:
         for line in stats.phases.report(stats.seconds):
+            click.echo(f"rescorer score: {line}", err=True)
+    if stats.clock is not None:  # last: the summary is a stretch of its own
+        for line in stats.clock.report():
             click.echo(f"rescorer score: {line}", err=True)
     if stats.bad:
         click.echo(

@@ -12,13 +12,12 @@ gives).
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import add, itemgetter
+
+import numpy as np
 
 from rescorer.constants import FIELD_SEP_B, LOGP_FLOOR
 from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS, format_score
@@ -26,53 +25,54 @@ from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS, format_score
 
 @dataclass
 class ChunkColumns:
-    """Every line of a chunk of table text, split into columns by :func:`split_columns`."""
+    """Every line of a chunk of table text, split into columns by :func:`split_columns`: the
+    chunk's bytes and where each line's fields lie in them (offsets, not copies of the lines)."""
 
-    lines: list[bytes]  # the raw lines, without newline
-    cuts: list[int]  # byte offset of the end of each line's score field
+    data: bytes  # the chunk: whole lines, the last one may lack its newline
+    starts: np.ndarray  # (N,) int64 where each line starts in data
+    ends: np.ndarray  # (N,) int64 where each line ends (its newline, or the end of data)
+    score_ends: np.ndarray  # (N,) int64 where each line's score field ends in data
     src: list[bytes]  # each line's source phrase: tokens separated by single spaces
     tgt: list[bytes]  # each line's target phrase, likewise
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The raw lines, without newline (copies: for tests and messages)."""
+        bounds = map(slice, self.starts.tolist(), self.ends.tolist())
+        return list(map(self.data.__getitem__, bounds))
+
+    @property
+    def cuts(self) -> list[int]:
+        """Byte offset of the end of each line's score field, within the line."""
+        return (self.score_ends - self.starts).tolist()
 
 
 # Bytes that the per-line parser treats specially: CR (refused), tab (a token separator), and
 # vertical tab and form feed (which ``bytes.split()`` would take as score separators).
 _CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
-
-
-def _plain_phrases(column: Sequence[bytes]) -> bool:
-    """Whether every phrase is non-empty, tokens separated by single spaces (so its tokens are
-    ``phrase.split(" ")``, as :func:`split_tokens` would give them)."""
-    joined = b"\n".join(column)
-    return not (
-        b"  " in joined
-        or b"\n " in joined
-        or b" \n" in joined
-        or b"\n\n" in joined
-        or joined[:1] in (b"", b" ", b"\n")
-        or joined[-1:] in (b" ", b"\n")
-    )
-
-
-# A number float() reads as a finite value: at most 30 integer digits and a 2-digit exponent.
-_NUMBER = rb"[-+]?(?:[0-9]{1,30}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,2})?"
-
-
-@functools.lru_cache(maxsize=8)
-def _score_fields(num_scores: int | None) -> re.Pattern[bytes]:
-    """Score fields joined by newlines (and one at the end), num_scores numbers each."""
-    more = b"*" if num_scores is None else b"{%d}" % (num_scores - 1)
-    return re.compile(rb"(?:%s(?: %s)%s\n)*" % (_NUMBER, _NUMBER, more))
+_SEP = np.frombuffer(FIELD_SEP_B, dtype=np.uint8)  # b" ||| "
+SPACE, NEWLINE = 32, 10
+# Each byte's class in a score field: a digit, a sign, '.', an exponent's e or E, a boundary
+# (a space, or the newline after a field), anything else.
+DIGIT, SIGN, DOT, EXP, BOUNDARY, OTHER = range(6)
+_CLASS = np.full(256, OTHER, dtype=np.uint8)
+_CLASS[48:58] = DIGIT
+_CLASS[[43, 45]] = SIGN
+_CLASS[46] = DOT
+_CLASS[[101, 69]] = EXP
+_CLASS[[SPACE, NEWLINE]] = BOUNDARY
+MAX_NUMBER_BYTES = 30  # a longer number goes line by line (the exact path takes it)
 
 
 def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     """The lines of ``data`` (whole lines; the last may lack its newline) split into columns
-    with a few passes over the whole chunk instead of :func:`parse_raw_line` per line.
+    with numpy over the chunk's bytes at once instead of :func:`parse_raw_line` per line.
 
     The result is what ``parse_raw_line`` gives line by line. None when that cannot be
     promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
-    phrases with runs of spaces, a bad or missing score, another score count than
-    ``num_scores``, lines with and without fields after the scores); the caller then parses
-    line by line, which also names the bad line.
+    phrases with runs of spaces, a bad or missing score, a number of over 30 characters,
+    another score count than ``num_scores``, lines with and without fields after the scores);
+    the caller then parses line by line, which also names the bad line.
     """
     if any(b in data for b in _CAREFUL_BYTES):
         return None
@@ -80,43 +80,138 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
         data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    lines = data.split(b"\n")
-    if lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        return ChunkColumns([], [], [], [])
-    fields = [line.split(FIELD_SEP_B, 3) for line in lines]
-    widths = set(map(len, fields))
-    if widths not in ({3}, {4}):
+    text = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(text == NEWLINE)  # (N,) each line's newline
+    if not data.endswith(b"\n"):
+        ends = np.append(ends, len(data))  # the last line, unterminated
+    if len(ends) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return ChunkColumns(data, empty, empty, empty, [], [])
+    starts = np.concatenate(([0], ends[:-1] + 1))  # (N,)
+    fields = _fields(text, starts, ends)
+    if fields is None:
         return None
-    src, tgt, scores = (list(map(itemgetter(k), fields)) for k in range(3))
-    if not (_plain_phrases(src) and _plain_phrases(tgt)):
+    src_end, tgt_end, score_end = fields
+    if not _numbers(text, tgt_end + len(FIELD_SEP_B), score_end, num_scores):
         return None
-    # A phrase of MAX_PHRASE_TOKENS bytes has fewer tokens: longer ones are counted line by line.
-    if max(map(len, src)) > MAX_PHRASE_TOKENS or max(map(len, tgt)) > MAX_PHRASE_TOKENS:
-        return None
-    if max(map(len, lines)) > MAX_LINE_BYTES:
-        return None
-    # Scores: one pass of a strict pattern over all score fields. It accepts a subset of what
-    # parse_scores takes (plain decimal numbers, single spaces, num_scores a line); the rest
-    # goes line by line.
-    if _score_fields(num_scores).fullmatch(b"\n".join(scores) + b"\n") is None:
-        return None
-    # line = src SEP tgt SEP scores [SEP rest]: the score field ends two separators after.
-    cuts = [len(FIELD_SEP_B) * 2] * len(lines)
-    for column in (src, tgt, scores):
-        cuts = list(map(add, cuts, map(len, column)))
-    return ChunkColumns(lines, cuts, src, tgt)
+    src = list(map(data.__getitem__, map(slice, starts.tolist(), src_end.tolist())))
+    tgt_start = (src_end + len(FIELD_SEP_B)).tolist()
+    tgt = list(map(data.__getitem__, map(slice, tgt_start, tgt_end.tolist())))
+    return ChunkColumns(data, starts, ends, score_end, src, tgt)
 
 
-def column_texts(logp: Sequence[float], column: str, unk: Sequence[int] | None) -> list[bytes]:
+def _fields(
+    text: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``),
+    or None where a line is not plain: fewer than three fields, three on some lines and more
+    on others, an empty phrase or one with a space at either end or two in a row, a phrase of
+    over MAX_PHRASE_TOKENS bytes, a line of over MAX_LINE_BYTES."""
+    n = len(text)
+    head = np.flatnonzero(text[: max(n - 4, 0)] == SPACE)  # a separator's first byte
+    for k in range(1, 5):
+        head = head[text[head + k] == _SEP[k]]
+    if len(head) > 1 and np.diff(head).min() < len(FIELD_SEP_B):
+        return None  # overlapping separators (" ||| ||| "): bytes.split's own rule decides
+    first = np.searchsorted(head, starts)  # (N,) each line's first separator
+    count = np.searchsorted(head, ends) - first  # (N,) separators on each line
+    if count.min() < 2 or (count.min() == 2) != (count.max() == 2):
+        return None  # a line of fewer than three fields, or lines with and without a rest
+    src_end, tgt_end = head[first], head[first + 1]
+    score_end = head[first + 2] if count.min() > 2 else ends
+    tgt_start = src_end + len(FIELD_SEP_B)
+    if (
+        (src_end - starts).max() > MAX_PHRASE_TOKENS  # fewer tokens: counted line by line
+        or (tgt_end - tgt_start).max() > MAX_PHRASE_TOKENS
+        or (ends - starts).max() > MAX_LINE_BYTES
+        or (src_end == starts).any()
+        or (tgt_end == tgt_start).any()
+    ):
+        return None
+    padded = np.append(text, np.uint8(NEWLINE))  # a byte past every phrase end
+    edges = np.concatenate((starts, src_end - 1, tgt_start, tgt_end - 1))
+    if (padded[edges] == SPACE).any():
+        return None  # a phrase starting or ending with a space
+    doubles = np.flatnonzero((text[:-1] == SPACE) & (text[1:] == SPACE))
+    if len(doubles):  # two spaces in a row in a phrase (not in the score field or after)
+        line = np.searchsorted(starts, doubles, side="right") - 1
+        if (doubles < tgt_end[line]).any():
+            return None
+    return src_end, tgt_end, score_end
+
+
+def _numbers(
+    text: np.ndarray, field_start: np.ndarray, field_end: np.ndarray, num_scores: int | None
+) -> bool:
+    """Whether every score field text[field_start:field_end] is ``num_scores`` numbers (any
+    count with None) separated by single spaces, each as the fast path has always read it:
+    [-+]? then digits with an optional '.' and digits, or '.' and digits, then an optional
+    [eE][-+]? and one or two digits (a number float() reads as a finite value)."""
+    # The fields and the byte after each (a newline, or the space of " ||| "), in one array
+    # that starts with a newline: runs of bytes out, in, out, ..., out.
+    padded = np.append(text, np.uint8(NEWLINE))
+    cuts = np.empty(2 * len(field_start) + 2, dtype=np.int64)
+    cuts[0], cuts[-1] = 0, len(padded)
+    cuts[1:-1:2], cuts[2:-1:2] = field_start, field_end + 1
+    inside = np.repeat(np.arange(len(cuts) - 1) % 2 == 1, np.diff(cuts))
+    classes = np.concatenate(([BOUNDARY], _CLASS[padded[inside]]))  # (B,)
+    if (classes == OTHER).any():
+        return False
+    bounds = np.flatnonzero(classes == BOUNDARY)  # (T+1,) before each number, after the last
+    gaps = np.diff(bounds)
+    if (gaps == 1).any() or (gaps > MAX_NUMBER_BYTES + 1).any():
+        return False  # an empty number (two spaces in a row, a space at either end), a long one
+    if num_scores is not None:
+        after = np.cumsum(field_end - field_start + 1)  # (N,) each field's end in ``classes``
+        per_line = np.diff(np.searchsorted(bounds, after), prepend=0)  # (N,) numbers per line
+        if (per_line != num_scores).any():
+            return False
+    return _number_grammar(classes, bounds)
+
+
+def _number_grammar(classes: np.ndarray, bounds: np.ndarray) -> bool:
+    """The grammar of each number between ``bounds`` in ``classes`` (the bytes' classes: no
+    OTHER, no number empty), by the bytes other than digits: each in its place, with the right
+    neighbours, and in order within its number (a sign, a '.', an exponent, its sign)."""
+    at = np.flatnonzero((classes >= SIGN) & (classes <= EXP))  # (S,) every byte not a digit
+    if len(at) == 0:
+        return True
+    byte, before, after = classes[at], classes[at - 1], classes[at + 1]
+    lead_sign = (byte == SIGN) & (before == BOUNDARY) & ((after == DIGIT) | (after == DOT))
+    exp_sign = (byte == SIGN) & (before == EXP) & (after == DIGIT)
+    dot = (
+        (byte == DOT)
+        & ((before == DIGIT) | (after == DIGIT))
+        & ((before == DIGIT) | (before == SIGN) | (before == BOUNDARY))
+        & ((after == DIGIT) | (after == EXP) | (after == BOUNDARY))
+    )
+    exponent = (byte == EXP) & ((before == DIGIT) | (before == DOT))
+    exponent &= (after == DIGIT) | (after == SIGN)
+    if not (lead_sign | exp_sign | dot | exponent).all():
+        return False
+    # The order within a number: sign 0, '.' 1, exponent 2, its sign 3, each at most once.
+    rank = np.select([lead_sign, dot, exponent], [0, 1, 2], 3)
+    number = np.searchsorted(bounds, at)  # (S,) the number each byte is in
+    same = number[1:] == number[:-1]
+    if (same & (rank[1:] <= rank[:-1])).any():
+        return False
+    # One or two exponent digits: the number's end, less the exponent and its sign.
+    e = at[exponent]
+    exp_digits = bounds[number[exponent]] - e - 1 - (classes[e + 1] == SIGN)
+    return bool((exp_digits <= 2).all())
+
+
+def column_texts(
+    logp: Sequence[float], column: str, unk: Sequence[int] | None, lead: str = ""
+) -> list[bytes]:
     """The text each line gets: ``format_prob`` (column "prob") or ``format_logp`` of its
-    log-probability, then with ``unk`` the word penalty ``format_score(exp(unk))``. Made
-    with maps over the whole chunk, not a Python loop per line."""
+    log-probability, then with ``unk`` the word penalty ``format_score(exp(unk))``; each
+    after ``lead``. Made with maps over the whole chunk, not a Python loop per line."""
     if column == "prob":
-        texts = map("{:g}".format, map(math.exp, map(max, logp, repeat(LOGP_FLOOR))))
+        spec = lead + "{:g}"
+        texts = map(spec.format, map(math.exp, map(max, logp, repeat(LOGP_FLOOR))))
     else:
-        texts = map("{:.8g}".format, logp)
+        texts = map((lead + "{:.8g}").format, logp)
     if unk:  # a table of the counts that occur
         penalty = [" " + format_score(math.exp(k)) for k in range(max(unk) + 1)]
         texts = map(str.__add__, texts, map(penalty.__getitem__, unk))
@@ -130,3 +225,16 @@ def insert_columns(lines: Sequence[bytes], cuts: Sequence[int], texts: Sequence[
     heads = map(bytes.__getitem__, lines, map(slice, cuts))
     tails = map(bytes.__getitem__, lines, map(slice, cuts, repeat(None)))
     return b"".join(chain.from_iterable(zip(heads, repeat(b" "), texts, tails, repeat(b"\n"))))
+
+
+def insert_at(data: bytes, cuts: Sequence[int], texts: Sequence[bytes]) -> bytes:
+    """``data`` with ``texts[i]`` inserted at byte ``cuts[i]`` (ascending): a chunk's lines
+    with their new columns at the ends of their score fields, in one join over the stretches
+    between the cuts."""
+    if not len(cuts):
+        return data
+    ends = list(cuts)
+    stretches = map(data.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    return b"".join(
+        chain(chain.from_iterable(zip(stretches, texts, strict=True)), (data[ends[-1] :],))
+    )

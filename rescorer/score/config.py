@@ -12,13 +12,15 @@ from rescorer.errors import RescorerError
 from rescorer.io.outputs import GZIP_MEMBER_LEVELS
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.job.stats import MAX_AHEAD_BYTES, NOT_IN_RUN_KEY, JobStats
-from rescorer.score.profile import Phases
+from rescorer.score.profile import Phases, WallClock
 
 __all__ = [
     "MAX_AHEAD_BYTES",
     "NOT_IN_RUN_KEY",
     "ScoreConfig",
     "ScoreStats",
+    "batch_tokens_for",
+    "choose_workers",
     "chunk_bytes_for",
     "input_chunks",
     "resolve_workers",
@@ -39,7 +41,7 @@ class ScoreConfig:
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None  # compute threads; None: rescorer/cpus.py's rule (said at start)
-    batch_tokens: int | None = None  # padded tokens per batch; None: 4096 on CPU, 65536 on GPU
+    batch_tokens: int | None = None  # padded tokens per batch; None: batch_tokens_for
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
@@ -83,6 +85,7 @@ class ScoreStats(JobStats):
     device: str = ""
     precision: str = ""
     phases: Phases | None = None  # with --profile: where the time went
+    clock: WallClock | None = None  # with --profile: the whole run's wall time, stretch by stretch
 
 
 COMPILE_MIN_BYTES = 4 << 20
@@ -92,22 +95,36 @@ AUTO_WORKERS_MAX = 4
 
 
 def resolve_workers(workers: int | str, device: Any, input_chunks: int | None = None) -> int:
-    """``auto``: on a GPU up to ``AUTO_WORKERS_MAX`` parse/format processes, fewer where this
-    process may run on fewer CPUs (one stays to feed the device) or the input has fewer chunks
-    (``input_chunks``, when known: :func:`input_chunks`; a worker takes a whole chunk, and one
-    with none only costs its start). Four is the count measured best on two H100 hosts
-    (BENCHMARKS.md): 600,000 lines, 4 workers 1.50x as fast as none, 15 workers 0.87x; a
-    million lines, 4 workers 1.66x, 8 workers 1.35x, 15 workers 1.11x. More may pay on a table
-    of hundreds of chunks (not measured): ``--workers N`` takes any count. On the CPU none, as
-    the model's threads need the cores (and ScoreConfig's count as it is otherwise)."""
+    """The worker count (:func:`choose_workers` also gives why). ``auto``: on a GPU up to
+    ``AUTO_WORKERS_MAX`` parse/format processes, fewer where this process may run on fewer
+    CPUs (one stays to feed the device) or the input has fewer chunks (``input_chunks``, when
+    known: :func:`input_chunks`; a worker takes a whole chunk, and one with none only costs its
+    start). Four is the count measured best on two H100 hosts (BENCHMARKS.md): 600,000 lines,
+    4 workers 1.50x as fast as none, 15 workers 0.87x; a million lines, 4 workers 1.66x, 8
+    workers 1.35x, 15 workers 1.11x. More may pay on a table of hundreds of chunks (not
+    measured): ``--workers N`` takes any count. On the CPU none, as the model's threads need
+    the cores (and ScoreConfig's count as it is otherwise)."""
+    return choose_workers(workers, device, input_chunks)[0]
+
+
+def choose_workers(
+    workers: int | str, device: Any, input_chunks: int | None = None
+) -> tuple[int, str]:
+    """:func:`resolve_workers`'s count, and the words the run's first line says about it."""
     from rescorer.cpus import available_cpus
 
     if workers != "auto":
-        return int(workers)
+        count = int(workers)
+        return count, f"{count} worker{'s' if count != 1 else ''} (--workers)"
     if getattr(device, "type", "cpu") != "cuda":
-        return 0
-    count = max(1, min(AUTO_WORKERS_MAX, available_cpus()[0] - 1))
-    return count if input_chunks is None else max(1, min(count, input_chunks))
+        return 0, "no workers (auto: on the CPU the model's threads take the cores)"
+    cpus = available_cpus()[0]
+    count = max(1, min(AUTO_WORKERS_MAX, cpus - 1))
+    why = f"the best measured on H100 hosts, at most one per CPU but one of {cpus}"
+    if input_chunks is not None and input_chunks < count:
+        count = max(1, input_chunks)
+        why = f"one per chunk of the input ({input_chunks})"
+    return count, f"{count} worker{'s' if count != 1 else ''} (auto: {why})"
 
 
 def input_chunks(table: str, chunk_bytes: int) -> int | None:
@@ -134,6 +151,29 @@ def chunk_bytes_for(chunk_bytes: int | None, device: Any) -> int:
     if chunk_bytes is not None:
         return chunk_bytes
     return GPU_CHUNK_BYTES if getattr(device, "type", "cpu") == "cuda" else DEFAULT_CHUNK_BYTES
+
+
+CPU_BATCH_TOKENS = 4096
+GPU_BATCH_TOKENS = 65536  # the least on a GPU (the default before issue 57)
+GPU_BATCH_TOKENS_MAX = 4 * GPU_BATCH_TOKENS
+LOGITS_SHARE = 8  # one readout block's fp32 logits take at most 1/8 of the device's memory
+
+
+def batch_tokens_for(
+    batch_tokens: int | None, device: Any, device_bytes: int | None, vocab_rows: int
+) -> int:
+    """``--batch-tokens`` (None: by device). On a CPU 4096. On a GPU as many as the device's
+    memory holds rather than a fixed count (issue 57: more pairs per launch): the readout
+    rows whose fp32 logits (rows x ``vocab_rows`` x 4 bytes) take an eighth of
+    ``device_bytes``, between 65,536 (the old default, whatever the device) and 262,144, a
+    multiple of 4096 (few distinct shapes). An H100's 80 GB and 15,000 words: 163,840."""
+    if batch_tokens is not None:
+        return batch_tokens
+    if getattr(device, "type", "cpu") != "cuda" or not device_bytes:
+        return CPU_BATCH_TOKENS if getattr(device, "type", "cpu") != "cuda" else GPU_BATCH_TOKENS
+    fits = device_bytes // LOGITS_SHARE // (max(vocab_rows, 1) * 4)
+    fits -= fits % CPU_BATCH_TOKENS
+    return int(min(GPU_BATCH_TOKENS_MAX, max(GPU_BATCH_TOKENS, fits)))
 
 
 def want_compile(choice: str, table: str) -> bool:

@@ -7,16 +7,37 @@ is not finite.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from rescorer.constants import LOGP_FLOOR
+from rescorer.constants import (
+    CONFIG_FILE,
+    FORWARD,
+    LOGP_FLOOR,
+    PROVENANCE_FILE,
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+)
 from rescorer.errors import RescorerError
-from rescorer.score.stages import ParsedChunk
-from rescorer.verdict import coverage_verdict, coverage_warning, unlearned_warning
+from rescorer.io.chunks import iter_chunks
+from rescorer.io.inputs import display_name, open_binary
+from rescorer.io.jsonfiles import read_json_object
+from rescorer.job.stream import first_num_scores
+from rescorer.score.pairs import pairs_inside_shortlists
+from rescorer.score.stages import ModelSides, ParsedChunk, init_worker, parse_chunk
+from rescorer.verdict import (
+    COVERAGE_MIN_PAIRS,
+    CoverageVerdict,
+    coverage_verdict,
+    coverage_warning,
+    training_coverage,
+    unlearned_warning,
+)
+from rescorer.vocab import Vocab
 
 
 def coverage_check(
@@ -38,16 +59,65 @@ def coverage_check(
         if verdict is not None and not decided:
             decided = True
             if verdict.foreign and not ignore_coverage:
-                raise RescorerError(
-                    verdict.describe(folder, f"the first {pairs:,} pairs")
-                    + " Refused before scoring them; --ignore-coverage scores it anyway"
-                )
+                raise _foreign(verdict, folder, pairs)
         message = coverage_warning(provenance, folder, inside, pairs)
         if message:
             print(f"rescorer score: {message}", file=sys.stderr)
         return message is not None
 
     return coverage
+
+
+def _foreign(verdict: CoverageVerdict, folder: str, pairs: int) -> RescorerError:
+    return RescorerError(
+        verdict.describe(folder, f"the first {pairs:,} pairs")
+        + " Refused before scoring them; --ignore-coverage scores it anyway"
+    )
+
+
+def refuse_foreign_table(table: str, model_dirs: Sequence[str], config: Any) -> None:
+    """The coverage verdict of :func:`coverage_check` on a fresh run, taken before the models
+    are loaded and compiled (issue 59: a compile of minutes came before the refusal): the
+    first chunks of ``config.chunk_bytes``, as the run cuts them, until they hold
+    COVERAGE_MIN_PAIRS pairs, against each model's shortlists (read from its folder). Refuses
+    (RescorerError) the table the run would refuse at that chunk, with its words; anything it
+    cannot read here (a pipe, a --resume or --shard run, a bad line, a broken model folder) is
+    left to the run, which checks the same as it goes."""
+    if config.ignore_coverage or config.resume or config.shard or not os.path.isfile(table):
+        return
+    try:
+        sides, provenances = zip(*map(_sides_of, model_dirs), strict=True)
+    except (RescorerError, OSError):
+        return
+    if all(training_coverage(p) is None for p in provenances):
+        return
+    init_worker(list(sides))
+    read, inside = 0, [0] * len(model_dirs)
+    with open_binary(table) as stream:
+        num_scores = first_num_scores(table)
+        for chunk in iter_chunks(stream, config.chunk_bytes, name=table):
+            parsed = parse_chunk(chunk, num_scores, display_name(table))
+            if parsed.bad and config.skip_bad_lines is None:
+                return  # the run names the line
+            read += parsed.pairs.num_pairs
+            for k, pairs in enumerate(parsed.by_model):
+                inside[k] += pairs_inside_shortlists(pairs)
+            if read >= COVERAGE_MIN_PAIRS:
+                break
+    for k, (provenance, folder) in enumerate(zip(provenances, model_dirs, strict=True)):
+        verdict = coverage_verdict(provenance, inside[k], read)
+        if verdict is not None and verdict.foreign:
+            raise _foreign(verdict, folder, read)
+
+
+def _sides_of(folder: str) -> tuple[ModelSides, dict[str, Any]]:
+    """A model folder's shortlists and direction, and its provenance, without torch."""
+    config = read_json_object(os.path.join(folder, CONFIG_FILE), what="a model config")
+    path = os.path.join(folder, PROVENANCE_FILE)
+    provenance = read_json_object(path, what="a model's provenance") if os.path.isfile(path) else {}
+    src, tgt = (Vocab.load(os.path.join(folder, f)) for f in (SRC_VOCAB_FILE, TGT_VOCAB_FILE))
+    direction = config.get("direction", FORWARD)
+    return ModelSides(src, tgt, direction if isinstance(direction, str) else FORWARD), provenance
 
 
 def collect_columns(pending: Sequence[Any], parsed: ParsedChunk) -> np.ndarray:

@@ -93,9 +93,9 @@ def _encode_plain(
     words = np.fromiter(map(vocab.byte_index.get, tokens, repeat(-1)), np.int32, len(tokens))
     # Tokens per phrase: the spaces between two newlines, plus one.
     text = np.frombuffer(joined, dtype=np.uint8)
-    spaces = np.concatenate([[0], np.cumsum(text == 32)])  # spaces before each byte
+    spaces = np.flatnonzero(text == 32)  # (T-P,) every space
     ends = np.append(np.flatnonzero(text == 10), len(text))  # (P,) where each phrase ends
-    lens = np.diff(spaces[ends], prepend=0) + 1  # (P,)
+    lens = np.diff(np.searchsorted(spaces, ends), prepend=0) + 1  # (P,)
     off = np.zeros(len(phrases) + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=off[1:])  # each phrase and its EOS
     ids = np.empty(off[-1], dtype=np.int32)

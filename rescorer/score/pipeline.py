@@ -34,9 +34,10 @@ from rescorer.job.run import Phase, StreamedJob, nothing
 from rescorer.score.config import (
     ScoreConfig,
     ScoreStats,
+    batch_tokens_for,
+    choose_workers,
     chunk_bytes_for,
     input_chunks,
-    resolve_workers,
     want_compile,
 )
 from rescorer.score.models import (
@@ -44,9 +45,10 @@ from rescorer.score.models import (
     collect_columns,
     coverage_check,
     non_finite_error,
+    refuse_foreign_table,
 )
 from rescorer.score.pairs import pairs_inside_shortlists
-from rescorer.score.profile import Phases
+from rescorer.score.profile import Phases, WallClock
 from rescorer.score.stages import ModelSides, ParsedChunk, format_chunk, init_worker, parse_chunk
 
 
@@ -57,29 +59,46 @@ def score_table(
     that order; each in its direction: p(target | source) or p(source | target)), then the word
     penalty if asked, to every line of ``table``; write ``out``.
 
+    What needs no model is checked before torch is imported (issue 59: a minute on a busy
+    machine): the options, the output (its lock, an interrupted run's partial), the input;
+    the table's coverage by the models' shortlists before they are loaded and compiled.
     Raises InputError at the first malformed line (unless ``skip_bad_lines``), leaving no output.
     """
+    clock = WallClock() if config.profile else None
+    mark = clock.mark if clock is not None else _unmarked
+    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    if not model_dirs:
+        raise RescorerError("score: no model given (-m)")
+    compile_ = want_compile(config.compile, table)
+    job = StreamedJob("score", table, out, config)  # its checks come before any work
+    job.claim(config)
+    import torch
+
     from rescorer.cpus import choose_threads
     from rescorer.device import resolve_device, resolve_precision, set_threads
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.score.scorer import Scorer
 
     threads = set_threads(choose_threads(config.threads))
-    job = StreamedJob("score", table, out, config)  # its checks come before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
-    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
-    if not model_dirs:
-        raise RescorerError("score: no model given (-m)")
-    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
-
-    batch_tokens = config.batch_tokens or (4096 if device.type == "cpu" else 65536)
-    compile_ = want_compile(config.compile, table)
-    scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
-    sides = [ModelSides(m.src_vocab, m.tgt_vocab, m.direction) for m in loaded]
     chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+    refuse_foreign_table(table, model_dirs, replace(config, chunk_bytes=chunk_bytes))
+    mark("start and imports")
+    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+    mark("model load")
+    cuda = device.type == "cuda"
+    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    rows = max(m.model.config.tgt_rows for m in loaded)
+    batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
+    scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+    mark("scorers")
     chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
-    workers = resolve_workers(config.workers, device, chunks)
+    workers, why = choose_workers(config.workers, device, chunks)
+    sides = [  # with workers, they plan each chunk's trees: the main process feeds the device
+        ModelSides(m.src_vocab, m.tgt_vocab, m.direction, _plan_rows(m, s) if workers else None)
+        for m, s in zip(loaded, scorers, strict=True)
+    ]
     if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
         config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
     phases = Phases(device) if config.profile else None
@@ -87,8 +106,34 @@ def score_table(
         for scorer in scorers:
             scorer.phase = phases
     stats = ScoreStats(device=str(device), precision=precision)
+    manifest_options = _manifest_options(config, out, precision, device, batch_tokens, compile_)
+    coverage = [
+        coverage_check(m.provenance, f, config.ignore_coverage)
+        for m, f in zip(loaded, model_dirs, strict=True)
+    ]
+    phase = phases or nothing
+    work = Scoring(scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase)
+    # said when the input opens: how the run computes, and that the first chunk compiles
+    opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}"]
+    if compile_:
+        opening.append(
+            "rescorer score: compiling the model's steps and readout while the first chunk is "
+            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
+        )
+    compiling = "rescorer score: still compiling, with the first chunk" if compile_ else None
+    job.run(
+        work, config, stats, model_dirs, manifest_options, device, phase, opening, compiling, mark
+    )
+    stats.phases, stats.clock = phases, clock
+    return stats
+
+
+def _manifest_options(
+    config: ScoreConfig, out: str, precision: str, device: Any, batch_tokens: int, compile_: bool
+) -> dict[str, Any]:
+    """Every option that changes the output's bytes, as a shard's manifest states them."""
     gz = out.endswith(".gz")
-    manifest_options = {
+    return {
         "column": config.column,
         "word_penalty": config.word_penalty,
         "precision": precision,
@@ -100,23 +145,15 @@ def score_table(
         "compresslevel": config.compresslevel if gz else None,
         "skip_bad_lines": config.skip_bad_lines is not None,
     }
-    coverage = [
-        coverage_check(m.provenance, f, config.ignore_coverage)
-        for m, f in zip(loaded, model_dirs, strict=True)
-    ]
-    phase = phases or nothing
-    work = Scoring(scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase)
-    # said when the input opens: how the run computes, and that the first chunk compiles
-    opening = [f"rescorer score: {device}, {precision}, {threads.describe()}"]
-    if compile_:
-        opening.append(
-            "rescorer score: compiling the model's steps and readout while the first chunk is "
-            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
-        )
-    compiling = "rescorer score: still compiling, with the first chunk" if compile_ else None
-    job.run(work, config, stats, model_dirs, manifest_options, device, phase, opening, compiling)
-    stats.phases = phases
-    return stats
+
+
+def _plan_rows(loaded: Any, scorer: Any) -> tuple[int, int]:
+    """What a parse worker needs to plan a chunk for ``scorer`` (plan_chunk's rows)."""
+    return loaded.model.config.tgt_rows, scorer.readout_rows
+
+
+def _unmarked(name: str) -> None:
+    """The stand-in for WallClock.mark when not profiling."""
 
 
 class Scoring:
@@ -154,8 +191,9 @@ class Scoring:
             if callback is not None and callback(self.inside[k], self.read):
                 self.warn[k] = None  # warned once
         self.stats.pairs_inside = self.inside[0]  # the first model's
-        models = zip(self.scorers, parsed.by_model, strict=True)
-        return [scorer.submit(pairs) for scorer, pairs in models]
+        plans = parsed.plans or [None] * len(self.scorers)
+        models = zip(self.scorers, parsed.by_model, plans, strict=True)
+        return [scorer.submit(pairs, plan) for scorer, pairs, plan in models]
 
     def collect(
         self, pending: list[Any], parsed: ParsedChunk, gz_level: int | None
@@ -170,9 +208,9 @@ class Scoring:
             if scored:
                 print(f"rescorer score: {scored}", file=sys.stderr, flush=True)
         stats.pairs_scored += len(logp)
-        args = (parsed.lines, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
-        parsed.by_model, parsed.orders = [], []  # only what the writer needs stays in memory
-        return format_chunk, (*args, gz_level, parsed.last_unterminated), len(parsed.lines)
+        args = (parsed.text, parsed.cuts, logp, parsed.unk, config.column, config.word_penalty)
+        parsed.by_model, parsed.orders, parsed.plans = [], [], []  # only what the writer needs
+        return format_chunk, (*args, gz_level), parsed.num_lines
 
     def progress(self) -> int:
         return self.stats.pairs_scored

@@ -61,7 +61,7 @@ from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
 from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
 from rescorer.score.profile import nothing
-from rescorer.score.trees import PrefixTreePath, Work
+from rescorer.score.trees import Plan, PrefixTreePath, Work
 from rescorer.vocab import Vocab
 
 
@@ -173,11 +173,12 @@ class Scorer(PrefixTreePath):
         """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""
         return self.submit(batch).result()
 
-    def submit(self, batch: GroupedPairs) -> Pending:
+    def submit(self, batch: GroupedPairs, plan: Plan | None = None) -> Pending:
         """Queue the scoring of ``batch``; its scores come with the result's ``result()``. On a
         GPU this returns once the host has built the chunk's trees and queued the device's
         work and the copy back, so the host can prepare the next chunk meanwhile; on the CPU
-        the work is done here."""
+        the work is done here. ``plan``: the chunk's trees made elsewhere (a parse worker's
+        :func:`~rescorer.score.plan.plan_chunk` with this scorer's rows), else made here."""
         if batch.num_pairs == 0:
             return Pending(np.empty(0, dtype=np.float64))
         staging = None
@@ -186,12 +187,12 @@ class Scorer(PrefixTreePath):
             self._submitted += 1
             staging.claim()
         failed, work = self.compile_guard.failed, replace(self.work)
-        logp = self._logprobs(batch, staging)  # (N,)
+        logp = self._logprobs(batch, staging, plan)  # (N,)
         if self.compile_guard.failed and not failed:  # part-way: the whole chunk eagerly
             self.kernels, self.work = None, work
             if staging is not None:
                 staging.claim()  # the first upload's copy is done before the buffer is refilled
-            logp = self._logprobs(batch, staging)
+            logp = self._logprobs(batch, staging, plan)
         with self.phase("d2h"):
             if staging is None:
                 return Pending(logp.double().cpu().numpy())
@@ -215,11 +216,14 @@ class Scorer(PrefixTreePath):
         return self._logprobs(batch, staging)
 
     @torch.inference_mode()
-    def _logprobs(self, batch: GroupedPairs, staging: _Staging | None) -> Tensor:
+    def _logprobs(
+        self, batch: GroupedPairs, staging: _Staging | None, given: Plan | None = None
+    ) -> Tensor:
         dev, model, phase = self.device, self.model, self.phase
         trees = self.share_prefixes, self.share_targets
         with phase("trees"):
-            plan = self._plan(batch, *trees)
+            shared = trees == (True, True)  # the plan a parse worker makes (plan_chunk)
+            plan = given if given is not None and shared else self._plan(batch, *trees)
         with phase("h2d"):
             ids = self._upload(plan.arrays, staging)
         self.work.source_tokens += plan.work.source_tokens

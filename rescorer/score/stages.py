@@ -8,13 +8,13 @@ from __future__ import annotations
 import hashlib
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.columns import column_texts, insert_columns, split_columns
+from rescorer.io.columns import column_texts, insert_at, split_columns
 from rescorer.io.outputs import gzip_member
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
@@ -24,6 +24,7 @@ from rescorer.score.pairs import (
     encode_columns,
     encode_inverse,
 )
+from rescorer.score.plan import Plan, plan_chunk
 from rescorer.vocab import Vocab
 
 
@@ -34,6 +35,9 @@ class ModelSides:
     src_vocab: Vocab  # the model's encoder side (an inverse model's: the table's targets)
     tgt_vocab: Vocab
     direction: str = FORWARD
+    plan: tuple[int, int] | None = None  # (target rows, readout rows): the worker plans the
+    # chunk's trees for the scorer (plan_chunk), so the main process, which feeds the device,
+    # does not
 
 
 def word_penalty_model(models: Sequence[ModelSides]) -> int:
@@ -69,14 +73,28 @@ class ParsedChunk:
     chunk_len: int
     first_line: int
     lines_in: int
-    lines: list[bytes]  # good lines without newline
-    cuts: list[int]  # byte offset of the end of each good line's score field
+    text: bytes  # the good lines, each with its newline (an unterminated last one without)
+    cuts: np.ndarray  # (N,) int64 where each good line's score field ends in text
     by_model: list[GroupedPairs]  # one per model, in its direction
     orders: list[np.ndarray | None]  # per model: None (line order) or (N,) the line of each pair
     unk: np.ndarray  # (N,) int32 target words outside the shortlist (word_penalty_model's)
     bad: list[tuple[int, str, bytes]]  # (line number, message, raw line)
     last_unterminated: bool = False  # the input's last line, kept, has no final newline
     chunk_sha256: str = ""  # of the chunk's input bytes
+    plans: list[Plan | None] = field(default_factory=list)  # per model, with ModelSides.plan
+
+    @property
+    def lines(self) -> list[bytes]:
+        """The good lines without newline (copies: for messages and tests)."""
+        lines = self.text.split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        return lines
+
+    @property
+    def num_lines(self) -> int:
+        """The good lines, what the chunk writes."""
+        return len(self.cuts)
 
     @property
     def pairs(self) -> GroupedPairs:
@@ -91,77 +109,37 @@ def parse_chunk(
     pairs in line order, an inverse model's grouped by target (:func:`encode_inverse`); with
     ``digest`` also hash its bytes (for a shard's manifest)."""
     assert _models is not None
-    models = _models
-    wp = word_penalty_model(models)
-    wp_vocab = models[wp].tgt_vocab if models[wp].direction == FORWARD else models[wp].src_vocab
-    bad: list[tuple[int, str, bytes]] = []
-    pairs: list[GroupedPairs] = []
-    orders: list[np.ndarray | None] = []
-    unk: np.ndarray | None = None
     columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
     if columns is not None:
-        raw_lines = lines = columns.lines
-        cuts = columns.cuts
-        src_col, tgt_col = columns.src, columns.tgt
-        for i, m in enumerate(models):
-            if m.direction == FORWARD:
-                grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
-                pairs.append(grouped)
-                orders.append(None)
-                if i == wp:
-                    unk = tgt_unk
-            else:
-                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
-                pairs.append(grouped)
-                orders.append(order)
-        if unk is None:
-            unk = count_unknown(wp_vocab, tgt_col)
+        lines_in = len(columns.starts)
+        text, cuts = chunk.data, columns.score_ends  # every line is kept: no copy
+        pairs, orders, unk = _encode_columns(_models, columns.src, columns.tgt)
+        bad: list[tuple[int, str, bytes]] = []
     else:  # some line is bad or unusual: line by line, naming the bad ones
         raw_lines = chunk.data.split(b"\n")
         if raw_lines and raw_lines[-1] == b"":
             raw_lines.pop()
-        lines, cuts = [], []
-        builders = [
-            GroupedPairsBuilder(m.src_vocab, m.tgt_vocab) if m.direction == FORWARD else None
-            for m in models
-        ]
-        plain_src: list[bytes] = []  # the phrases with single spaces, for the inverse models
-        plain_tgt: list[bytes] = []
-        unk_counts: list[int] = []
-        for i, raw in enumerate(raw_lines):
-            lineno = chunk.first_line + i
-            entry = parse_raw_line(raw, lineno, num_scores)
-            if isinstance(entry, str):
-                bad.append((lineno, entry, raw))
-                continue
-            lines.append(raw)
-            rest = entry.rest.encode("utf-8")
-            cuts.append(len(raw) - len(rest))
-            tgt_tokens = entry.tgt_tokens
-            for builder in builders:
-                if builder is not None:
-                    builder.add(entry.src, tgt_tokens)
-            if None in builders:
-                plain_src.append(" ".join(split_tokens(entry.src)).encode("utf-8"))
-                plain_tgt.append(" ".join(tgt_tokens).encode("utf-8"))
-            unk_counts.append(wp_vocab.unk_count(tgt_tokens))
-        for m, builder in zip(models, builders, strict=True):
-            if builder is not None:
-                pairs.append(builder.build())
-                orders.append(None)
-            else:
-                grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, plain_src, plain_tgt)
-                pairs.append(grouped)
-                orders.append(order)
-        unk = np.asarray(unk_counts, dtype=np.int32)
-    unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
-    last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
+        lines_in = len(raw_lines)
+        lines, line_cuts, (pairs, orders, unk), bad = _parse_lines(
+            _models, raw_lines, chunk.first_line, num_scores
+        )
+        starts = np.cumsum([0] + [len(line) + 1 for line in lines], dtype=np.int64)[:-1]
+        cuts = starts + np.asarray(line_cuts, dtype=np.int64)
+        text = b"".join(line + b"\n" for line in lines)
+    unterminated = lines_in > 0 and not chunk.data.endswith(b"\n")
+    last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + lines_in - 1)
+    if last_kept and text.endswith(b"\n"):
+        text = text[:-1]  # the input's last line had no newline
+    plans = [
+        plan_chunk(p, *m.plan) if m.plan is not None and p.num_pairs else None
+        for m, p in zip(_models, pairs, strict=True)
+    ]
     return ParsedChunk(
         chunk.offset,
         len(chunk.data),
         chunk.first_line,
-        len(raw_lines),
-        lines,
+        lines_in,
+        text,
         cuts,
         pairs,
         orders,
@@ -169,35 +147,116 @@ def parse_chunk(
         bad,
         last_kept,
         hashlib.sha256(chunk.data).hexdigest() if digest else "",
+        plans if any(plan is not None for plan in plans) else [],
     )
 
 
+Encoded = tuple[list[GroupedPairs], list[np.ndarray | None], np.ndarray]  # pairs, orders, unk
+
+
+def _word_penalty_vocab(models: Sequence[ModelSides]) -> Vocab:
+    """The shortlist --word-penalty counts with (:func:`word_penalty_model`)."""
+    wp = models[word_penalty_model(models)]
+    return wp.tgt_vocab if wp.direction == FORWARD else wp.src_vocab
+
+
+def _encode_columns(
+    models: Sequence[ModelSides], src_col: Sequence[bytes], tgt_col: Sequence[bytes]
+) -> Encoded:
+    """The fast path: a chunk's plain columns encoded for every model at once."""
+    wp = word_penalty_model(models)
+    pairs: list[GroupedPairs] = []
+    orders: list[np.ndarray | None] = []
+    unk: np.ndarray | None = None
+    for i, m in enumerate(models):
+        if m.direction == FORWARD:
+            grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+            pairs.append(grouped)
+            orders.append(None)
+            if i == wp:
+                unk = tgt_unk
+        else:
+            grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+            pairs.append(grouped)
+            orders.append(order)
+    if unk is None:
+        unk = count_unknown(_word_penalty_vocab(models), tgt_col)
+    return pairs, orders, unk
+
+
+def _parse_lines(
+    models: Sequence[ModelSides],
+    raw_lines: list[bytes],
+    first_line: int,
+    num_scores: int | None,
+) -> tuple[list[bytes], list[int], Encoded, list[tuple[int, str, bytes]]]:
+    """The exact path, line by line: the good lines, their cuts, their encoding for every
+    model, and the bad lines (number, message, raw line)."""
+    wp_vocab = _word_penalty_vocab(models)
+    bad: list[tuple[int, str, bytes]] = []
+    lines, cuts = [], []
+    builders = [
+        GroupedPairsBuilder(m.src_vocab, m.tgt_vocab) if m.direction == FORWARD else None
+        for m in models
+    ]
+    plain_src: list[bytes] = []  # the phrases with single spaces, for the inverse models
+    plain_tgt: list[bytes] = []
+    unk_counts: list[int] = []
+    for i, raw in enumerate(raw_lines):
+        lineno = first_line + i
+        entry = parse_raw_line(raw, lineno, num_scores)
+        if isinstance(entry, str):
+            bad.append((lineno, entry, raw))
+            continue
+        lines.append(raw)
+        rest = entry.rest.encode("utf-8")
+        cuts.append(len(raw) - len(rest))
+        tgt_tokens = entry.tgt_tokens
+        for builder in builders:
+            if builder is not None:
+                builder.add(entry.src, tgt_tokens)
+        if None in builders:
+            plain_src.append(" ".join(split_tokens(entry.src)).encode("utf-8"))
+            plain_tgt.append(" ".join(tgt_tokens).encode("utf-8"))
+        unk_counts.append(wp_vocab.unk_count(tgt_tokens))
+    pairs: list[GroupedPairs] = []
+    orders: list[np.ndarray | None] = []
+    for m, builder in zip(models, builders, strict=True):
+        if builder is not None:
+            pairs.append(builder.build())
+            orders.append(None)
+        else:
+            grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, plain_src, plain_tgt)
+            pairs.append(grouped)
+            orders.append(order)
+    return lines, cuts, (pairs, orders, np.asarray(unk_counts, dtype=np.int32)), bad
+
+
 def format_chunk(
-    lines: list[bytes],
-    cuts: list[int],
+    text: bytes,
+    cuts: np.ndarray,
     logp: np.ndarray,
     unk: np.ndarray,
     column: str,
     word_penalty: bool,
     compresslevel: int | None,
-    last_unterminated: bool = False,
 ) -> bytes:
-    """The chunk's lines with the new column(s) in the score field; gzip member if asked.
-    ``logp`` is (N,) for one model or (N,M) for M, one column each in that order, then the word
-    penalty. With ``last_unterminated`` the last line gets no newline, as the input's last line
-    had none."""
+    """The chunk's lines (``text``, a ParsedChunk's) with the new column(s) at the end of each
+    score field (``cuts``); a gzip member if asked. ``logp`` is (N,) for one model or (N,M)
+    for M, one column each in that order, then the word penalty."""
     by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
     last = by_model.shape[1] - 1
     per_model = [
         column_texts(
-            by_model[:, k].tolist(), column, unk.tolist() if word_penalty and k == last else None
+            by_model[:, k].tolist(),
+            column,
+            unk.tolist() if word_penalty and k == last else None,
+            " " if k == 0 else "",
         )
         for k in range(last + 1)
     ]
     texts = per_model[0] if last == 0 else list(map(b" ".join, zip(*per_model, strict=True)))
-    data = insert_columns(lines, cuts, texts)
-    if last_unterminated and data:
-        data = data[:-1]
+    data = insert_at(text, cuts.tolist(), texts)
     if compresslevel is not None:
         return gzip_member(data, compresslevel)
     return data

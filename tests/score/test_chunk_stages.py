@@ -108,7 +108,7 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
     rng = np.random.default_rng(0)
     logp = -rng.exponential(8.0, len(parsed.lines))
     logp[:3] = [-1e9, 0.0, -100.0]  # the floor, a probability of 1, the floor exactly
-    data = format_chunk(parsed.lines, parsed.cuts, logp, parsed.unk, column, True, 1)
+    data = format_chunk(parsed.text, parsed.cuts, logp, parsed.unk, column, True, 1)
     expected = []
     for i, raw in enumerate(parsed.lines):
         entry = parse_raw_line(raw, i + 1, 4)
@@ -117,11 +117,33 @@ def test_format_chunk_writes_what_each_entry_writes(slice_chunk: Chunk, column: 
         texts = [value, format_score(math.exp(int(parsed.unk[i])))]
         expected.append(entry.line_with_columns(texts) + "\n")
     assert gzip.decompress(data) == "".join(expected).encode("utf-8")
-    assert format_chunk([], [], logp[:0], parsed.unk[:0], column, True, None) == b""
+    empty = np.zeros(0, dtype=np.int64)
+    assert format_chunk(b"", empty, logp[:0], parsed.unk[:0], column, True, None) == b""
     # Two models: two columns in that order, then the word penalty.
     two = np.stack([logp, logp[::-1]], axis=1)  # (N,2)
-    data = format_chunk(parsed.lines, parsed.cuts, two, parsed.unk, column, True, None)
+    data = format_chunk(parsed.text, parsed.cuts, two, parsed.unk, column, True, None)
     for i, line in enumerate(data.decode("utf-8").splitlines()):
         values = [format_prob(v) if column == "prob" else f"{v:.8g}" for v in two[i]]
         penalty = format_score(math.exp(int(parsed.unk[i])))
         assert line.split(" ||| ")[2].split(" ")[-3:] == [*values, penalty]
+
+
+def test_a_worker_plans_each_chunk_for_the_scorer(slice_chunk: Chunk) -> None:
+    """Issue 57: with ModelSides.plan a parse worker also makes the chunk's trees
+    (plan_chunk), for each model in its direction, so the main process only uploads them;
+    the scores are the same (tests/score/test_pipeline.py: 0, 1 and 2 workers, same bytes)."""
+    from rescorer.score.plan import plan_chunk
+
+    sides = list(stages._models or [])
+    try:
+        init_worker([ModelSides(m.src_vocab, m.tgt_vocab, m.direction, (300, 512)) for m in sides])
+        parsed = parse_chunk(slice_chunk, 4, "t")
+    finally:
+        init_worker(sides)
+    assert len(parsed.plans) == 2
+    for plan, pairs in zip(parsed.plans, parsed.by_model, strict=True):
+        assert plan is not None
+        again = plan_chunk(pairs, 300, 512)
+        assert len(plan.arrays) == len(again.arrays) > 0 and plan.work == again.work
+        assert all(np.array_equal(a, b) for a, b in zip(plan.arrays, again.arrays, strict=True))
+    assert parse_chunk(slice_chunk, 4, "t").plans == []  # without: the scorer plans

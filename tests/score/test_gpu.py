@@ -169,3 +169,22 @@ def test_gpu_precisions_set_tf32_as_they_say() -> None:
     fp32 = score_pairs(model, src_vocab, tgt_vocab, pairs)
     tf32 = score_pairs(model, src_vocab, tgt_vocab, pairs, precision="tf32")
     assert 0 < np.abs(tf32 - fp32).max() < 0.02
+
+
+def test_gpu_batches_sized_by_memory_score_as_the_fixed_ones() -> None:
+    """Issue 57, item 3: on a GPU the default readout block is sized by the device's memory
+    (more pairs per launch); the scores are those of the old fixed 65,536 within fp32's 1e-4,
+    and of the CPU's."""
+    from rescorer.score.config import GPU_BATCH_TOKENS, batch_tokens_for
+
+    model, pairs, src_vocab, tgt_vocab = tiny_model()
+    cpu = score_pairs(model, src_vocab, tgt_vocab, pairs)
+    cuda = torch.device("cuda")
+    memory = torch.cuda.get_device_properties(cuda).total_memory
+    sized = batch_tokens_for(None, cuda, memory, model.config.tgt_rows)
+    assert sized >= GPU_BATCH_TOKENS
+    model = model.to(cuda)
+    by_memory = score_pairs(model, src_vocab, tgt_vocab, pairs, batch_tokens=sized)
+    fixed = score_pairs(model, src_vocab, tgt_vocab, pairs, batch_tokens=GPU_BATCH_TOKENS)
+    np.testing.assert_allclose(by_memory, fixed, atol=1e-4)
+    np.testing.assert_allclose(by_memory, cpu, atol=1e-4)

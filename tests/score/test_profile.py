@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,9 +15,15 @@ from click.testing import CliRunner
 from conftest import SLICE
 
 from rescorer.cli import cli
-from rescorer.score.config import AUTO_WORKERS_MAX, ScoreConfig, input_chunks, resolve_workers
+from rescorer.score.config import (
+    AUTO_WORKERS_MAX,
+    ScoreConfig,
+    batch_tokens_for,
+    input_chunks,
+    resolve_workers,
+)
 from rescorer.score.pipeline import score_table
-from rescorer.score.profile import PHASES
+from rescorer.score.profile import PHASES, STRETCHES
 
 
 def test_profile_times_every_phase_and_changes_no_byte(
@@ -73,3 +83,55 @@ def test_workers_usage_errors(value: str) -> None:
     args = ["score", "/nonexistent/pt.gz", "-m", "/nonexistent/m", "-o", "/nonexistent/o"]
     result = CliRunner().invoke(cli, [*args, "--workers", value])
     assert result.exit_code == 2 and "--workers" in result.output
+
+
+def wall_inside_and_outside(args: list[str]) -> tuple[float, float, list[str]]:
+    """A command's wall time as it reports it and as measured around its process."""
+    began = time.time()
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    outside = time.time() - began
+    said = [line.removeprefix("rescorer score: ") for line in done.stderr.splitlines()]
+    wall = next((line for line in said if line.startswith("wall time ")), None)
+    return (float(wall.split()[2]) if wall else 0.0), outside, said
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_profile_splits_the_whole_wall_time(
+    tiny_model_dir: Path, tmp_path: Path, workers: str
+) -> None:
+    """Issue 57, item 1: --profile's stretches add up to the wall time from the process's
+    start, and that is the wall time measured outside the process but for the interpreter's
+    exit (measured here as a process that imports torch and exits: 1.3 s on a loaded 2-core
+    machine). Tolerance: that exit's cost plus 1 s plus 10%."""
+    out = tmp_path / f"o{workers}.gz"
+    args = [sys.executable, "-m", "rescorer", "score", str(SLICE), "-m", str(tiny_model_dir),
+            "-o", str(out), "--device", "cpu", "--chunk-bytes", "8192", "--workers", workers,
+            "--profile"]  # fmt: skip
+    wall, outside, said = wall_inside_and_outside(args)
+    start = said.index(next(line for line in said if line.startswith("wall time ")))
+    rows = [re.match(r"  (\S.*?) +(-?\d+\.\d+) +-?\d+\.\d+%", line) for line in said[start + 1 :]]
+    seconds = {row.group(1): float(row.group(2)) for row in rows if row}
+    assert list(seconds) == [*STRETCHES, "remainder"], said
+    assert abs(sum(v for k, v in seconds.items() if k != "remainder") - wall) <= 0.05
+    assert abs(seconds["remainder"]) <= 0.02
+    for name in ("start and imports", "first chunk"):
+        assert seconds[name] > 0, (name, said)
+    # An interpreter's exit with torch loaded, alone: the time from its last line to its end.
+    probe = [sys.executable, "-c", "import time, torch; print(time.time(), flush=True)"]
+    done = subprocess.run(probe, capture_output=True, text=True, check=True)
+    exit_cost = time.time() - float(done.stdout)
+    assert 0 < outside - wall <= exit_cost + 1.0 + 0.1 * outside, (wall, outside, exit_cost)
+
+
+def test_batch_tokens_by_device_memory() -> None:
+    """Issue 57, item 3: a GPU's default batch is sized by its memory (an eighth of it for one
+    readout block's fp32 logits), between the old 65,536 and 262,144; the CPU's stays 4096,
+    and a count given is kept."""
+    cpu, gpu = SimpleNamespace(type="cpu"), SimpleNamespace(type="cuda")
+    assert batch_tokens_for(None, cpu, None, 15000) == 4096
+    assert batch_tokens_for(100, gpu, 80 << 30, 15000) == 100
+    assert batch_tokens_for(None, gpu, 80 * 10**9, 15002) == 163840  # an H100, the paper's size
+    assert batch_tokens_for(None, gpu, 141 * 10**9, 15002) == 262144  # an H200: the most
+    assert batch_tokens_for(None, gpu, 16 * 10**9, 15002) == 65536  # a small GPU: the least
+    assert batch_tokens_for(None, gpu, None, 15002) == 65536
+    assert batch_tokens_for(None, gpu, 80 * 10**9, 15002) % 4096 == 0

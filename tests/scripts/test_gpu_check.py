@@ -85,6 +85,8 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     # workers: the 0-worker row first, at 1.00, then the 1-worker row
     zero = r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|\n"
     assert re.search(zero + r"\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M), block
+    assert "byte-identical to the 0-worker run's (cmp): True" in block  # issue 57
+    assert re.search(r"^wall time [\d.]+ s from .*\n(.*\n)*  first chunk ", block, re.M), block
     assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
     assert "outputs identical: True" in block
     # extend: random weights of the tiny size, then the golden model, each at N = 2 and 3

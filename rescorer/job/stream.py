@@ -1,0 +1,158 @@
+"""The chunk loop of a streamed job (:mod:`rescorer.job.run`): parse ahead in the workers,
+submit to the device in input order, format in the workers, write in order
+(:func:`stream_chunks`); the pool's stand-in without workers (:class:`Inline`), and the score
+count every line must have (:func:`first_num_scores`). No torch here."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from rescorer.errors import InputError
+from rescorer.io.chunks import Chunk
+from rescorer.io.inputs import iter_raw_lines, open_binary
+from rescorer.io.table import parse_raw_line
+from rescorer.job.output import Output
+from rescorer.job.shards import chain_sha256
+from rescorer.job.stats import MAX_AHEAD_BYTES, JobStats
+from rescorer.job.work import ChunkWork, JobConfig, Parsed, Phase, nothing
+
+
+def stream_chunks(
+    chunks: Iterator[Chunk],
+    pool: Any,
+    work: ChunkWork,
+    output: Output,
+    config: JobConfig,
+    num_scores: int | None,
+    gz_level: int | None,
+    name: str,
+    stats: JobStats,
+    progress: Callable[[], None],
+    phase: Phase = nothing,
+    mark: Callable[[str], None] | None = None,
+) -> None:
+    """Parse ahead in the pool, submit to the device in order (chunk k+1 before chunk k is
+    collected, with ``config.overlap``), format in the pool, write in order, record progress
+    by time; ``mark`` is told when the input's last chunk is parsed and submitted (the steady
+    state ends) and when all is written (the drain)."""
+    workers, chunk_bytes = config.workers, config.chunk_bytes
+    assert isinstance(workers, int) and chunk_bytes is not None
+    # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
+    ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
+    parsing: deque[Any] = deque()
+    working: deque[tuple[Any, Parsed]] = deque()  # submitted, not yet collected
+    formatting: deque[tuple[Any, Parsed, int]] = deque()
+    digest = config.shard is not None  # a shard's manifest vouches for its range's bytes
+
+    def submit_parse() -> None:
+        while len(parsing) < ahead:
+            with phase("read"):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            with phase("parse"):
+                args = (chunk, num_scores, name, digest)
+                parsing.append(pool.apply_async(work.parse, args))
+
+    def collect() -> None:
+        """The oldest submitted chunk's results (waiting for the device only here) go to
+        the formatter."""
+        pending, parsed = working.popleft()
+        func, args, lines_out = work.collect(pending, parsed, gz_level)
+        with phase("format"):
+            result = pool.apply_async(func, args)
+        formatting.append((result, parsed, lines_out))
+        write_ready(limit=max(1, workers))
+
+    def write_ready(limit: int) -> None:
+        while len(formatting) > limit or (formatting and formatting[0][0].ready()):
+            result, parsed, lines_out = formatting.popleft()
+            with phase("format"):
+                data = result.get()
+            with phase("write"):
+                output.write(data, [raw for _, _, raw in parsed.bad])
+            _count(stats, parsed, lines_out, name)
+            with phase("write"):  # a record only every --checkpoint-every seconds
+                output.advance(stats.next_offset, parsed.first_line + parsed.lines_in, stats)
+            progress()
+
+    submit_parse()
+    while parsing:
+        with phase("parse"):
+            parsed: Parsed = parsing.popleft().get()
+        submit_parse()
+        if parsed.bad and config.skip_bad_lines is None:
+            lineno, message, _ = parsed.bad[0]
+            raise InputError(name, lineno, message)
+        working.append((work.submit(parsed), parsed))
+        while len(working) > (1 if config.overlap else 0):
+            collect()
+    if mark is not None:
+        mark("steady state")
+    while working:
+        collect()
+    write_ready(limit=0)
+    with phase("write"):
+        output.checkpoint()  # the end: everything written is on disk before OUT is renamed
+    if mark is not None:
+        mark("drain")
+
+
+def _count(stats: JobStats, parsed: Parsed, lines_out: int, name: str) -> None:
+    """A chunk written: its lines, bad lines, where the output now ends in the input."""
+    stats.lines_in += parsed.lines_in
+    stats.lines_out += lines_out
+    stats.bad += len(parsed.bad)
+    stats.next_offset = parsed.chunk_offset + parsed.chunk_len
+    if parsed.chunk_sha256:  # shards only: their manifest vouches for the range
+        stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
+    for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
+        stats.bad_examples.append(f"{name}:{lineno}: {message}")
+
+
+def ready() -> None:
+    """A task that returns once a worker runs it (has started)."""
+
+
+class Inline:
+    """The subset of a multiprocessing Pool used here, run in the calling process."""
+
+    def apply_async(self, func: Callable[..., Any], args: tuple[Any, ...]) -> _Done:
+        return _Done(func(*args))
+
+    def close(self) -> None:
+        pass
+
+    def terminate(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+
+class _Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self) -> Any:
+        return self.value
+
+    def ready(self) -> bool:
+        return True
+
+
+def first_num_scores(path: str) -> int | None:
+    """The score count of the input's first well-formed line (what every line must match)."""
+    with open_binary(path) as stream:
+        return num_scores_of(iter_raw_lines(stream, path), 1)
+
+
+def num_scores_of(raw_lines: Iterable[bytes], first_line: int) -> int | None:
+    """The score count of the first well-formed line among ``raw_lines``."""
+    for lineno, raw in enumerate(raw_lines, start=first_line):
+        entry = parse_raw_line(raw, lineno, None) if raw.strip(b"\n") else ""
+        if not isinstance(entry, str):
+            return len(entry.scores)
+    return None
