@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
@@ -26,20 +26,10 @@ from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.locks import LockHeldError, take_pid_lock, write_pid
 from rescorer.io.outputs import fsync, open_writable, write_error
 from rescorer.job.clobber import leftovers
-from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
+from rescorer.job.record import RESUME_REFUSED as RESUME_REFUSED  # the drivers import it here
+from rescorer.job.record import Resume, record_problem, recorded_resume, tail_sha256
 from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
 from rescorer.job.stats import JobStats
-
-
-@dataclass
-class Resume:
-    """Where a run starts: the input offset and line, and what the outputs already hold."""
-
-    offset: int = 0
-    first_line: int = 1
-    out_bytes: int = 0
-    bad_bytes: int = 0
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,12 +41,6 @@ class _Point:
     out_bytes: int
     bad_bytes: int
     stats: dict[str, Any]
-
-
-# How every refusal of a --resume run ends (the record is for other input, model or options,
-# or damaged): a driver that resumes for its user (scripts/table1.py's score and extend steps)
-# recognises it and starts over with --restart.
-RESUME_REFUSED = "add --restart instead of --resume to start over"
 
 
 def partial_path(out: str) -> str:
@@ -148,52 +132,7 @@ class Output:
         if not os.path.exists(self.record):
             self._nothing_to_resume(force)
             return fresh
-        state = read_json(self.record, what="the progress record of an interrupted run")
-        again = RESUME_REFUSED
-        problem = record_problem(state)
-        if problem:
-            raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")
-        old = state["run"]
-        for key, what in (
-            ("table", "for another input table"),
-            ("input", "for other input content (the table changed since)"),
-            ("model_dir", "for another model directory"),
-            ("model", "for another model (the model directory changed since)"),
-            ("config", "with other options"),
-        ):
-            if old.get(key) != self.run_key.get(key):
-                if key == "config":
-                    what += f" ({options_differ(old.get(key), self.run_key.get(key))})"
-                raise RescorerError(f"{self.record}: was written {what}; {again}")
-        out_bytes = state["out_bytes"]
-        try:
-            size = os.path.getsize(self.partial)
-        except OSError:
-            raise RescorerError(
-                f"{self.partial}: missing, but {self.record} says {out_bytes} bytes were "
-                f"written; {again}"
-            ) from None
-        if size < out_bytes:
-            raise RescorerError(
-                f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says: "
-                f"it was cut short after the record was written (by another program, an older "
-                f"rescorer run without --resume, or a crash or power loss); {again}"
-            )
-        if tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
-            raise RescorerError(
-                f"{self.partial}: its last written bytes differ from its record; {again}"
-            )
-        if table:
-            problem = not_a_line_start(table, state["offset"], state["next_line"])
-            if problem:
-                raise RescorerError(f"{self.record}: {problem}; {again}")
-        return Resume(
-            state["offset"],
-            state["next_line"],
-            state["out_bytes"],
-            state["bad_bytes"],
-            state["stats"],
-        )
+        return recorded_resume(self.record, self.partial, self.run_key, table)
 
     def refuse_to_discard(self, restart: bool) -> None:
         """A run without --resume starts OUT.partial over: refuse while it holds an interrupted
