@@ -21,6 +21,7 @@ from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
 from rescorer.cli.common import Group, handle_sigterm
+from rescorer.io.outputs import use_checked_stdout
 
 
 @click.group(
@@ -54,4 +55,5 @@ for command in (
 def main() -> None:
     """Console entry point."""
     handle_sigterm()
+    use_checked_stdout()  # every write to stdout checked, to its last byte (io/outputs.py)
     cli(prog_name="rescorer")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
 from rescorer.errors import RescorerError
+from rescorer.io.outputs import drop_stdout, finish_stdout
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.model.config import ModelConfig
 
@@ -108,9 +109,15 @@ def user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            finish_stdout()  # the last flush, checked: a full disk is an error, not exit 0
+            return result
         except RescorerError as exc:
+            from rescorer.job.output import release_locks
+
             click.echo(f"{command_name()}: error: {exc}", err=True)
+            drop_stdout()
+            release_locks()  # a job that failed before it ran leaves no lock file
             sys.exit(1)
         except BrokenPipeError:
             # The reader of our stdout went away (``| head``): the output is incomplete, so

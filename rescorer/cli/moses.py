@@ -382,11 +382,12 @@ def score_nbest(
         raise click.BadParameter(f"{' '.join(names)}: labels must differ", param_hint="--name")
     from rescorer.constants import INVERSE
     from rescorer.device import resolve_device, resolve_precision
-    from rescorer.job.clobber import refuse_clobber
+    from rescorer.job.clobber import model_files, refuse_clobber
     from rescorer.model.checkpoint import load_model_dir
     from rescorer.moses.nbest_pairs import add_pair_feature
 
-    refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
+    read = [("n-best list", nbest), ("--input", input_path), ("--phrase-table", phrase_table)]
+    refuse_clobber(read + model_files(model_dirs), [("-o", out)])
     from rescorer.io.progress import Progress
     from rescorer.score.scorer import score_pairs
 

@@ -53,7 +53,7 @@ def extend_table(
     from rescorer.moses.filter import input_ngrams
     from rescorer.score.scorer import Scorer
 
-    job = StreamedJob("extend", table, out, config)  # its checks come before any work
+    job = StreamedJob("extend", table, out, config, model_dirs)  # its checks come before any work
     if not model_dirs:
         raise RescorerError("extend: no model given (-m)")
     lex: tuple[LexicalTable, LexicalTable] | None = None

@@ -6,7 +6,8 @@ both are. A command states what it does with one chunk (a :class:`ChunkWork`) an
 
 ``run`` then does, in this order:
 
-1. lock ``OUT.partial`` (one run per output); a re-run of a finished shard stops here;
+1. (when the job is made) lock ``OUT.partial`` and the --skip-bad-lines file (one run per
+   output); a re-run of a finished shard stops here;
 2. start at the progress record's offset (``--resume``) or at the shard's first chunk;
 3. read the decompressed table in chunks cut at source-phrase boundaries
    (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);
@@ -45,7 +46,7 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.io.table import parse_raw_line
-from rescorer.job.clobber import refuse_clobber, score_files
+from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume, finished_shard
 from rescorer.job.record import input_fingerprint, model_fingerprint
 from rescorer.job.shards import chain_sha256, complete_manifest, shard_manifest
@@ -123,17 +124,23 @@ class StreamedJob:
     model is loaded: an output that is an input, a pipe with --resume or --shard, a lexicalised
     reordering table."""
 
-    def __init__(self, command: str, table: str, out: str, config: Any) -> None:
+    def __init__(
+        self, command: str, table: str, out: str, config: Any, model_dirs: Sequence[str] = ()
+    ) -> None:
         if out == "-" and config.resume:
             raise RescorerError("--resume needs an output file, not stdout")
         self.command, self.table, self.out = command, table, out
         self.regular = table != "-" and os.path.isfile(table)  # a pipe can be read once
-        refuse_clobber([("input table", table)], score_files(out, config.skip_bad_lines))
+        writes = score_files(out, config.skip_bad_lines)
+        refuse_clobber(job_inputs(table, config, model_dirs), writes)
         if not self.regular and (config.resume or config.shard):
             raise RescorerError(
                 "--resume and --shard need a regular input file, not stdin or a pipe"
             )
         not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
+        # one run per OUT and per --skip-bad-lines file, from before any model loads to the end
+        self.output = Output(out, {}, config.skip_bad_lines, config.checkpoint_every, command)
+        self.output.lock()
 
     def run(
         self,
@@ -170,12 +177,12 @@ class StreamedJob:
             "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
         }
         manifest: dict[str, Any] | None = None
-        if shard_range is not None and config.shard is not None and out != "-":
+        if shard_range is not None and config.shard is not None and not self.output.direct:
             manifest = shard_manifest(manifest_options, config.shard, shard_range, run_key)
             if self.command != "score":  # what merge checks a part's text against
                 manifest = {"command": self.command, **manifest}
-        output = Output(out, run_key, config.skip_bad_lines, config.checkpoint_every, self.command)
-        output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
+        output = self.output  # locked since the job began
+        output.set_run(run_key)
         fresh = Resume(start, first_line)  # a shard starts at its own first chunk
         try:
             if config.resume and manifest is not None and finished_shard(output, manifest, stats):
@@ -292,7 +299,7 @@ class StreamedJob:
             interrupted = True  # keep OUT.partial and its record for --resume
             raise
         except WriteError as exc:
-            if not exc.disk_full or out == "-":
+            if not exc.disk_full or output.direct:
                 raise
             with contextlib.suppress(WriteError):  # a disk still full: the last record stands
                 output.checkpoint()

@@ -65,10 +65,10 @@ def score_table(
     from rescorer.score.scorer import Scorer
 
     threads = set_threads(choose_threads(config.threads))
-    job = StreamedJob("score", table, out, config)  # its checks come before any work
+    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
+    job = StreamedJob("score", table, out, config, model_dirs)  # its checks come before any work
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device, "score")
-    model_dirs = [model_dir] if isinstance(model_dir, str) else list(model_dir)
     if not model_dirs:
         raise RescorerError("score: no model given (-m)")
     loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
