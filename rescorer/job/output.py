@@ -97,6 +97,8 @@ class Output:
         self.bad_out: IO[bytes] | None = None
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
         self.bad_lock = skip_lock_path(skip_bad_lines) if skip_bad_lines is not None else ""
+        # /dev/null, a FIFO: written as it goes, with no lock, size or sync (0 bytes to resume)
+        self.bad_direct = skip_bad_lines is not None and writes_in_place(skip_bad_lines)
         self.bad_lock_fd = -1
         self.every = checkpoint_every
         self.command = command  # the rescorer command writing OUT, as messages name it
@@ -121,7 +123,7 @@ class Output:
             if os.path.isdir(self.out):
                 raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
             self.lock_fd = take_run_lock(self.lock_path, self.out, "writing it", self.command)
-        if self.skip_bad_lines is not None and not writes_in_place(self.skip_bad_lines):
+        if self.skip_bad_lines is not None and not self.bad_direct:
             try:
                 self.bad_lock_fd = take_run_lock(
                     self.bad_lock,
@@ -231,7 +233,9 @@ class Output:
             sink.truncate(resume.out_bytes)
             sink.seek(resume.out_bytes)
             self.sink = sink
-        if self.skip_bad_lines:
+        if self.skip_bad_lines and self.bad_direct:
+            self.bad_out = open_writable(self.skip_bad_lines)
+        elif self.skip_bad_lines:
             mode = "r+b" if resume.bad_bytes else "wb"
             bad_out = open_writable(self.skip_bad_lines, mode)
             bad_out.truncate(resume.bad_bytes)
@@ -261,7 +265,7 @@ class Output:
             offset,
             next_line,
             self.sink.tell(),
-            self.bad_out.tell() if self.bad_out is not None else 0,
+            self.bad_out.tell() if self.bad_out is not None and not self.bad_direct else 0,
             {
                 "lines_in": stats.lines_in,
                 "lines_out": stats.lines_out,
@@ -287,7 +291,7 @@ class Output:
         assert self.sink is not None
         # What the record promises reaches the disk first.
         fsync(self.sink, self.partial)
-        if self.bad_out is not None:
+        if self.bad_out is not None and not self.bad_direct:
             fsync(self.bad_out, str(self.skip_bad_lines))
         stats = dict(point.stats)
         stats["seconds"] += time.monotonic() - stats.pop("started")

@@ -204,6 +204,13 @@ def test_score_to_dev_null_leaves_it_a_device(work: Path, tmp_path: Path) -> Non
     assert sorted(os.listdir("/dev")) == before
     resumed = rescorer([*args, "--resume"])
     one_error(resumed, "/dev/null: --resume needs a regular output file")
+    # a file for the table, /dev/null for its bad lines (before: a traceback, EINVAL)
+    out = tmp_path / "out.txt"
+    args[args.index("/dev/null")] = str(out)
+    done = rescorer([*args, "--skip-bad-lines", "/dev/null", "--checkpoint-every", "0"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt", "pt.txt"]
+    assert sorted(os.listdir("/dev")) == before
 
 
 @pytest.mark.parametrize("name", ["score", "combine"])
