@@ -27,6 +27,7 @@ from rescorer.cli.common import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from rescorer.analysis.generate import Generated
     from rescorer.analysis.sides import Sides
     from rescorer.io.progress import Stages
     from rescorer.model.checkpoint import LoadedModel
@@ -242,7 +243,6 @@ def sample(
       rescorer sample rnn-model/ --input sources.txt --beam 5 -o beam.txt
     """
     from rescorer.analysis.generate import beam_search, sample_phrases
-    from rescorer.io.table import format_prob
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
@@ -281,22 +281,9 @@ def sample(
                     ignore_unk=ignore_unk,
                 )
             for src, results in zip(part, found, strict=True):
-                if fmt == "moses":
-                    for g in results:
-                        if g.finished and g.words and not g.has_unk:
-                            pair = (g.text, src) if sides.inverse else (src, g.text)
-                            yield f"{pair[0]} ||| {pair[1]} ||| {format_prob(g.logp)}"
-                        else:
-                            dropped += 1
-                    continue
-                yield src
-                for g in results[:top]:
-                    note = "" if g.finished else "   (no EOS within the length limit)"
-                    count = f"x{g.count:<3d} " if beam is None else ""
-                    text = g.text if g.words else "(empty)"
-                    yield f"  {count}{g.logp:9.3f}  {text}{note}"
-                if len(results) > top:
-                    yield f"  ... {len(results) - top} more distinct"
+                shown, left_out = _result_lines(src, results, fmt, top, beam, sides.inverse)
+                dropped += left_out
+                yield from shown
             done = start + len(part)
             progress.update(done, done / len(sources))
 
@@ -304,3 +291,36 @@ def sample(
     progress.close()
     if dropped and not quiet:
         say(f"left out {dropped:,} results that were empty, unfinished or held <unk>")
+
+
+def _result_lines(
+    src: str,
+    results: Sequence[Generated],
+    fmt: str,
+    top: int,
+    beam: int | None,
+    inverse: bool,
+) -> tuple[list[str], int]:
+    """The lines ``sample`` writes for one given phrase, and how many results they leave out:
+    moses, every finished result with words and no <unk> as a table line; text, the phrase
+    and its ``top`` results (counts when sampled)."""
+    from rescorer.io.table import format_prob
+
+    if fmt == "moses":
+        shown, dropped = [], 0
+        for g in results:
+            if g.finished and g.words and not g.has_unk:
+                pair = (g.text, src) if inverse else (src, g.text)
+                shown.append(f"{pair[0]} ||| {pair[1]} ||| {format_prob(g.logp)}")
+            else:
+                dropped += 1
+        return shown, dropped
+    shown = [src]
+    for g in results[:top]:
+        note = "" if g.finished else "   (no EOS within the length limit)"
+        count = f"x{g.count:<3d} " if beam is None else ""
+        text = g.text if g.words else "(empty)"
+        shown.append(f"  {count}{g.logp:9.3f}  {text}{note}")
+    if len(results) > top:
+        shown.append(f"  ... {len(results) - top} more distinct")
+    return shown, 0
