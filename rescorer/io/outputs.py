@@ -193,10 +193,13 @@ def writes_in_place(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is written as it is, never through a temporary file renamed over it: a
     character device (``/dev/null``, ``/dev/full``, a terminal) or a FIFO, links followed, and
     any name in /dev or /proc (``/dev/stdout``, ``/dev/fd/1``), where rescorer creates,
-    renames and removes nothing. A block device or a socket is refused."""
+    renames and removes nothing (a name there that does not exist is refused). A block device
+    or a socket is refused."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if folder in ("/dev", "/dev/fd") or folder == "/proc" or folder.startswith("/proc/"):
+        if not os.path.lexists(path):
+            raise RescorerError(f"{path}: cannot write to {folder}: no such file, and none made")
         return True
     try:
         mode = os.stat(path).st_mode

@@ -258,3 +258,17 @@ def test_merge_says_what_extend_parts_hold(work: Path, tmp_path: Path) -> None:
     said = re.search(r"([\d,]+) lines written by extend from ([\d,]+) input lines", done.stderr)
     assert said is not None, done.stderr
     assert said.group(2) == "1,414" and int(said.group(1).replace(",", "")) > 1414
+
+
+def test_a_new_name_in_dev_is_refused(work: Path) -> None:
+    """rescorer creates no file in /dev (as root it could: a regular file among the devices)."""
+    from rescorer.errors import RescorerError
+
+    name = "/dev/rescorer-test-no-such-device"
+    with pytest.raises(RescorerError):  # else the run below would make it: not run at all
+        writes_in_place(name)
+    before = sorted(os.listdir("/dev"))
+    for which in ("filter", "score"):
+        done = rescorer(command(which, work, name))
+        one_error(done, f"{name}: cannot write to /dev: no such file, and none made")
+    assert sorted(os.listdir("/dev")) == before
