@@ -123,30 +123,7 @@ def _beam_search(
         log_probs[:, eos] = torch.where(early, float("-inf"), log_probs[:, eos])
         costs = torch.tensor([h.cost for h in hyps], dtype=torch.float64, device=device)
         costs = (costs.unsqueeze(1) - log_probs).cpu()  # (R,V)
-        V = costs.shape[1]
-        chosen: list[_Hyp] = []
-        next_rows: list[int] = []
-        next_words: list[int] = []
-        by_source: dict[int, list[int]] = {}
-        for r, h in enumerate(hyps):
-            by_source.setdefault(h.source, []).append(r)
-        for b, members in by_source.items():
-            flat = costs[members].reshape(-1)  # (R_b*V,)
-            n = min(width[b], int(torch.isfinite(flat).sum()))
-            if n == 0:
-                continue
-            best = torch.topk(flat, n, largest=False, sorted=True)
-            for cost, index in zip(best.values.tolist(), best.indices.tolist(), strict=True):
-                parent = hyps[members[index // V]]
-                word = index % V
-                new = _Hyp(b, (*parent.ids, word), cost, len(chosen))
-                if word == eos:
-                    finished[b].append(new)
-                    width[b] -= 1
-                else:
-                    chosen.append(new)
-                    next_rows.append(members[index // V])
-                    next_words.append(word)
+        chosen, next_rows, next_words = _select(hyps, costs, width, finished, eos)
         if not chosen:
             break
         parent_rows = torch.tensor(next_rows, device=device)
@@ -155,20 +132,58 @@ def _beam_search(
         s = model.next_state(ctx, s.index_select(0, parent_rows), word_ids)  # (R',H)
         prev = word_ids
         hyps = chosen  # state_row i is row i of s
-    out = []
-    for b in range(len(sources)):
-        ranked = sorted(
-            finished[b],
-            key=lambda h: (h.cost / len(h.ids) if normalize else h.cost, h.ids),
+    return [_ranked(done, tgt_vocab, normalize) for done in finished]
+
+
+def _select(
+    hyps: list[_Hyp],
+    costs: Tensor,
+    width: list[int],
+    finished: list[list[_Hyp]],
+    eos: int,
+) -> tuple[list[_Hyp], list[int], list[int]]:
+    """One step of the beam: for each source, its ``width`` cheapest continuations of its
+    live ``hyps`` (``costs``: (R,V), R live hypotheses) with a finite cost. Those ending in
+    ``eos`` go to ``finished`` (the source's width shrinks by one each); the others are the
+    new live hypotheses, returned with the row of their parent and their word."""
+    V = costs.shape[1]
+    chosen: list[_Hyp] = []
+    next_rows: list[int] = []
+    next_words: list[int] = []
+    by_source: dict[int, list[int]] = {}
+    for r, h in enumerate(hyps):
+        by_source.setdefault(h.source, []).append(r)
+    for b, members in by_source.items():
+        flat = costs[members].reshape(-1)  # (R_b*V,)
+        n = min(width[b], int(torch.isfinite(flat).sum()))
+        if n == 0:
+            continue
+        best = torch.topk(flat, n, largest=False, sorted=True)
+        for cost, index in zip(best.values.tolist(), best.indices.tolist(), strict=True):
+            parent = hyps[members[index // V]]
+            word = index % V
+            new = _Hyp(b, (*parent.ids, word), cost, len(chosen))
+            if word == eos:
+                finished[b].append(new)
+                width[b] -= 1
+            else:
+                chosen.append(new)
+                next_rows.append(members[index // V])
+                next_words.append(word)
+    return chosen, next_rows, next_words
+
+
+def _ranked(finished: list[_Hyp], tgt_vocab: Vocab, normalize: bool) -> list[Generated]:
+    """A source's finished hypotheses, best first (cost per word with ``normalize``)."""
+    ranked = sorted(
+        finished,
+        key=lambda h: (h.cost / len(h.ids) if normalize else h.cost, h.ids),
+    )
+    return [
+        Generated(
+            words=tuple(tgt_vocab.decode(h.ids[:-1])),
+            logp=-h.cost,
+            has_unk=UNK_ID in h.ids,
         )
-        out.append(
-            [
-                Generated(
-                    words=tuple(tgt_vocab.decode(h.ids[:-1])),
-                    logp=-h.cost,
-                    has_unk=UNK_ID in h.ids,
-                )
-                for h in ranked
-            ]
-        )
-    return out
+        for h in ranked
+    ]

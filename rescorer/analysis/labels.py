@@ -106,52 +106,74 @@ def place_labels(
         probe.remove()
         pad = PAD + (4.0 if kw.get("bbox") else 0.0)  # a drawn box reaches beyond the text
         w, h = extent.width + 2 * pad, extent.height + 2 * pad
-        corners = _candidates(w, h, rings) + np.array([px, py])  # (K, 2)
-        x0, y0 = corners[:, 0], corners[:, 1]
-        x1, y1 = x0 + w, y0 + h
-        inside = (x0 >= frame.x0) & (x1 <= frame.x1) & (y0 >= frame.y0) & (y1 <= frame.y1)
-        clash = (
-            (x0[:, None] < boxes[None, :, 2])
-            & (x1[:, None] > boxes[None, :, 0])
-            & (y0[:, None] < boxes[None, :, 3])
-            & (y1[:, None] > boxes[None, :, 1])
-        ).any(axis=1)
-        # A leader line (from the label's centre to its point, beyond the eight places beside
-        # it) crossing another label would make it unclear which point a label names: neither
-        # this label's leader may cross a label placed before, nor this label a leader drawn
-        # before (checked exactly, not at sample points along the line).
-        point = np.array([[px, py]])
-        centres = corners + np.array([w / 2, h / 2])  # (K, 2)
-        crossed = segments_cross_boxes(np.repeat(point, len(corners), axis=0), centres, boxes)
-        crossed[:8] = False  # beside the point: no leader line
-        cand = np.stack([x0, y0, x1, y1], axis=1)  # (K, 4)
-        if leaders:
-            ends = np.array(leaders)  # (L, 4): point, then label centre
-            on = boxes_cross_segments(cand, ends[:, :2], ends[:, 2:])
-            crossed |= on
-        free = np.flatnonzero(inside & ~clash & ~crossed)
-        if len(free) == 0:
+        found = _first_free(px, py, w, h, rings, frame, boxes, leaders)
+        if found is None:
             continue
-        k = int(free[0])
-        moved = k >= 8  # beyond the eight places beside the point: a leader line to it
+        x0, y0, centre, moved = found
         leader = {"arrowstyle": "-", "color": "0.45", "lw": 0.5, "shrinkA": 0, "shrinkB": 2}
         ax.annotate(
             texts[i],
             xy[i],
-            xytext=((x0[k] + pad - px) * to_points, (y0[k] + pad - py) * to_points),
+            xytext=((x0 + pad - px) * to_points, (y0 + pad - py) * to_points),
             textcoords="offset points",
             ha="left",
             va="bottom",
             arrowprops=leader if moved else None,
             **kw,
         )
-        box = (float(x0[k]), float(y0[k]), float(x1[k]), float(y1[k]))
+        box = (x0, y0, x0 + w, y0 + h)
         dot = (px - DOT, py - DOT, px + DOT, py + DOT)
         boxes = np.vstack([boxes, box, dot])
         if moved:
-            leaders.append((px, py, float(centres[k, 0]), float(centres[k, 1])))
+            leaders.append((px, py, *centre))
         placed.append(Placed(int(i), box, moved))
     return placed
+
+
+def _first_free(
+    px: float,
+    py: float,
+    w: float,
+    h: float,
+    rings: int,
+    frame: Any,
+    boxes: np.ndarray,
+    leaders: list[tuple[float, float, float, float]],
+) -> tuple[float, float, tuple[float, float], bool] | None:
+    """The first of the places around point (px, py) (pixels) for a label ``w`` x ``h``
+    pixels that is inside ``frame``, over none of ``boxes`` (M, 4), whose leader line crosses
+    none of them and which no leader drawn before (``leaders``) crosses: its lower-left corner,
+    its centre and whether it is beyond the eight places beside the point (a leader line to
+    it); None if there is none."""
+    corners = _candidates(w, h, rings) + np.array([px, py])  # (K, 2)
+    x0, y0 = corners[:, 0], corners[:, 1]
+    x1, y1 = x0 + w, y0 + h
+    inside = (x0 >= frame.x0) & (x1 <= frame.x1) & (y0 >= frame.y0) & (y1 <= frame.y1)
+    clash = (
+        (x0[:, None] < boxes[None, :, 2])
+        & (x1[:, None] > boxes[None, :, 0])
+        & (y0[:, None] < boxes[None, :, 3])
+        & (y1[:, None] > boxes[None, :, 1])
+    ).any(axis=1)
+    # A leader line (from the label's centre to its point, beyond the eight places beside
+    # it) crossing another label would make it unclear which point a label names: neither
+    # this label's leader may cross a label placed before, nor this label a leader drawn
+    # before (checked exactly, not at sample points along the line).
+    point = np.array([[px, py]])
+    centres = corners + np.array([w / 2, h / 2])  # (K, 2)
+    crossed = segments_cross_boxes(np.repeat(point, len(corners), axis=0), centres, boxes)
+    crossed[:8] = False  # beside the point: no leader line
+    cand = np.stack([x0, y0, x1, y1], axis=1)  # (K, 4)
+    if leaders:
+        ends = np.array(leaders)  # (L, 4): point, then label centre
+        on = boxes_cross_segments(cand, ends[:, :2], ends[:, 2:])
+        crossed |= on
+    free = np.flatnonzero(inside & ~clash & ~crossed)
+    if len(free) == 0:
+        return None
+    k = int(free[0])
+    centre = (float(centres[k, 0]), float(centres[k, 1]))
+    return float(x0[k]), float(y0[k]), centre, k >= 8
 
 
 def segments_cross_boxes(starts: np.ndarray, ends: np.ndarray, boxes: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The ``rescorer`` command line: a thin click layer over the library.
 
 One file per command family (train.py, score.py, extend.py, moses.py, moses_ini.py, analysis.py
-for sample and compare, plot.py); common.py holds what they share.
+for sample, compare.py, plot.py); common.py holds what they share.
 
 Each command parses its flags, builds a config, calls one library function and turns
 ``RescorerError`` into one line on stderr with exit code 1 (click's usage errors exit with 2).
@@ -15,6 +15,7 @@ import click
 
 from rescorer import __version__
 from rescorer.cli import analysis as analysis_commands
+from rescorer.cli import compare as compare_commands
 from rescorer.cli import extend as extend_commands
 from rescorer.cli import moses as moses_commands
 from rescorer.cli import moses_ini as moses_ini_command
@@ -22,6 +23,7 @@ from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
 from rescorer.cli.common import Group, handle_sigterm
+from rescorer.io.outputs import use_checked_stdout
 
 
 @click.group(
@@ -46,7 +48,7 @@ for command in (
     moses_commands.rerank,
     moses_commands.score_nbest,
     analysis_commands.sample,
-    analysis_commands.compare,
+    compare_commands.compare,
     plot_commands.plot,
 ):
     cli.add_command(command)
@@ -55,4 +57,5 @@ for command in (
 def main() -> None:
     """Console entry point."""
     handle_sigterm()
+    use_checked_stdout()  # every write to stdout checked, to its last byte (io/outputs.py)
     cli(prog_name="rescorer")

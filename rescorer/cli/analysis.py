@@ -1,5 +1,5 @@
-"""``rescorer sample`` and ``compare``: the paper's analyses (docs/analyses.md), and what they
-share with ``plot`` (cli/plot.py).
+"""``rescorer sample``: the paper's Table 3 (docs/analyses.md), and what it shares with
+``compare`` (cli/compare.py) and ``plot`` (cli/plot.py).
 
 They run in fp32 (their figures are about the model, not about speed) on ``--device``, on the
 side of the table the model reads (its direction, :mod:`rescorer.analysis.sides`).
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from rescorer.cli.common import (
     command_name,
     device_option,
-    model_option,
     progress_option,
     quiet_option,
     say,
@@ -28,11 +27,21 @@ from rescorer.cli.common import (
 if TYPE_CHECKING:
     import numpy as np
 
+    from rescorer.analysis.generate import Generated
     from rescorer.analysis.sides import Sides
     from rescorer.io.progress import Stages
     from rescorer.model.checkpoint import LoadedModel
 
 seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
+column_option = click.option(
+    "--table-column",
+    "--direct-column",
+    "column",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The table's score column compared with the RNN, from 0 (default: Moses' p(e|f), 2,"
+    " for a forward model; its p(f|e), 0, for an inverse one).",
+)
 
 
 def load_for_analysis(
@@ -100,7 +109,7 @@ def _phrases(phrases: Sequence[str], input_path: str | None, side: str = "source
     return found
 
 
-def _echo_lines(out: str, lines: Iterator[str]) -> None:
+def echo_lines(out: str, lines: Iterator[str]) -> None:
     from rescorer.io.outputs import open_output
 
     if out == "-":
@@ -234,7 +243,6 @@ def sample(
       rescorer sample rnn-model/ --input sources.txt --beam 5 -o beam.txt
     """
     from rescorer.analysis.generate import beam_search, sample_phrases
-    from rescorer.io.table import format_prob
 
     if beam is None and (normalize or ignore_unk):
         raise click.UsageError("--normalize and --ignore-unk go with --beam")
@@ -273,167 +281,46 @@ def sample(
                     ignore_unk=ignore_unk,
                 )
             for src, results in zip(part, found, strict=True):
-                if fmt == "moses":
-                    for g in results:
-                        if g.finished and g.words and not g.has_unk:
-                            pair = (g.text, src) if sides.inverse else (src, g.text)
-                            yield f"{pair[0]} ||| {pair[1]} ||| {format_prob(g.logp)}"
-                        else:
-                            dropped += 1
-                    continue
-                yield src
-                for g in results[:top]:
-                    note = "" if g.finished else "   (no EOS within the length limit)"
-                    count = f"x{g.count:<3d} " if beam is None else ""
-                    text = g.text if g.words else "(empty)"
-                    yield f"  {count}{g.logp:9.3f}  {text}{note}"
-                if len(results) > top:
-                    yield f"  ... {len(results) - top} more distinct"
+                shown, left_out = _result_lines(src, results, fmt, top, beam, sides.inverse)
+                dropped += left_out
+                yield from shown
             done = start + len(part)
             progress.update(done, done / len(sources))
 
-    _echo_lines(out, lines())
+    echo_lines(out, lines())
     progress.close()
     if dropped and not quiet:
         say(f"left out {dropped:,} results that were empty, unfinished or held <unk>")
 
 
-# --------------------------------------------------------------------------------- compare
-column_option = click.option(
-    "--table-column",
-    "--direct-column",
-    "column",
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="The table's score column compared with the RNN, from 0 (default: Moses' p(e|f), 2,"
-    " for a forward model; its p(f|e), 0, for an inverse one).",
-)
-
-
-@click.command()
-@click.argument("table")
-@click.argument("phrases", nargs=-1)
-@model_option
-@click.option(
-    "--frequent",
-    default=5,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Random frequent long phrases compared (without PHRASES).",
-)
-@click.option(
-    "--rare",
-    default=5,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Random rare long phrases compared (without PHRASES).",
-)
-@click.option(
-    "--band",
-    default=0.1,
-    show_default=True,
-    type=click.FloatRange(0, 1, min_open=True),
-    help="Frequent/rare: the top/bottom share of long phrases by the table's count of them.",
-)
-@click.option(
-    "--min-words",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="A long phrase has at least this many words.",
-)
-@click.option(
-    "--min-candidates",
-    "--min-targets",
-    "min_candidates",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Random phrases are paired with at least this many phrases in TABLE.",
-)
-@click.option(
-    "--summary-phrases",
-    "--summary-sources",
-    "summary_phrases",
-    default=1000,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Random long phrases the length summary is measured on (0: none).",
-)
-@column_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "markdown"]),
-    default="text",
-    show_default=True,
-    help="markdown: one table row per given phrase, as in docs/analyses.md.",
-)
-@click.option("-o", "--output", "out", required=True, help="Output file (.gz: gzip; - stdout).")
-@seed_option
-@device_option
-@threads_option
-@progress_option
-@quiet_option
-@user_errors
-def compare(
-    table: str,
-    phrases: tuple[str, ...],
-    model_dir: str,
-    frequent: int,
-    rare: int,
-    band: float,
-    min_words: int,
-    min_candidates: int,
-    summary_phrases: int,
-    column: int | None,
+def _result_lines(
+    src: str,
+    results: Sequence[Generated],
     fmt: str,
-    out: str,
-    seed: int,
-    device: str,
-    threads: int | None,
-    progress_every: float,
-    quiet: bool,
-) -> None:
-    """The top-3 targets of source phrases by the table's p(e|f) and by the RNN (Table 2).
+    top: int,
+    beam: int | None,
+    inverse: bool,
+) -> tuple[list[str], int]:
+    """The lines ``sample`` writes for one given phrase, and how many results they leave out:
+    moses, every finished result with words and no <unk> as a table line; text, the phrase
+    and its ``top`` results (counts when sampled)."""
+    from rescorer.io.table import format_prob
 
-    PHRASES, or a seeded random choice of long frequent and rare source phrases; then the mean
-    target length of each side's top choice over --summary-phrases random long sources. An
-    inverse model (train --direction inverse) reads target phrases: it ranks the sources of
-    target PHRASES by the table's p(f|e) and by the RNN.
-
-    \b
-    Example:
-      rescorer compare model/phrase-table.gz -m rnn-model/ --format markdown -o table2.md
-      rescorer compare model/phrase-table.gz "n&apos; est pas" -m inverse-model/ -o -
-    """
-    from rescorer.analysis.compare import compare_table, format_markdown, format_text
-
-    loaded, sides, announce = load_for_analysis(model_dir, device, threads, quiet)
-    tell_direction(sides, quiet)
-    stages = analysis_stages(quiet, progress_every)
-
-    def score(pairs: list[tuple[str, str]]) -> Any:
-        announce()
-        return score_in_parts(loaded, pairs, stages)
-
-    rows, summary = compare_table(
-        table,
-        score,
-        phrases=phrases,
-        frequent=frequent,
-        rare=rare,
-        band=band,
-        min_words=min_words,
-        min_candidates=min_candidates,
-        summary_phrases=summary_phrases,
-        seed=seed,
-        column=column,
-        stages=stages,
-        sides=sides,
-    )
-    fmt_rows = format_markdown if fmt == "markdown" else format_text
-    lines = fmt_rows(rows, sides=sides)
-    if summary is not None:
-        lines += ["", *summary.lines()]
-    _echo_lines(out, iter(lines))
+    if fmt == "moses":
+        shown, dropped = [], 0
+        for g in results:
+            if g.finished and g.words and not g.has_unk:
+                pair = (g.text, src) if inverse else (src, g.text)
+                shown.append(f"{pair[0]} ||| {pair[1]} ||| {format_prob(g.logp)}")
+            else:
+                dropped += 1
+        return shown, dropped
+    shown = [src]
+    for g in results[:top]:
+        note = "" if g.finished else "   (no EOS within the length limit)"
+        count = f"x{g.count:<3d} " if beam is None else ""
+        text = g.text if g.words else "(empty)"
+        shown.append(f"  {count}{g.logp:9.3f}  {text}{note}")
+    if len(results) > top:
+        shown.append(f"  ... {len(results) - top} more distinct")
+    return shown, 0

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU, refused_thread
 from rescorer.errors import RescorerError
+from rescorer.io.outputs import drop_stdout, finish_stdout
 from rescorer.io.progress import DEFAULT_EVERY
 from rescorer.model.config import ModelConfig
 
@@ -112,9 +113,15 @@ def user_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+            finish_stdout()  # the last flush, checked: a full disk is an error, not exit 0
+            return result
         except RescorerError as exc:
+            from rescorer.job.output import release_locks
+
             click.echo(f"{command_name()}: error: {exc}", err=True)
+            drop_stdout()
+            release_locks()  # a job that failed before it ran leaves no lock file
             sys.exit(1)
         except RuntimeError as exc:  # Python's own for a thread the system refused
             if (refused := refused_thread(exc)) is None:

@@ -266,10 +266,11 @@ def score_nbest(
     """
     names = feature_labels(names, model_dirs)
     from rescorer.device import resolve_device, resolve_precision
-    from rescorer.job.clobber import refuse_clobber
+    from rescorer.job.clobber import model_files, refuse_clobber
     from rescorer.moses.nbest_pairs import add_pair_feature
 
-    refuse_clobber([("n-best list", nbest), ("--input", input_path)], [("-o", out)])
+    read = [("n-best list", nbest), ("--input", input_path), ("--phrase-table", phrase_table)]
+    refuse_clobber(read + model_files(model_dirs), [("-o", out)])
     from rescorer.io.progress import Progress
 
     chosen = use_threads(threads)

@@ -244,7 +244,7 @@ def _report(
 
 @click.command()
 @click.argument("parts", nargs=-1, metavar="PART...")
-@click.option("-o", "--output", "out", help="The merged table (.gz for gzip parts).")
+@click.option("-o", "--output", "out", help="The merged table (.gz for gzip parts; - stdout).")
 @click.option(
     "--manifest-glob",
     metavar="PATTERN",
@@ -288,9 +288,8 @@ def merge(parts: tuple[str, ...], out: str | None, manifest_glob: str | None, qu
     if not quiet:
         rate = stats.bytes / max(stats.seconds, 1e-9) / 1e9
         click.echo(
-            f"rescorer merge: merged {stats.shards:,} shards into {out}: {stats.lines_out:,} of "
-            f"{stats.lines_in:,} "
-            f"lines ({stats.bad:,} bad), {stats.bytes:,} bytes in {stats.seconds:.1f} s "
+            f"rescorer merge: merged {stats.shards:,} shards into {out}: {stats.lines()}, "
+            f"{stats.bytes:,} bytes in {stats.seconds:.1f} s "
             f"({rate:.2f} GB/s); scored on {', '.join(stats.devices)}",
             err=True,
         )

@@ -8,12 +8,11 @@ from typing import Any
 
 from rescorer.experiments.models import model_size
 from rescorer.experiments.new_pairs import EXAMPLES
-from rescorer.experiments.power import (
-    compared,
-    component,
-    detectable_gains,
-    interval_with_spread,
-    one_weight_vector,
+from rescorer.experiments.report_notes import (
+    collapsed_replicas,
+    detectable,
+    fewer_pairs,
+    had_the_baseline_varied,
 )
 from rescorer.experiments.significance import format_p
 
@@ -177,110 +176,6 @@ def _groups_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _collapsed_replicas(results: dict[str, Any]) -> list[str]:
-    """A sentence on every system whose tuning runs reached fewer distinct weight vectors than
-    it has runs (older results.json files do not count them: nothing is said)."""
-    found = [s for s in results["systems"] if s.get("distinct_weights", s["runs"]) < s["runs"]]
-    if not found:
-        return []
-    listed = "; ".join(
-        f"({s['letter']}) {s['name']}: {s['runs']} runs, {s['distinct_weights']} distinct"
-        for s in found
-    )
-    one = [f"({s['letter']})" for s in found if s["distinct_weights"] == 1]
-    some = [f"({s['letter']})" for s in found if s["distinct_weights"] > 1]
-    said = [
-        "",
-        f"Tuning runs that reached the same weights (whatever their seeds): {listed}. Identical "
-        "replicas add no tuner spread.",
-    ]
-    if one:
-        said[-1] += (
-            f" {_and(one)} reached one weight vector: in {'its' if len(one) == 1 else 'their'}"
-            " comparisons the interval and p take no tuner spread from "
-            f"{'it' if len(one) == 1 else 'them'}, only the other system's and the test "
-            "sentences' sampling error."
-        )
-    if some:
-        said[-1] += (
-            f" For {_and(some)} the spread between runs rests on fewer weight vectors than runs."
-        )
-    return said
-
-
-def _had_the_baseline_varied(results: dict[str, Any]) -> list[str]:
-    """Where a baseline's runs all reached one weight vector (sd_a = 0, which says that MERT
-    started where it had converged, not that the tuner does not vary): each comparison with it
-    again, as if the baseline's runs spread as the system's do (sd_a = sd_b)."""
-    found = []
-    for s, base in compared(results):
-        if not one_weight_vector(base) or not s.get("test_sd"):
-            continue
-        c = component(s, base, ref_words=0)
-        low, high = interval_with_spread(c, s["test_vs_baseline"]["delta"], c.sd_system)
-        found.append(
-            f"({s['letter']}) {s['name']} [{low:+.2f}, {high:+.2f}] "
-            f"(sd_a = sd_b = {c.sd_system:.2f})"
-        )
-    if not found:
-        return []
-    return [
-        "",
-        "Had the baseline's runs varied as each system's do (its own reached one weight vector), "
-        "the 95% intervals would be: " + "; ".join(found) + ".",
-    ]
-
-
-def _fewer_pairs(results: dict[str, Any]) -> list[str]:
-    """A sentence on every test whose p's paired fewer runs than one of its systems has: both
-    randomisation tests take the first min(K_a, K_b) runs of each (Δ and the interval all)."""
-    found = []
-    for s, base in compared(results):
-        test = s["test_vs_baseline"]
-        if test["pairs"] < max(s["runs"], base["runs"]):
-            found.append(
-                f"({s['letter']}) {s['name']}: {test['pairs']} pairs of its {s['runs']} runs "
-                f"and ({base['letter']})'s {base['runs']}"
-            )
-    if not found:
-        return []
-    return [
-        "",
-        "The p's pair the first min(K) runs of the two systems, Δ and the interval every run: "
-        + "; ".join(found)
-        + ".",
-    ]
-
-
-def _detectable(results: dict[str, Any]) -> list[str]:
-    """What each test against a baseline could see: the smallest true gain its interval would
-    find above 0 in 80% of such experiments (power.detectable_gain), from the comparison's
-    own sampling variance and spreads; nothing where no system was compared."""
-    gains = detectable_gains(results)
-    found = []
-    for s in results["systems"]:
-        if s["system"] in gains:
-            gain, c = gains[s["system"]]
-            mark = " (one run: no spread)" if c.single_run else ""
-            found.append(f"({s['letter']}) {s['name']} +{gain:.2f}{mark}")
-    if not found:
-        return []
-    return [
-        "",
-        "What each test could see: the smallest true gain that its 95% interval would find "
-        "above 0 in 80% of experiments like this one, from the comparison's own sampling "
-        "variance over test sentences and its runs' spreads ((t(df) + z(0.8)) * "
-        "sqrt(v_s + sd_a^2/K_a + sd_b^2/K_b); rescorer/experiments/power.py): "
-        + "; ".join(found)
-        + ". A gain this large or larger would most likely have been seen; runs that "
-        "reached one weight vector make it too small.",
-    ]
-
-
-def _and(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
-
-
 def _versus_cells(sig: dict[str, Any] | None) -> list[str]:
     """Δ, its interval, Δ pooled and MultEval's p of a test against a baseline."""
     if sig is None:
@@ -320,7 +215,22 @@ def results_markdown(results: dict[str, Any]) -> str:
     ]
     if results.get("curve"):
         lines += ["", f"![test BLEU gain against training hours]({results['curve']})"]
-    lines += [
+    lines += _systems_table(results)
+    lines += collapsed_replicas(results)
+    lines += had_the_baseline_varied(results)
+    lines += fewer_pairs(results)
+    lines += detectable(results)
+    lines += _groups_table(results)
+    lines += _extended_tables(results)
+    lines += _weights_table(results)
+    lines += _dev_split_table(results)
+    lines += _runs_table(results)
+    return "\n".join(lines) + "\n"
+
+
+def _systems_table(results: dict[str, Any]) -> list[str]:
+    """The systems: BLEU, Δ against the baseline, its interval and p's, the new weights."""
+    lines = [
         "",
         "| system | K | table lines | dev BLEU | test BLEU | Δ test | 95% interval | Δ pooled "
         "| p (test) | p (test, shared coin, ours) | Δ dev | p (dev) | RNN weight "
@@ -340,34 +250,39 @@ def results_markdown(results: dict[str, Any]) -> str:
             p_cell(dev), *(fmt_cell(weights.get(c), ".4f") for c in COLUMNS),
         ]  # fmt: skip
         lines.append(md_row(cells))
-    lines += _collapsed_replicas(results)
-    lines += _had_the_baseline_varied(results)
-    lines += _fewer_pairs(results)
-    lines += _detectable(results)
-    lines += _groups_table(results)
-    lines += _extended_tables(results)
-    lines += _weights_table(results)
-    if "dev_rest_mean" in results["systems"][0]:
-        n = sents["tune"]
-        lines += [
-            "",
-            f"Dev split: the {n} sentences tuned on, and the other {sents['dev'] - n} (which "
-            "the baseline's starting weights may have been tuned on):",
-            "",
-            f"| system | dev 1-{n} | Δ | p | dev {n + 1}-{sents['dev']} | Δ | p |",
-            "|---|---:|---:|---:|---:|---:|---:|",
-        ]
-        for s in results["systems"]:
-            cells = [f"({s['letter']}) {s['name']}"]
-            for part in ("dev_tuned", "dev_rest"):
-                sig = s.get(f"{part}_vs_baseline")
-                cells += [
-                    f"{fmt_cell(s[f'{part}_mean'])} ± {fmt_cell(s[f'{part}_sd'])}",
-                    fmt_cell(sig["delta"], "+.2f") if sig else "–",
-                    p_cell(sig),
-                ]
-            lines.append(md_row(cells))
-    lines += [
+    return lines
+
+
+def _dev_split_table(results: dict[str, Any]) -> list[str]:
+    """The dev sentences tuned on against the others, where results.json splits them."""
+    if "dev_rest_mean" not in results["systems"][0]:
+        return []
+    sents = results["sentences"]
+    n = sents["tune"]
+    lines = [
+        "",
+        f"Dev split: the {n} sentences tuned on, and the other {sents['dev'] - n} (which "
+        "the baseline's starting weights may have been tuned on):",
+        "",
+        f"| system | dev 1-{n} | Δ | p | dev {n + 1}-{sents['dev']} | Δ | p |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in results["systems"]:
+        cells = [f"({s['letter']}) {s['name']}"]
+        for part in ("dev_tuned", "dev_rest"):
+            sig = s.get(f"{part}_vs_baseline")
+            cells += [
+                f"{fmt_cell(s[f'{part}_mean'])} ± {fmt_cell(s[f'{part}_sd'])}",
+                fmt_cell(sig["delta"], "+.2f") if sig else "–",
+                p_cell(sig),
+            ]
+        lines.append(md_row(cells))
+    return lines
+
+
+def _runs_table(results: dict[str, Any]) -> list[str]:
+    """Every tuning run, and the note on runs continued after a kill."""
+    lines = [
         "",
         "| system | run | seed | iterations | dev BLEU | test BLEU | dev multi-bleu | test "
         "multi-bleu | RNN weight | RNN inverse weight | WP weight | table lines | tune s "
@@ -396,4 +311,4 @@ def results_markdown(results: dict[str, Any]) -> str:
             "iteration a kill cut short is not counted, nor that of a run killed in its first "
             "iteration, which starts over.",
         ]
-    return "\n".join(lines) + "\n"
+    return lines

@@ -63,57 +63,57 @@ def extend_table(
     from rescorer.score.scorer import Scorer
 
     threads = set_threads(choose_threads(config.threads))
-    job = StreamedJob("extend", table, out, config)  # its checks come before any work
-    if not model_dirs:
-        raise RescorerError("extend: no model given (-m)")
-    num_scores = fill_up_score_count(table, job.regular) if config.form == FILL_UP else None
-    config = replace(config, side_inputs=side_input_digests(config))
-    if config.resume:
-        refuse_changed_side_inputs(out, config.side_inputs)
-    lex: tuple[LexicalTable, LexicalTable] | None = None
-    if config.lex_f2e is not None and config.lex_e2f is not None:
-        lex = (read_lex(config.lex_f2e), read_lex(config.lex_e2f))
-    wanted = frozenset(input_ngrams(config.input)) if config.input is not None else None
-    device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device, "score")
-    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
-    if loaded[0].direction != FORWARD:
-        raise RescorerError(
-            f"{model_dirs[0]}: an inverse model; the first -m generates the targets, so it must "
-            "be a forward one (train without --direction inverse)"
-        )
-    layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
-    batch_tokens = 4096 if device.type == "cpu" else 65536
-    chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
-    chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
-    workers = resolve_workers(config.workers, device, chunks)
-    if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
-        config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
-    stats = ExtendStats(device=str(device), precision=precision)
-    batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
-    models = [
-        _Model(
-            m.model,
-            m.src_vocab,
-            m.tgt_vocab,
-            m.direction,
-            Scorer(m.model, precision, batch_tokens),
-            f,
-        )
-        for m, f in zip(loaded, model_dirs, strict=True)
-    ]
-    work = Extending(models, layout, lex, config, stats, wanted, batch, display_name(table))
-    # said when the input opens: how the run computes, and whether its models learned
-    opening = [f"rescorer extend: {device}, {precision}, {threads.describe()}"]
-    for k, (m, folder) in enumerate(zip(loaded, model_dirs, strict=True)):
-        warning = unlearned(m.provenance, folder, generates=k == 0)
-        if warning and config.quiet:  # a warning, said even with -q (as score says it)
-            print(f"rescorer extend: {warning}", file=sys.stderr)
-        elif warning:
-            opening.append(f"rescorer extend: {warning}")
-    options = _manifest_options(config, precision, device.type, out.endswith(".gz"))
-    job.run(work, config, stats, model_dirs, options, device, opening=opening)
-    return stats
+    with StreamedJob("extend", table, out, config, model_dirs) as job:  # checks first
+        if not model_dirs:
+            raise RescorerError("extend: no model given (-m)")
+        num_scores = fill_up_score_count(table, job.regular) if config.form == FILL_UP else None
+        config = replace(config, side_inputs=side_input_digests(config))
+        if config.resume:
+            refuse_changed_side_inputs(out, config.side_inputs)
+        lex: tuple[LexicalTable, LexicalTable] | None = None
+        if config.lex_f2e is not None and config.lex_e2f is not None:
+            lex = (read_lex(config.lex_f2e), read_lex(config.lex_e2f))
+        wanted = frozenset(input_ngrams(config.input)) if config.input is not None else None
+        device = resolve_device(config.device)
+        precision = resolve_precision(config.precision, device, "score")
+        loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+        if loaded[0].direction != FORWARD:
+            raise RescorerError(
+                f"{model_dirs[0]}: an inverse model; the first -m generates the targets, so it "
+                "must be a forward one (train without --direction inverse)"
+            )
+        layout = layout_for(num_scores, len(loaded), config.form == FILL_UP, lex is not None)
+        batch_tokens = 4096 if device.type == "cpu" else 65536
+        chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+        chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
+        workers = resolve_workers(config.workers, device, chunks)
+        if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
+            config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
+        stats = ExtendStats(device=str(device), precision=precision)
+        batch = config.batch_sources or (256 if device.type == "cpu" else 4096)
+        models = [
+            _Model(
+                m.model,
+                m.src_vocab,
+                m.tgt_vocab,
+                m.direction,
+                Scorer(m.model, precision, batch_tokens),
+                f,
+            )
+            for m, f in zip(loaded, model_dirs, strict=True)
+        ]
+        work = Extending(models, layout, lex, config, stats, wanted, batch, display_name(table))
+        # said when the input opens: how the run computes, and whether its models learned
+        opening = [f"rescorer extend: {device}, {precision}, {threads.describe()}"]
+        for k, (m, folder) in enumerate(zip(loaded, model_dirs, strict=True)):
+            warning = unlearned(m.provenance, folder, generates=k == 0)
+            if warning and config.quiet:  # a warning, said even with -q (as score says it)
+                print(f"rescorer extend: {warning}", file=sys.stderr)
+            elif warning:
+                opening.append(f"rescorer extend: {warning}")
+        options = _manifest_options(config, precision, device.type, out.endswith(".gz"))
+        job.run(work, config, stats, model_dirs, options, device, opening=opening)
+        return stats
 
 
 def _manifest_options(

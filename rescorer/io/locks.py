@@ -1,11 +1,16 @@
 """An exclusive lock held by a process for as long as it lives: an flock on a named file with
-the holder's pid in it. ``score``/``extend`` hold one beside OUT, the Table 1 and baseline
-drivers one in their work folder; each says in its own words who holds it. No torch here."""
+the holder's pid in it. ``score``/``extend`` hold one beside OUT and one beside the
+--skip-bad-lines file (:func:`take_run_lock`), the Table 1 and baseline drivers one in their
+work folder; each says in its own words who holds it. No torch here."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+
+from rescorer.errors import RescorerError
+from rescorer.io.outputs import write_error
 
 
 class LockHeldError(Exception):
@@ -48,3 +53,27 @@ def write_pid(fd: int) -> None:
     """Our pid, alone, in the lock file ``fd`` (an OSError on a full disk)."""
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+
+
+def take_run_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
+    """The lock of a ``rescorer`` run on what it writes (``score``/``extend``: OUT, the
+    --skip-bad-lines file): :func:`take_pid_lock` on ``lock_path`` with our pid written in it,
+    or a RescorerError naming ``owner`` and the pid of the run that holds it, which is
+    ``doing`` something there."""
+    try:
+        fd = take_pid_lock(lock_path)
+    except LockHeldError as held:
+        raise RescorerError(
+            f"{owner}: another rescorer {command} (pid {held.holder}) is {doing}; wait for it "
+            "to end or write elsewhere"
+        ) from None
+    except OSError as exc:
+        raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
+    try:
+        write_pid(fd)
+    except OSError as exc:  # a full disk
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_path)
+        raise write_error(lock_path, exc, None) from exc
+    return fd

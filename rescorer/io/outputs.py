@@ -3,9 +3,14 @@
 Every file rescorer writes appears under its final name only when complete
 (:func:`atomic_path`: a temporary file in the same folder, renamed over the name, with the mode
 a plain ``open`` would give), and a failed write (a full disk, a quota) is a WriteError naming
-the file and the bytes on disk (:func:`open_writable`). Table output is gzip when the name ends
-in ``.gz`` (level 1, no timestamp, no embedded name: the same input gives the same bytes), ``-``
-for stdout; :func:`gzip_member` makes the members of scored tables. This module owns the
+the file and the bytes on disk (:func:`open_writable`). A character device (``/dev/null``) or
+a FIFO is written in place, never replaced, with nothing created beside it
+(:func:`writes_in_place`). Table output is gzip when the name ends in ``.gz`` (level 1, no
+timestamp, no embedded name: the same input gives the same bytes), ``-`` for stdout, whose
+every write is checked to its last byte (:func:`use_checked_stdout`, :func:`finish_stdout`: a
+full disk is ``<stdout>: cannot write``, exit 1; a reader that leaves, a BrokenPipeError the
+command line reports as one line, exit 1); :func:`gzip_member` makes the members of scored
+tables. This module owns the
 writing and the gzip framing; what is written is its callers' (the phrase-table format is
 :mod:`rescorer.io.table`'s, JSON :mod:`rescorer.io.jsonfiles`'). Reading is
 :mod:`rescorer.io.inputs`'.
@@ -13,9 +18,11 @@ writing and the gzip framing; what is written is its callers' (the phrase-table 
 
 from __future__ import annotations
 
+import atexit
 import errno
 import io
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -56,24 +63,30 @@ def write_error(path: str, exc: BaseException, on_disk: int | None) -> WriteErro
 
 
 class _CheckedFile(io.FileIO):
-    """A file whose failed writes raise a WriteError naming ``shown`` (the name the user gave)."""
+    """A file whose failed writes raise a WriteError naming ``shown`` (the name the user gave).
+    A BrokenPipeError (the reader of a pipe or FIFO went away) passes as it is: the command
+    line says so in its own words."""
 
-    def __init__(self, path: str, mode: str, shown: str) -> None:
-        super().__init__(path, mode)
+    def __init__(self, path: str | int, mode: str, shown: str, closefd: bool = True) -> None:
+        super().__init__(path, mode, closefd=closefd)
         self.shown = shown
 
     def write(self, data: Any) -> int:
         try:
             return super().write(data) or 0
+        except BrokenPipeError:
+            raise
         except OSError as exc:
             raise write_error(self.shown, exc, _size(self.fileno())) from exc
 
 
 def _size(fd: int) -> int | None:
+    """The bytes of the regular file ``fd`` (None for a pipe or a device, which hold none)."""
     try:
-        return os.fstat(fd).st_size
+        st = os.fstat(fd)
     except OSError:
         return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
 def open_writable(
@@ -117,12 +130,98 @@ def gzip_member(data: bytes, level: int = DEFAULT_GZIP_LEVEL) -> bytes:
     return gzip.compress(data, compresslevel=level, mtime=0)
 
 
+STDOUT = "<stdout>"  # how messages name standard output
+
+
+class _Stdout(io.BufferedWriter):
+    """Standard output as :func:`use_checked_stdout` makes it: writes go on until every byte is
+    out (a plain unbuffered stdout, ``python -u`` or PYTHONUNBUFFERED, drops the rest of a short
+    write: a disk that fills, a pipe whose reader leaves), and a failure is a WriteError naming
+    ``<stdout>`` (BrokenPipeError for a closed pipe)."""
+
+
+def use_checked_stdout() -> None:
+    """Make ``sys.stdout`` (text, and its ``buffer`` for bytes) a :class:`_Stdout` on the same
+    descriptor, as the ``rescorer`` command does before any command runs. Nothing changes
+    where stdout is not a real file (a test's capture). :func:`finish_stdout` makes its last
+    flush; at exit, a flush that cannot be made any more is dropped (stdout to /dev/null)
+    rather than told as an ignored exception after the command has said what went wrong."""
+    current = sys.stdout
+    if current is None or isinstance(getattr(current, "buffer", None), _Stdout):
+        return
+    try:
+        fd = current.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    current.flush()
+    raw = _CheckedFile(fd, "w", STDOUT, closefd=False)
+    sys.stdout = io.TextIOWrapper(
+        _Stdout(raw),
+        encoding=current.encoding,
+        errors=current.errors,
+        line_buffering=bool(current.line_buffering),
+        write_through=getattr(current, "write_through", False),
+    )
+    atexit.register(drop_stdout)
+
+
+def finish_stdout() -> None:
+    """The last flush of standard output, checked: a WriteError naming ``<stdout>`` (a full
+    disk) or a BrokenPipeError (the reader left), never an exit 0 with the output cut short."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, RescorerError):
+        raise
+    except OSError as exc:  # a stdout that is not use_checked_stdout's
+        raise write_error(STDOUT, exc, None) from exc
+
+
+def drop_stdout() -> None:
+    """Flush standard output if it can be, else point it at /dev/null: after an error has been
+    told (or at exit), what cannot be written is dropped without a second message."""
+    try:
+        sys.stdout.flush()
+    except Exception:  # any failure: it has been told, or it cannot be
+        with suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            sys.stdout.flush()
+
+
+def writes_in_place(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is written as it is, never through a temporary file renamed over it: a
+    character device (``/dev/null``, ``/dev/full``, a terminal) or a FIFO, links followed, and
+    any name in /dev or /proc (``/dev/stdout``, ``/dev/fd/1``), where rescorer creates,
+    renames and removes nothing (a name there that does not exist is refused). A block device
+    or a socket is refused."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder in ("/dev", "/dev/fd") or folder == "/proc" or folder.startswith("/proc/"):
+        if not os.path.lexists(path):
+            raise RescorerError(f"{path}: cannot write to {folder}: no such file, and none made")
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise RescorerError(
+            f"{path}: is {kind}; rescorer writes files, character devices (/dev/null) and FIFOs"
+        )
+    return False
+
+
 @contextmanager
 def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) -> Iterator[BinaryIO]:
     """A binary output that appears under ``path`` only when the block completes.
 
-    ``-`` is stdout. A ``.gz`` name gets gzip (no timestamp, no embedded name). The data goes to a
-    temporary file in the same folder, renamed over ``path`` on success and removed on error.
+    ``-`` is stdout (flushed, checked, at the end). A ``.gz`` name gets gzip (no timestamp, no
+    embedded name). The data goes to a temporary file in the same folder, renamed over ``path``
+    on success and removed on error (:func:`atomic_path`; a device or FIFO is written in place).
     """
     gzipped = path.endswith(".gz")
     if path == "-":
@@ -130,7 +229,12 @@ def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) ->
         if gzipped:  # pragma: no cover - "-" never ends in .gz
             raise AssertionError
         yield out
-        out.flush()
+        try:
+            out.flush()
+        except (BrokenPipeError, RescorerError):
+            raise
+        except OSError as exc:  # a stdout that is not use_checked_stdout's
+            raise write_error(STDOUT, exc, None) from exc
         return
     with atomic_path(path) as tmp, open_writable(tmp, shown=path) as raw:
         if gzipped:
@@ -148,11 +252,20 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
 
     On an error the temporary file is removed and ``path`` is left as it was. The file gets the
     mode a plain ``open`` would give it (0666 less the umask); with ``fsync`` its data reaches
-    the disk before the rename.
+    the disk before the rename. A ``path`` that :func:`writes_in_place` (``/dev/null``, a FIFO)
+    is yielded itself: written directly, never replaced, nothing created beside it.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
         raise RescorerError(f"{path}: is a folder, expected a file name to write")
+    if writes_in_place(path):
+        try:
+            yield path
+        except OSError as exc:  # a writer that is not open_writable's (torch, a library)
+            if exc.errno not in DISK_ERRNOS:
+                raise
+            raise write_error(path, exc, None) from exc
+        return
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)

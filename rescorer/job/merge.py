@@ -13,14 +13,15 @@ import hashlib
 import os
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from rescorer.constants import GZIP_MAGIC
 from rescorer.errors import RescorerError
 from rescorer.io.inputs import open_binary
-from rescorer.io.outputs import atomic_path
+from rescorer.io.outputs import atomic_path, open_output_binary, open_writable, writes_in_place
 from rescorer.job.shards import BLOCK, SUFFIX, Part, read_part
 
 # The keys every shard of one table must share, and what to call them in a refusal.
@@ -112,29 +113,45 @@ class MergeStats:
     bytes: int = 0
     seconds: float = 0.0
     devices: tuple[str, ...] = ()
+    command: str = "score"  # what wrote the parts: score or extend
+
+    def lines(self) -> str:
+        """The line counts as the summary says them: a scored part writes each line it reads
+        but the bad ones, an extend part its new pairs (and, fill-up, the table's lines)."""
+        if self.command == "score":
+            return f"{self.lines_out:,} of {self.lines_in:,} lines ({self.bad:,} bad)"
+        return (
+            f"{self.lines_out:,} lines written by {self.command} from {self.lines_in:,} input "
+            f"lines ({self.bad:,} bad)"
+        )
 
 
 def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
-    """Check the parts (module docstring) and write their concatenation to ``out`` atomically.
+    """Check the parts (module docstring) and write their concatenation to ``out`` atomically
+    (``-``: stdout; stdout, a device or a FIFO once every part has been checked whole).
 
     Each part's bytes are hashed as they are copied; a part whose size or sha256 differs from
     its manifest stops the merge, naming the shard, and ``out`` is left as it was.
     """
     t0 = time.monotonic()
     for path in part_paths:
-        if os.path.exists(out) and os.path.samefile(out, path):
+        if out != "-" and os.path.exists(out) and os.path.samefile(out, path):
             raise RescorerError(f"{out}: is one of the parts; write the merged table elsewhere")
     ordered = check_parts([read_part(p) for p in part_paths])
     stats = MergeStats(shards=len(ordered))
+    stats.command = str(ordered[0].manifest.get("command", "score"))
     gzip_out = bool(ordered[0].manifest["options"]["gzip"])
-    if gzip_out != out.endswith(".gz"):
+    if out == "-" or writes_in_place(out):  # stdout, a device, a FIFO: cannot be undone, so
+        for part in ordered:  # nothing goes out before every part is known good
+            _copy_checked(part, None, gzip_out)
+    elif gzip_out != out.endswith(".gz"):
         kind, want = ("gzip", "a name ending in .gz") if gzip_out else ("plain", "a plain name")
         raise RescorerError(
             f"{out}: the parts are {kind} text, and an output's compression follows its name: "
             f"give it {want} (or score the parts with -o names like it)"
         )
     all_empty = all(int(p.manifest["lines"]["in"]) == 0 for p in ordered)
-    with atomic_path(out, fsync=True) as tmp, open(tmp, "wb") as sink:
+    with _merged(out) as sink:
         for i, part in enumerate(ordered):
             lines = part.manifest["lines"]
             # An empty shard of a gzip output is one empty gzip member; a single run writes it
@@ -153,6 +170,18 @@ def merge(out: str, part_paths: Sequence[str]) -> MergeStats:
     stats.devices = tuple(sorted({str(p.manifest.get("device", "?")) for p in ordered}))
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+@contextmanager
+def _merged(out: str) -> Iterator[BinaryIO]:
+    """Where the merged bytes go: stdout for ``-``, else ``out`` written atomically and synced
+    (:func:`~rescorer.io.outputs.atomic_path`: a device or a FIFO is written in place)."""
+    if out == "-":
+        with open_output_binary("-") as stdout:
+            yield stdout
+        return
+    with atomic_path(out, fsync=True) as tmp, open_writable(tmp, shown=out) as sink:
+        yield sink
 
 
 def most_members(manifest: dict[str, Any]) -> int:

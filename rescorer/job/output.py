@@ -12,34 +12,25 @@ up to it is on disk. A killed run loses at most the chunks since its last record
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json, write_json
-from rescorer.io.locks import LockHeldError, take_pid_lock, write_pid
-from rescorer.io.outputs import fsync, open_writable, write_error
-from rescorer.job.clobber import leftovers
-from rescorer.job.record import not_a_line_start, options_differ, record_problem, tail_sha256
+from rescorer.io.locks import take_run_lock
+from rescorer.io.outputs import STDOUT, fsync, open_writable, write_error, writes_in_place
+from rescorer.job.clobber import leftovers, skip_lock_path
+from rescorer.job.record import RESUME_REFUSED as RESUME_REFUSED  # the drivers import it here
+from rescorer.job.record import Resume, record_problem, recorded_resume, tail_sha256
 from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
 from rescorer.job.stats import JobStats
-
-
-@dataclass
-class Resume:
-    """Where a run starts: the input offset and line, and what the outputs already hold."""
-
-    offset: int = 0
-    first_line: int = 1
-    out_bytes: int = 0
-    bad_bytes: int = 0
-    stats: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,10 +44,7 @@ class _Point:
     stats: dict[str, Any]
 
 
-# How every refusal of a --resume run ends (the record is for other input, model or options,
-# or damaged): a driver that resumes for its user (scripts/table1.py's score and extend steps)
-# recognises it and starts over with --restart.
-RESUME_REFUSED = "add --restart instead of --resume to start over"
+_HELD: set[Output] = set()  # the Outputs whose locks this process holds
 
 
 def partial_path(out: str) -> str:
@@ -69,8 +57,27 @@ def record_path(out: str) -> str:
     return partial_path(out) + ".json"
 
 
+def streams(out: str) -> bool:
+    """Whether OUT is written as the run goes, with nothing beside it (no partial file, lock,
+    record or manifest) and nothing to resume: stdout (``-``), a character device
+    (``/dev/null``) or a FIFO (:func:`rescorer.io.outputs.writes_in_place`)."""
+    return out == "-" or writes_in_place(out)
+
+
+def release_locks() -> None:
+    """Remove and release the locks of every Output this process holds: a command that fails
+    after its job took them (a model that does not load) leaves no lock file behind. Run at
+    exit, and by the command line after an error."""
+    for held in list(_HELD):
+        held.unlock()
+
+
+atexit.register(release_locks)
+
+
 class Output:
-    """OUT.partial plus its progress record OUT.partial.json (or stdout, not resumable)."""
+    """OUT.partial plus its progress record OUT.partial.json (or, when OUT :func:`streams`,
+    OUT itself, not resumable)."""
 
     def __init__(
         self,
@@ -82,12 +89,16 @@ class Output:
     ) -> None:
         """``checkpoint_every``: seconds between progress records (0: at every chunk)."""
         self.out = out
+        self.direct = streams(out)  # stdout, a device or a FIFO: written as it goes
         self.partial, self.record = partial_path(out), record_path(out)
         self.run_key = json.loads(json.dumps(run_key))
         self.skip_bad_lines = skip_bad_lines
         self.sink: IO[bytes] | None = None
         self.bad_out: IO[bytes] | None = None
         self.lock_path, self.lock_fd = self.partial + ".lock", -1
+        self.bad_lock = skip_lock_path(skip_bad_lines) if skip_bad_lines is not None else ""
+        # /dev/null, a FIFO: written as it goes, with no lock, size or sync (0 bytes to resume)
+        self.bad_direct = skip_bad_lines is not None and writes_in_place(skip_bad_lines)
         self.bad_lock_fd = -1
         self.every = checkpoint_every
         self.command = command  # the rescorer command writing OUT, as messages name it
@@ -96,19 +107,26 @@ class Output:
         self.last_record = time.monotonic()
         self.records = 0  # progress records written by this run
 
+    def set_run(self, run_key: dict[str, Any]) -> None:
+        """What the progress record ties OUT to (input, model, options), once it is known."""
+        self.run_key = json.loads(json.dumps(run_key))
+
     def lock(self) -> None:
         """Take OUT.partial.lock (an exclusive flock holding our pid) or refuse, naming the pid
         of the run that holds it, and the same for the --skip-bad-lines file (two runs that
-        share it would truncate each other's bad lines). The kernel drops a lock when a run
-        dies, however it dies."""
-        if self.out != "-":
+        share it would truncate each other's bad lines; its lock is named after the file the
+        name resolves to: :func:`~rescorer.job.clobber.skip_lock_path`). The kernel drops a
+        lock when a run dies, however it dies; :func:`release_locks` removes the lock files
+        of a run that ends (or fails) before :meth:`close`."""
+        _HELD.add(self)
+        if not self.direct:
             if os.path.isdir(self.out):
                 raise RescorerError(f"{self.out}: is a folder, expected a file name to write")
-            self.lock_fd = _take_lock(self.lock_path, self.out, "writing it", self.command)
-        if self.skip_bad_lines is not None:
+            self.lock_fd = take_run_lock(self.lock_path, self.out, "writing it", self.command)
+        if self.skip_bad_lines is not None and not self.bad_direct:
             try:
-                self.bad_lock_fd = _take_lock(
-                    self.skip_bad_lines + ".lock",
+                self.bad_lock_fd = take_run_lock(
+                    self.bad_lock,
                     self.skip_bad_lines,
                     "writing its bad lines there (--skip-bad-lines)",
                     self.command,
@@ -116,7 +134,7 @@ class Output:
             except BaseException:
                 self.unlock()
                 raise
-        if self.out == "-":
+        if self.direct:
             return
         # A run killed while it replaced its record or wrote its manifest leaves the temporary
         # file behind; the lock says that run is gone, so its leftovers can go.
@@ -126,15 +144,16 @@ class Output:
     def unlock(self) -> None:
         """Remove and release the locks. Removed while still held: a run that opened the old
         file before the removal finds, once it has the lock, that the name is gone or names
-        another file, and tries again (``_take_lock``), so it never writes beside us."""
+        another file, and tries again (``take_pid_lock``), so it never writes beside us."""
         if self.lock_fd >= 0:
             _remove(self.lock_path)
             os.close(self.lock_fd)
             self.lock_fd = -1
-        if self.bad_lock_fd >= 0 and self.skip_bad_lines is not None:
-            _remove(self.skip_bad_lines + ".lock")
+        if self.bad_lock_fd >= 0:
+            _remove(self.bad_lock)
             os.close(self.bad_lock_fd)
             self.bad_lock_fd = -1
+        _HELD.discard(self)
 
     def load_resume(self, fresh: Resume, table: str = "", force: bool = False) -> Resume:
         """Where the recorded run stopped, or ``fresh`` (the run's own start) without a record.
@@ -145,55 +164,14 @@ class Output:
         record the run starts over, and says so; a complete OUT whose manifest names another
         model is kept unless ``force``.
         """
+        if self.direct:
+            raise RescorerError(
+                f"{self.out}: --resume needs a regular output file, not a device or a FIFO"
+            )
         if not os.path.exists(self.record):
             self._nothing_to_resume(force)
             return fresh
-        state = read_json(self.record, what="the progress record of an interrupted run")
-        again = RESUME_REFUSED
-        problem = record_problem(state)
-        if problem:
-            raise RescorerError(f"{self.record}: not a valid progress record: {problem}; {again}")
-        old = state["run"]
-        for key, what in (
-            ("table", "for another input table"),
-            ("input", "for other input content (the table changed since)"),
-            ("model_dir", "for another model directory"),
-            ("model", "for another model (the model directory changed since)"),
-            ("config", "with other options"),
-        ):
-            if old.get(key) != self.run_key.get(key):
-                if key == "config":
-                    what += f" ({options_differ(old.get(key), self.run_key.get(key))})"
-                raise RescorerError(f"{self.record}: was written {what}; {again}")
-        out_bytes = state["out_bytes"]
-        try:
-            size = os.path.getsize(self.partial)
-        except OSError:
-            raise RescorerError(
-                f"{self.partial}: missing, but {self.record} says {out_bytes} bytes were "
-                f"written; {again}"
-            ) from None
-        if size < out_bytes:
-            raise RescorerError(
-                f"{self.partial}: {size} bytes, shorter than the {out_bytes} its record says: "
-                f"it was cut short after the record was written (by another program, an older "
-                f"rescorer run without --resume, or a crash or power loss); {again}"
-            )
-        if tail_sha256(self.partial, out_bytes) != state["tail_sha256"]:
-            raise RescorerError(
-                f"{self.partial}: its last written bytes differ from its record; {again}"
-            )
-        if table:
-            problem = not_a_line_start(table, state["offset"], state["next_line"])
-            if problem:
-                raise RescorerError(f"{self.record}: {problem}; {again}")
-        return Resume(
-            state["offset"],
-            state["next_line"],
-            state["out_bytes"],
-            state["bad_bytes"],
-            state["stats"],
-        )
+        return recorded_resume(self.record, self.partial, self.run_key, table)
 
     def refuse_to_discard(self, restart: bool) -> None:
         """A run without --resume starts OUT.partial over: refuse while it holds an interrupted
@@ -201,7 +179,7 @@ class Output:
         (--restart, --force); then the record goes first, so that no later --resume finds a
         record of bytes that are gone. (An interrupted run's partial file without a valid
         record cannot be resumed: it is started over without a word, as before.)"""
-        if self.out == "-" or not os.path.exists(self.record):
+        if self.direct or not os.path.exists(self.record):
             return
         try:
             state = read_json(self.record, what="the progress record of an interrupted run")
@@ -220,7 +198,7 @@ class Output:
     def _nothing_to_resume(self, force: bool) -> None:
         """--resume without a record: say that the run starts over; keep a complete OUT whose
         shard manifest names another model unless ``force``."""
-        if self.out == "-":
+        if self.direct:
             return
         complete = os.path.isfile(self.out)
         if complete and not force and os.path.isfile(manifest_path(self.out)):
@@ -248,12 +226,16 @@ class Output:
     def open(self, resume: Resume) -> None:
         if self.out == "-":
             self.sink = sys.stdout.buffer
+        elif self.direct:  # a device or a FIFO, written as it is
+            self.sink = open_writable(self.out)
         else:
             sink = open_writable(self.partial, "r+b" if resume.out_bytes else "wb")
             sink.truncate(resume.out_bytes)
             sink.seek(resume.out_bytes)
             self.sink = sink
-        if self.skip_bad_lines:
+        if self.skip_bad_lines and self.bad_direct:
+            self.bad_out = open_writable(self.skip_bad_lines)
+        elif self.skip_bad_lines:
             mode = "r+b" if resume.bad_bytes else "wb"
             bad_out = open_writable(self.skip_bad_lines, mode)
             bad_out.truncate(resume.bad_bytes)
@@ -266,8 +248,8 @@ class Output:
             self.sink.write(data)
         except BrokenPipeError:  # the reader went away: the command line says so
             raise
-        except OSError as exc:  # stdout redirected to a full disk (files raise a WriteError)
-            raise write_error("<stdout>", exc, None) from exc
+        except OSError as exc:  # a stdout that is not use_checked_stdout's, on a full disk
+            raise write_error(STDOUT, exc, None) from exc
         if bad_lines:
             assert self.bad_out is not None
             self.bad_out.write(b"".join(line + b"\n" for line in bad_lines))
@@ -276,14 +258,14 @@ class Output:
         """The output now holds whole chunks up to input ``offset`` (``next_line``): a point a
         record may vouch for. Writes the record when ``checkpoint_every`` seconds have passed
         since the last one."""
-        if self.out == "-":
+        if self.direct:
             return
         assert self.sink is not None
         self.done = _Point(
             offset,
             next_line,
             self.sink.tell(),
-            self.bad_out.tell() if self.bad_out is not None else 0,
+            self.bad_out.tell() if self.bad_out is not None and not self.bad_direct else 0,
             {
                 "lines_in": stats.lines_in,
                 "lines_out": stats.lines_out,
@@ -304,12 +286,12 @@ class Output:
         run cuts them off."""
         self.last_record = time.monotonic()
         point = self.done
-        if self.out == "-" or point is None or point == self.recorded:
+        if self.direct or point is None or point == self.recorded:
             return
         assert self.sink is not None
         # What the record promises reaches the disk first.
         fsync(self.sink, self.partial)
-        if self.bad_out is not None:
+        if self.bad_out is not None and not self.bad_direct:
             fsync(self.bad_out, str(self.skip_bad_lines))
         stats = dict(point.stats)
         stats["seconds"] += time.monotonic() - stats.pop("started")
@@ -339,8 +321,23 @@ class Output:
             with failing:
                 self.bad_out.close()
         if self.out == "-":
-            if ok and self.sink is not None:
-                self.sink.flush()
+            try:
+                if ok and self.sink is not None:
+                    self.sink.flush()  # the last bytes: a full disk here is an error too
+            except OSError as exc:  # a stdout that is not use_checked_stdout's
+                if isinstance(exc, BrokenPipeError):
+                    raise
+                raise write_error(STDOUT, exc, None) from exc
+            finally:
+                self.unlock()
+            return
+        if self.direct:  # a device or a FIFO: closed (flushed), never renamed or removed
+            try:
+                if self.sink is not None:
+                    with failing:
+                        self.sink.close()
+            finally:
+                self.unlock()
             return
         if self.sink is not None:
             with failing:
@@ -360,27 +357,6 @@ class Output:
             if self.skip_bad_lines and bad_file and bad_file == _name_id(self.skip_bad_lines):
                 _remove(self.skip_bad_lines)
         self.unlock()
-
-
-def _take_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
-    """An exclusive lock on ``lock_path`` (:func:`take_pid_lock`, our pid written in it), or a
-    RescorerError naming the pid of the run that holds it."""
-    try:
-        fd = take_pid_lock(lock_path)
-    except LockHeldError as held:
-        raise RescorerError(
-            f"{owner}: another rescorer {command} (pid {held.holder}) is {doing}; wait for it "
-            "to end or write elsewhere"
-        ) from None
-    except OSError as exc:
-        raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
-    try:
-        write_pid(fd)
-    except OSError as exc:  # a full disk
-        os.close(fd)
-        _remove(lock_path)
-        raise write_error(lock_path, exc, None) from exc
-    return fd
 
 
 def _regular_file_id(st: os.stat_result) -> tuple[int, int] | None:

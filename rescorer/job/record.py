@@ -1,22 +1,43 @@
 """The progress record ``OUT.partial.json`` of ``rescorer score``: its schema, what ties it to
 its run (the fingerprints of the input and the model, in the run key) and to the output (the
 sha256 of the output's tail it vouches for), and the checks a ``--resume`` run makes before it
-trusts a record (its shape, the options that changed, a resume point at a line start).
-:class:`~rescorer.job.output.Output` writes and reads it. No torch here."""
+trusts a record (its shape, the options that changed, a resume point at a line start:
+:func:`recorded_resume`). :class:`~rescorer.job.output.Output` writes and reads it. No torch
+here."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
+from rescorer.errors import RescorerError
 from rescorer.io.inputs import open_input
+from rescorer.io.jsonfiles import read_json
 from rescorer.io.schema import schema_problem
 
 TAIL_BYTES = 1 << 16  # the output bytes a progress record vouches for by hash
 HEAD_BYTES = 1 << 20  # the input bytes at each end that its fingerprint hashes
+
+
+@dataclass
+class Resume:
+    """Where a run starts: the input offset and line, and what the outputs already hold."""
+
+    offset: int = 0
+    first_line: int = 1
+    out_bytes: int = 0
+    bad_bytes: int = 0
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+# How every refusal of a --resume run ends (the record is for other input, model or options,
+# or damaged): a driver that resumes for its user (scripts/table1.py's score and extend steps)
+# recognises it and starts over with --restart.
+RESUME_REFUSED = "add --restart instead of --resume to start over"
 
 
 def tail_sha256(path: str, end: int) -> str:
@@ -136,3 +157,53 @@ def not_a_line_start(table: str, offset: int, next_line: int) -> str | None:
     if newlines + 1 != next_line:
         return f"resumes at line {next_line}, but byte {offset} starts line {newlines + 1}"
     return None
+
+
+def recorded_resume(record: str, partial: str, run_key: dict[str, Any], table: str) -> Resume:
+    """Where the run recorded in ``record`` stopped, after every check that it may go on: the
+    record holds what RECORD_SCHEMA says, is for this run (``run_key``: input, model folder,
+    model, options), ``partial`` still holds what it says, and it resumes at a line start of
+    ``table`` (unchecked when empty)."""
+    state = read_json(record, what="the progress record of an interrupted run")
+    again = RESUME_REFUSED
+    problem = record_problem(state)
+    if problem:
+        raise RescorerError(f"{record}: not a valid progress record: {problem}; {again}")
+    old = state["run"]
+    for key, what in (
+        ("table", "for another input table"),
+        ("input", "for other input content (the table changed since)"),
+        ("model_dir", "for another model directory"),
+        ("model", "for another model (the model directory changed since)"),
+        ("config", "with other options"),
+    ):
+        if old.get(key) != run_key.get(key):
+            if key == "config":
+                what += f" ({options_differ(old.get(key), run_key.get(key))})"
+            raise RescorerError(f"{record}: was written {what}; {again}")
+    out_bytes = state["out_bytes"]
+    try:
+        size = os.path.getsize(partial)
+    except OSError:
+        raise RescorerError(
+            f"{partial}: missing, but {record} says {out_bytes} bytes were written; {again}"
+        ) from None
+    if size < out_bytes:
+        raise RescorerError(
+            f"{partial}: {size} bytes, shorter than the {out_bytes} its record says: "
+            f"it was cut short after the record was written (by another program, an older "
+            f"rescorer run without --resume, or a crash or power loss); {again}"
+        )
+    if tail_sha256(partial, out_bytes) != state["tail_sha256"]:
+        raise RescorerError(f"{partial}: its last written bytes differ from its record; {again}")
+    if table:
+        problem = not_a_line_start(table, state["offset"], state["next_line"])
+        if problem:
+            raise RescorerError(f"{record}: {problem}; {again}")
+    return Resume(
+        state["offset"],
+        state["next_line"],
+        state["out_bytes"],
+        state["bad_bytes"],
+        state["stats"],
+    )

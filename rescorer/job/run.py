@@ -6,7 +6,8 @@ both are. A command states what it does with one chunk (a :class:`ChunkWork`) an
 
 ``run`` then does, in this order:
 
-1. lock ``OUT.partial`` (one run per output); a re-run of a finished shard stops here;
+1. (when the job is made) lock ``OUT.partial`` and the --skip-bad-lines file (one run per
+   output); a re-run of a finished shard stops here;
 2. start at the progress record's offset (``--resume``) or at the shard's first chunk;
 3. read the decompressed table in chunks cut at source-phrase boundaries
    (:mod:`rescorer.io.chunks`: the same cuts in a single run, a resumed run and a shard);
@@ -43,7 +44,7 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.job.clobber import refuse_clobber, score_files
+from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume, finished_shard
 from rescorer.job.record import input_fingerprint, model_fingerprint
 from rescorer.job.shards import complete_manifest, shard_manifest
@@ -63,31 +64,43 @@ class StreamedJob:
     model is loaded: an output that is an input, a pipe with --resume or --shard, a lexicalised
     reordering table."""
 
-    def __init__(self, command: str, table: str, out: str, config: Any) -> None:
+    def __init__(
+        self, command: str, table: str, out: str, config: Any, model_dirs: Sequence[str] = ()
+    ) -> None:
         if out == "-" and config.resume:
             raise RescorerError("--resume needs an output file, not stdout")
         self.command, self.table, self.out = command, table, out
         self.regular = table != "-" and os.path.isfile(table)  # a pipe can be read once
-        refuse_clobber([("input table", table)], score_files(out, config.skip_bad_lines))
+        writes = score_files(out, config.skip_bad_lines)
+        refuse_clobber(job_inputs(table, config, model_dirs), writes)
         if not self.regular and (config.resume or config.shard):
             raise RescorerError(
                 "--resume and --shard need a regular input file, not stdin or a pipe"
             )
         not_a_reordering_table(table, sniff_table_kind(table))  # a file: before any work
+        # one run per OUT and per --skip-bad-lines file, from before any model loads to the end
+        self.output = Output(out, {}, config.skip_bad_lines, config.checkpoint_every, command)
+        self.output.lock()
+
+    def __enter__(self) -> StreamedJob:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        """A job that fails before or while it runs lets its locks go (and removes them)."""
+        if kind is not None:
+            self.output.unlock()
 
     def claim(self, config: Any) -> None:
         """The output's checks, before any model loads (a command calls it before it imports
-        torch, which takes a minute on a busy machine): OUT.partial's lock (a second run is
-        refused, naming the first one's pid) and, without --resume, an interrupted run's
-        partial that --resume could continue (refused unless --restart or --force). The lock
-        is let go again: ``run`` takes it for the run, and checks again."""
-        output = Output(self.out, {}, config.skip_bad_lines, 0.0, self.command)
-        output.lock()
+        torch, which takes a minute on a busy machine): without --resume, an interrupted run's
+        partial that --resume could continue is refused unless --restart or --force (``run``
+        checks again). The lock on OUT.partial was taken when the job was made."""
         try:
             if not config.resume and not (config.restart or config.force):
-                output.refuse_to_discard(False)
-        finally:
-            output.unlock()
+                self.output.refuse_to_discard(False)
+        except BaseException:
+            self.output.unlock()
+            raise
 
     def run(
         self,
@@ -116,14 +129,12 @@ class StreamedJob:
         stats.next_offset = shard_range.start if shard_range is not None else 0
         run_key = self._run_key(config, model_dirs)
         manifest: dict[str, Any] | None = None
-        if shard_range is not None and config.shard is not None and self.out != "-":
+        if shard_range is not None and config.shard is not None and not self.output.direct:
             manifest = shard_manifest(manifest_options, config.shard, shard_range, run_key)
             if self.command != "score":  # what merge checks a part's text against
                 manifest = {"command": self.command, **manifest}
-        output = Output(
-            self.out, run_key, config.skip_bad_lines, config.checkpoint_every, self.command
-        )
-        output.lock()  # one run per OUT: a second one is refused, naming the first one's pid
+        output = self.output  # locked since the job began
+        output.set_run(run_key)
         resume = self._resume(output, config, stats, manifest, shard_range)
         if resume is None:
             return stats  # a re-run of a finished shard: nothing to redo
@@ -254,7 +265,7 @@ class _Run:
             interrupted = True  # keep OUT.partial and its record for --resume
             raise
         except WriteError as exc:
-            if not exc.disk_full or job.out == "-":
+            if not exc.disk_full or output.direct:
                 raise
             # a full disk: what the record vouches for goes on after --resume
             error, interrupted = self._disk_full(exc)

@@ -1,7 +1,7 @@
 """The gated unit over whole sequences for training: forward and backward written out, padding
 skipped, the recurrent weights' gradients as one matrix product.
 
-Autograd through :meth:`GatedRecurrence.step` (model/encdec.py) pays, at every time step of the
+Autograd through :meth:`GatedRecurrence.step` (model/gated.py) pays, at every time step of the
 backward pass, two weight-gradient products whose inner dimension is the batch (64 rows: the
 CPU's least efficient shape) and an addition of each (H, H) gradient into its accumulator; and
 it steps every row to the batch's longest sequence, padding included. :class:`GatedSequence`

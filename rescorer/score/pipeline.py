@@ -70,62 +70,77 @@ def score_table(
     if not model_dirs:
         raise RescorerError("score: no model given (-m)")
     compile_ = want_compile(config.compile, table)
-    job = StreamedJob("score", table, out, config)  # its checks come before any work
-    job.claim(config)
-    import torch
+    with StreamedJob("score", table, out, config, model_dirs) as job:  # checks first
+        job.claim(config)
+        import torch
 
-    from rescorer.cpus import choose_threads
-    from rescorer.device import resolve_device, resolve_precision, set_threads
-    from rescorer.model.checkpoint import load_model_dir
-    from rescorer.score.scorer import Scorer
+        from rescorer.cpus import choose_threads
+        from rescorer.device import resolve_device, resolve_precision, set_threads
+        from rescorer.model.checkpoint import load_model_dir
+        from rescorer.score.scorer import Scorer
 
-    threads = set_threads(choose_threads(config.threads))
-    device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device, "score")
-    chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
-    refuse_foreign_table(table, model_dirs, replace(config, chunk_bytes=chunk_bytes))
-    mark("start and imports")
-    loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
-    mark("model load")
-    cuda = device.type == "cuda"
-    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
-    rows = max(m.model.config.tgt_rows for m in loaded)
-    batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
-    scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
-    mark("scorers")
-    chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
-    workers, why = choose_workers(config.workers, device, chunks)
-    sides = [  # with workers, they plan each chunk's trees: the main process feeds the device
-        ModelSides(m.src_vocab, m.tgt_vocab, m.direction, _plan_rows(m, s) if workers else None)
-        for m, s in zip(loaded, scorers, strict=True)
-    ]
-    if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
-        config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
-    phases = Phases(device) if config.profile else None
-    if phases is not None:  # every model's encoder, decoder and readout time together
-        for scorer in scorers:
-            scorer.phase = phases
-    stats = ScoreStats(device=str(device), precision=precision)
-    manifest_options = _manifest_options(config, out, precision, device, batch_tokens, compile_)
-    coverage = [
-        coverage_check(m.provenance, f, config.ignore_coverage)
-        for m, f in zip(loaded, model_dirs, strict=True)
-    ]
-    phase = phases or nothing
-    work = Scoring(scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase)
-    # said when the input opens: how the run computes, and that the first chunk compiles
-    opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}"]
-    if compile_:
-        opening.append(
-            "rescorer score: compiling the model's steps and readout while the first chunk is "
-            f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
+        threads = set_threads(choose_threads(config.threads))
+        device = resolve_device(config.device)
+        precision = resolve_precision(config.precision, device, "score")
+        chunk_bytes = chunk_bytes_for(config.chunk_bytes, device)
+        refuse_foreign_table(table, model_dirs, replace(config, chunk_bytes=chunk_bytes))
+        mark("start and imports")
+        loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
+        mark("model load")
+        cuda = device.type == "cuda"
+        memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
+        rows = max(m.model.config.tgt_rows for m in loaded)
+        batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
+        scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+        mark("scorers")
+        chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
+        workers, why = choose_workers(config.workers, device, chunks)
+        sides = [  # with workers, they plan each chunk's trees: the main process feeds the device
+            ModelSides(m.src_vocab, m.tgt_vocab, m.direction, _plan_rows(m, s) if workers else None)
+            for m, s in zip(loaded, scorers, strict=True)
+        ]
+        if (workers, chunk_bytes) != (config.workers, config.chunk_bytes):
+            config = replace(config, workers=workers, chunk_bytes=chunk_bytes)
+        phases = Phases(device) if config.profile else None
+        if phases is not None:  # every model's encoder, decoder and readout time together
+            for scorer in scorers:
+                scorer.phase = phases
+        stats = ScoreStats(device=str(device), precision=precision)
+        manifest_options = _manifest_options(config, out, precision, device, batch_tokens, compile_)
+        coverage = [
+            coverage_check(m.provenance, f, config.ignore_coverage)
+            for m, f in zip(loaded, model_dirs, strict=True)
+        ]
+        phase = phases or nothing
+        work = Scoring(
+            scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase
         )
-    compiling = "rescorer score: still compiling, with the first chunk" if compile_ else None
-    job.run(
-        work, config, stats, model_dirs, manifest_options, device, phase, opening, compiling, mark
+        opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}"]
+        compiling = _compiling(opening) if compile_ else None
+        job.run(
+            work,
+            config,
+            stats,
+            model_dirs,
+            manifest_options,
+            device,
+            phase,
+            opening,
+            compiling,
+            mark,
+        )
+        stats.phases, stats.clock = phases, clock
+        return stats
+
+
+def _compiling(opening: list[str]) -> str:
+    """Said when the input opens, after how the run computes: that the first chunk compiles;
+    returns what is said while it still does."""
+    opening.append(
+        "rescorer score: compiling the model's steps and readout while the first chunk is "
+        f"scored ({COMPILE_TYPICAL}; --compile no skips it)"
     )
-    stats.phases, stats.clock = phases, clock
-    return stats
+    return "rescorer score: still compiling, with the first chunk"
 
 
 def _manifest_options(

@@ -110,3 +110,65 @@ def test_an_output_that_is_an_input_is_refused(tmp_path: Path, name: str) -> Non
     assert len(lines) == 1 and "itself" in lines[0] and "the same file" in lines[0], lines
     assert {k: v.read_bytes() for k, v in made.items()} == before
     assert not (tmp_path / "out").exists()
+
+
+# --- issue 58 item 3: every side file, and outputs that do not exist yet --------------------
+
+SIDE_CASES = {
+    # extend checked -o against the table only: each of these was overwritten
+    "extend-lex-f2e": (["extend", "{table}", "-m", "{out}", "--lex-f2e", "{lex}", "--lex-e2f",
+                        "{lex2}", "-o", "{lex}"], "lex"),
+    "extend-lex-e2f": (["extend", "{table}", "-m", "{out}", "--lex-f2e", "{lex}", "--lex-e2f",
+                        "{lex2}", "-o", "{lex2}"], "lex2"),
+    "extend-input": (["extend", "{table}", "-m", "{out}", "--input", "{input}", "-o", "{link}"],
+                     "input"),
+    # the model folder's files
+    "score-model": (["score", "{table}", "-m", "{model}", "-o", "{model}/config.json"], "config"),
+    "extend-model": (["extend", "{table}", "-m", "{model}", "-o", "{model}/vocab.src.json"],
+                     "vocab"),
+    "score-nbest-table": (["score-nbest", "{nbest}", "-m", "{out}", "--phrase-table", "{table}",
+                           "--input", "{input}", "-o", "{table}"], "table"),
+}  # fmt: skip
+
+
+def model_folder(tmp_path: Path) -> dict[str, Path]:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}\n")
+    (model / "vocab.src.json").write_text("{}\n")
+    return {"model": model, "config": model / "config.json", "vocab": model / "vocab.src.json"}
+
+
+@pytest.mark.parametrize("name", sorted(SIDE_CASES))
+def test_a_side_input_as_output_is_refused(tmp_path: Path, name: str) -> None:
+    made = files(tmp_path)
+    made["lex"] = tmp_path / "lex.f2e"
+    made["lex2"] = tmp_path / "lex.e2f"
+    made["lex"].write_text("x a 0.5\n")
+    made["lex2"].write_text("a x 0.5\n")
+    made.update(model_folder(tmp_path))
+    args, victim = SIDE_CASES[name]
+    link = tmp_path / "link"
+    link.symlink_to(made[victim])
+    names = {k: str(v) for k, v in made.items()}
+    names.update(link=str(link), out=str(tmp_path / "out"))
+    before = {k: v.read_bytes() for k, v in made.items() if v.is_file()}
+    result = CliRunner().invoke(cli, [a.format(**names) for a in args])
+    assert result.exit_code == 1, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "itself" in lines[0] and "the same file" in lines[0], lines
+    assert {k: v.read_bytes() for k, v in made.items() if v.is_file()} == before
+
+
+@pytest.mark.parametrize("command", ["score", "extend"])
+def test_skip_bad_lines_as_the_output_is_refused(tmp_path: Path, command: str) -> None:
+    """``--skip-bad-lines X -o X``: the bad lines were reported "written to X", then the
+    output was renamed over them. X need not exist: the same path is the same file."""
+    made = files(tmp_path)
+    out = tmp_path / "x.txt"
+    for spelled in (str(out), str(tmp_path / "." / "x.txt")):
+        args = [command, str(made["table"]), "-m", str(tmp_path / "model"), "-o", str(out)]
+        result = CliRunner().invoke(cli, [*args, "--skip-bad-lines", spelled])
+        assert result.exit_code == 1, (result.output, result.exception)
+        assert "--skip-bad-lines" in result.output and "the same file" in result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in made.values())
