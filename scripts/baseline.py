@@ -29,8 +29,7 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import mert_seed_option, moses_option
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive, mert_seed_option, moses_option
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent

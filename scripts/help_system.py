@@ -27,8 +27,7 @@ from typing import Any
 import click
 from help_corpus import corpus_options
 
-from rescorer.cli.common import mert_seed_option, moses_option
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive, mert_seed_option, moses_option
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
 from rescorer.experiments.help_system import build_help_system

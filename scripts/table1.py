@@ -32,8 +32,8 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import check_duration, check_finite, moses_option
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, NONE_OR_MORE, drive, fail
+from rescorer.cli.common import check_duration, check_finite
+from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, NONE_OR_MORE, drive, fail, moses_option
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
 from rescorer.experiments.steps import check_work_folder
 from rescorer.experiments.table1 import (

@@ -10,7 +10,6 @@ import re
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -247,48 +246,6 @@ def compile_option(auto: str) -> Callable[[F], F]:
         default="auto",
         show_default=True,
         help=f"torch.compile the recurrence and softmax (auto: {auto}).",
-    )
-
-
-def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]:
-    """``--moses``: the Moses toolkit folder, ``default`` shown as ../shared/tools/moses (the
-    scripts pass the one beside the repository); ``what`` names the sub-folders used."""
-    return click.option(
-        "--moses",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=default,
-        show_default="../shared/tools/moses",
-        help=f"The Moses toolkit ({what}).",
-    )
-
-
-class MertSeed(click.ParamType):
-    """MERT's random seed: an integer, or ``clock`` for mert's own seed from the system clock
-    (None)."""
-
-    name = "SEED|clock"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value is None or isinstance(value, int):
-            return value
-        if str(value).strip().lower() == "clock":
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            self.fail(f"{value!r}: expected an integer or 'clock'", param, ctx)
-
-
-def mert_seed_option(default: int) -> Callable[[F], F]:
-    """``--mert-seed``: MERT's seed, ``default`` unless given; ``clock`` gives mert's own seed
-    from the system clock, so that two builds of one bitext tune differently."""
-    return click.option(
-        "--mert-seed",
-        type=MertSeed(),
-        default=default,
-        show_default=True,
-        help="MERT's random seed: the same seed, table and dev set tune the same weights; "
-        "'clock' seeds from the system clock (mert-moses.pl's own default).",
     )
 
 

@@ -1,5 +1,6 @@
 """What the experiment drivers share (scripts/baseline.py, help_corpus.py, help_system.py and
-table1.py): how a driver ends on an error or a signal, and the checks of counts at parse time.
+table1.py): how a driver ends on an error or a signal, the checks of counts at parse time, and
+the options of the Moses tools (``--moses``, ``--mert-seed``).
 
 Every driver runs its commands as :mod:`rescorer.experiments.steps` does (a command the driver
 is interrupted in is ended with every process it started, ``dpkg -x``'s and mert-moses.pl's
@@ -9,10 +10,11 @@ with one line and exit 130 (SIGINT) or 143 (SIGTERM), or ``PROG: error: ...`` an
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -20,6 +22,7 @@ from rescorer.cli.common import Terminated, handle_sigterm, interrupt_status
 from rescorer.errors import RescorerError
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(prog: str, message: str) -> NoReturn:
@@ -64,3 +67,45 @@ def at_least(
 MERT_ITERATIONS = at_least(1, " (mert-moses.pl reads 0 as no limit)")
 COUNT = at_least(1)
 NONE_OR_MORE = at_least(0)
+
+
+def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]:
+    """``--moses``: the Moses toolkit folder, ``default`` shown as ../shared/tools/moses (the
+    scripts pass the one beside the repository); ``what`` names the sub-folders used."""
+    return click.option(
+        "--moses",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=default,
+        show_default="../shared/tools/moses",
+        help=f"The Moses toolkit ({what}).",
+    )
+
+
+class MertSeed(click.ParamType):
+    """MERT's random seed: an integer, or ``clock`` for mert's own seed from the system clock
+    (None)."""
+
+    name = "SEED|clock"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "clock":
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r}: expected an integer or 'clock'", param, ctx)
+
+
+def mert_seed_option(default: int) -> Callable[[F], F]:
+    """``--mert-seed``: MERT's seed, ``default`` unless given; ``clock`` gives mert's own seed
+    from the system clock, so that two builds of one bitext tune differently."""
+    return click.option(
+        "--mert-seed",
+        type=MertSeed(),
+        default=default,
+        show_default=True,
+        help="MERT's random seed: the same seed, table and dev set tune the same weights; "
+        "'clock' seeds from the system clock (mert-moses.pl's own default).",
+    )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rescorer.constants import CONFIG_FILE, SRC_VOCAB_FILE, TGT_VOCAB_FILE, WEIGHTS_FILE
@@ -18,6 +19,7 @@ from rescorer.errors import RescorerError
 from rescorer.io.inputs import open_input
 from rescorer.io.jsonfiles import read_json
 from rescorer.io.schema import schema_problem
+from rescorer.job.stats import NOT_IN_RUN_KEY
 
 TAIL_BYTES = 1 << 16  # the output bytes a progress record vouches for by hash
 HEAD_BYTES = 1 << 20  # the input bytes at each end that its fingerprint hashes
@@ -207,3 +209,20 @@ def recorded_resume(record: str, partial: str, run_key: dict[str, Any], table: s
         state["bad_bytes"],
         state["stats"],
     )
+
+
+def run_key(table: str, regular: bool, config: Any, model_dirs: Sequence[str]) -> dict[str, Any]:
+    """What a progress record is for: the input (``regular``: a file, hashed; a pipe is not),
+    the model(s), the options (a job config's fields but those of NOT_IN_RUN_KEY)."""
+    return {
+        "table": os.path.abspath(table) if table != "-" else "-",
+        "input": input_fingerprint(table) if regular else None,
+        # One model: its folder and hash; several: lists, in order.
+        "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
+        "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
+        "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
+    }
+
+
+def _one_or_list(values: list[Any]) -> Any:
+    return values[0] if len(values) == 1 else values

@@ -35,7 +35,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict
 from typing import Any, BinaryIO
 
 from rescorer.errors import RescorerError
@@ -46,9 +45,9 @@ from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume, finished_shard
-from rescorer.job.record import input_fingerprint, model_fingerprint
+from rescorer.job.record import run_key as record_run_key
 from rescorer.job.shards import complete_manifest, shard_manifest
-from rescorer.job.stats import NOT_IN_RUN_KEY, JobStats
+from rescorer.job.stats import JobStats
 from rescorer.job.stream import Inline, first_num_scores, num_scores_of, ready, stream_chunks
 from rescorer.job.work import ChunkWork, Phase, nothing
 
@@ -127,7 +126,7 @@ class StreamedJob:
         if config.shard is not None:
             shard_range = shard_bounds(self.table, config.chunk_bytes, config.shard)
         stats.next_offset = shard_range.start if shard_range is not None else 0
-        run_key = self._run_key(config, model_dirs)
+        run_key = record_run_key(self.table, self.regular, config, model_dirs)
         manifest: dict[str, Any] | None = None
         if shard_range is not None and config.shard is not None and not self.output.direct:
             manifest = shard_manifest(manifest_options, config.shard, shard_range, run_key)
@@ -141,18 +140,6 @@ class StreamedJob:
         run = _Run(self, work, config, stats, output, *resume, shard_range, phase, mark)
         run.stream(opening, compiling, manifest, device)
         return stats
-
-    def _run_key(self, config: Any, model_dirs: Sequence[str]) -> dict[str, Any]:
-        """What a progress record is for: the input, the model(s), the options."""
-        table = self.table
-        return {
-            "table": os.path.abspath(table) if table != "-" else "-",
-            "input": input_fingerprint(table) if self.regular else None,
-            # One model: its folder and hash; several: lists, in order.
-            "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
-            "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
-            "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
-        }
 
     def _resume(
         self,
@@ -396,10 +383,6 @@ class _Run:
             f"{exc}; {out}.partial keeps what its record vouches for: free space, then run "
             "the same command with --resume to finish it"
         ), True
-
-
-def _one_or_list(values: list[Any]) -> Any:
-    return values[0] if len(values) == 1 else values
 
 
 def _say(text: str) -> None:

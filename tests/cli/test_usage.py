@@ -96,7 +96,7 @@ def test_chunk_bytes_units() -> None:
 
 
 def test_mert_seed_takes_an_integer_or_clock() -> None:
-    from rescorer.cli.common import MertSeed
+    from rescorer.cli.drivers import MertSeed
 
     seed = MertSeed()
     assert [seed.convert(v, None, None) for v in ("7", 0, "clock", " Clock ", None)] == [
