@@ -47,6 +47,7 @@ from rescorer.experiments.layout import read_lines
 from rescorer.experiments.steps import DONE_FILE, Step, StepError, WorkDir, check_work_folder
 from rescorer.experiments.tools import MosesTools, multi_bleu
 from rescorer.experiments.train_model import Layout, run_steps
+from rescorer.experiments.tuning_log import finished_iterations
 from rescorer.io.outputs import write_text
 from rescorer.moses.ini import read_ini
 
@@ -257,8 +258,10 @@ def tune(
     ]  # fmt: skip
     if cfg.mert_seed is not None:  # mert-moses.pl appends "--sctype" unspaced: the space
         argv += ["--mertmertargs", f"-r {cfg.mert_seed} "]
-    if (mert_work / "finished_step.txt").exists():
-        argv.append("--continue")
+    if finished_iterations(mert_work):
+        argv.append("--continue")  # from its last finished iteration
+    elif mert_work.exists():
+        shutil.rmtree(mert_work)  # killed in (or right after) an iteration it cannot go on from
     step.run(argv, cwd=folder)
     tuned = mert_work / "moses.ini"
     step.need(tuned)

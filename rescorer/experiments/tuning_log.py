@@ -15,12 +15,22 @@ from rescorer.errors import RescorerError
 
 def finished_iterations(mert: Path) -> int:
     """The MERT iterations a killed tuning run in ``mert`` goes on from (``--continue``), or 0
-    when it starts afresh: none finished, or the run had finished (``moses.ini``) and its
-    step's record was lost."""
+    when it starts afresh: none finished; the run had finished (``moses.ini``) and its step's
+    record was lost; or the last finished step's files that ``mert-moses.pl --continue`` needs
+    are not there. mert-moses.pl writes ``finished_step.txt`` once more after its last
+    iteration with the next run's number (its loop counted past ``--maximum-iterations``), so a
+    run killed there names a step with no files, and ``--continue`` dies ("Can't start from
+    step N, because runN.features.dat was not found!")."""
     finished = mert / "finished_step.txt"
     if (mert / "moses.ini").exists() or not finished.is_file():
         return 0
-    return int(finished.read_text().strip() or 0)
+    step = int(finished.read_text().strip() or 0)
+    needed = [f"run{step}.features.dat", f"run{step}.scores.dat", f"run{step}.weights.txt"]
+    if step < 1 or not all((mert / name).is_file() for name in needed):
+        return 0
+    if not list(mert.glob(f"run{step}.best*.out.gz")):
+        return 0
+    return step
 
 
 def tuning_seconds(folder: Path, record: dict[str, Any]) -> tuple[float, str | None]:

@@ -671,6 +671,8 @@ def test_plan_lists_every_step_and_how_far_it_is_and_writes_nothing(
     # run 2 of (a) was killed after 3 MERT iterations; run 2 of (b) was killed before any
     (work / "tune-a-2" / "mert").mkdir(parents=True)
     (work / "tune-a-2" / "mert" / "finished_step.txt").write_text("3\n")
+    for name in ("features.dat", "scores.dat", "weights.txt", "best100.out.gz"):
+        (work / "tune-a-2" / "mert" / f"run3.{name}").write_bytes(b"")  # what --continue reads
     (work / f"tune-b-{label}-2").mkdir()
     # run 1 of (b) had finished its tuning when its record was lost: it tunes again, afresh
     (work / f"tune-b-{label}-1" / "done.json").unlink()
