@@ -32,8 +32,25 @@ class ChunkColumns:
     starts: np.ndarray  # (N,) int64 where each line starts in data
     ends: np.ndarray  # (N,) int64 where each line ends (its newline, or the end of data)
     score_ends: np.ndarray  # (N,) int64 where each line's score field ends in data
-    src: list[bytes]  # each line's source phrase: tokens separated by single spaces
-    tgt: list[bytes]  # each line's target phrase, likewise
+    src_ends: np.ndarray  # (N,) int64 where each line's source phrase ends (at " ||| ")
+    tgt_ends: np.ndarray  # (N,) int64 where each line's target phrase ends (at " ||| ")
+
+    @property
+    def tgt_starts(self) -> np.ndarray:
+        """(N,) int64 where each line's target phrase starts."""
+        return self.src_ends + len(FIELD_SEP_B)
+
+    @property
+    def src(self) -> list[bytes]:
+        """Each line's source phrase, tokens separated by single spaces (copies)."""
+        bounds = map(slice, self.starts.tolist(), self.src_ends.tolist())
+        return list(map(self.data.__getitem__, bounds))
+
+    @property
+    def tgt(self) -> list[bytes]:
+        """Each line's target phrase, likewise (copies)."""
+        bounds = map(slice, self.tgt_starts.tolist(), self.tgt_ends.tolist())
+        return list(map(self.data.__getitem__, bounds))
 
     @property
     def lines(self) -> list[bytes]:
@@ -86,7 +103,7 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
         ends = np.append(ends, len(data))  # the last line, unterminated
     if len(ends) == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return ChunkColumns(data, empty, empty, empty, [], [])
+        return ChunkColumns(data, empty, empty, empty, empty, empty)
     starts = np.concatenate(([0], ends[:-1] + 1))  # (N,)
     fields = _fields(text, starts, ends)
     if fields is None:
@@ -94,10 +111,7 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     src_end, tgt_end, score_end = fields
     if not _numbers(text, tgt_end + len(FIELD_SEP_B), score_end, num_scores):
         return None
-    src = list(map(data.__getitem__, map(slice, starts.tolist(), src_end.tolist())))
-    tgt_start = (src_end + len(FIELD_SEP_B)).tolist()
-    tgt = list(map(data.__getitem__, map(slice, tgt_start, tgt_end.tolist())))
-    return ChunkColumns(data, starts, ends, score_end, src, tgt)
+    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
 
 
 def _fields(
