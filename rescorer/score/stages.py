@@ -14,7 +14,13 @@ import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.columns import ChunkColumns, column_texts, insert_at, split_columns
+from rescorer.io.columns import (
+    ChunkColumns,
+    column_texts,
+    insert_at,
+    insert_prob_columns,
+    split_columns,
+)
 from rescorer.io.outputs import gzip_member
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
@@ -247,6 +253,9 @@ def format_chunk(
     score field (``cuts``); a gzip member if asked. ``logp`` is (N,) for one model or (N,M)
     for M, one column each in that order, then the word penalty."""
     by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
+    if column == "prob":  # the common case, with numpy over the chunk
+        data = insert_prob_columns(text, cuts, by_model, unk if word_penalty else None)
+        return data if compresslevel is None else gzip_member(data, compresslevel)
     last = by_model.shape[1] - 1
     per_model = [
         column_texts(
