@@ -7,7 +7,8 @@ score field with a few passes over the chunk. It accepts a strict subset of the 
 else, which is then parsed line by line there. :func:`column_texts` formats a chunk's
 log-probabilities as table's ``format_prob``/``format_logp`` would, and
 :func:`insert_columns` splices them in at the cuts (what ``PhraseEntry.line_with_columns``
-gives).
+gives). :func:`insert_prob_columns` does both for the "prob" column with numpy over the
+chunk (:func:`g_texts`: ``%g`` byte for byte).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def _fields(
     on others, an empty phrase or one with a space at either end or two in a row, a phrase of
     over MAX_PHRASE_TOKENS bytes, a line of over MAX_LINE_BYTES."""
     n = len(text)
-    head = np.flatnonzero(text[: max(n - 4, 0)] == SPACE)  # a separator's first byte
+    spaces = np.flatnonzero(text == SPACE)  # (S,) every space, found once
+    head = spaces[: np.searchsorted(spaces, n - 4)]  # a separator's first byte, in there
     for k in range(1, 5):
         head = head[text[head + k] == _SEP[k]]
     if len(head) > 1 and np.diff(head).min() < len(FIELD_SEP_B):
@@ -146,7 +148,7 @@ def _fields(
     edges = np.concatenate((starts, src_end - 1, tgt_start, tgt_end - 1))
     if (padded[edges] == SPACE).any():
         return None  # a phrase starting or ending with a space
-    doubles = np.flatnonzero((text[:-1] == SPACE) & (text[1:] == SPACE))
+    doubles = spaces[:-1][np.diff(spaces) == 1]  # (D,) a space with a space after it
     if len(doubles):  # two spaces in a row in a phrase (not in the score field or after)
         line = np.searchsorted(starts, doubles, side="right") - 1
         if (doubles < tgt_end[line]).any():
