@@ -7,7 +7,8 @@ score field with a few passes over the chunk. It accepts a strict subset of the 
 else, which is then parsed line by line there. :func:`column_texts` formats a chunk's
 log-probabilities as table's ``format_prob``/``format_logp`` would, and
 :func:`insert_columns` splices them in at the cuts (what ``PhraseEntry.line_with_columns``
-gives).
+gives). :func:`insert_prob_columns` does both for the "prob" column with numpy over the
+chunk (:func:`g_texts`: ``%g`` byte for byte).
 """
 
 from __future__ import annotations
@@ -32,8 +33,25 @@ class ChunkColumns:
     starts: np.ndarray  # (N,) int64 where each line starts in data
     ends: np.ndarray  # (N,) int64 where each line ends (its newline, or the end of data)
     score_ends: np.ndarray  # (N,) int64 where each line's score field ends in data
-    src: list[bytes]  # each line's source phrase: tokens separated by single spaces
-    tgt: list[bytes]  # each line's target phrase, likewise
+    src_ends: np.ndarray  # (N,) int64 where each line's source phrase ends (at " ||| ")
+    tgt_ends: np.ndarray  # (N,) int64 where each line's target phrase ends (at " ||| ")
+
+    @property
+    def tgt_starts(self) -> np.ndarray:
+        """(N,) int64 where each line's target phrase starts."""
+        return self.src_ends + len(FIELD_SEP_B)
+
+    @property
+    def src(self) -> list[bytes]:
+        """Each line's source phrase, tokens separated by single spaces (copies)."""
+        bounds = map(slice, self.starts.tolist(), self.src_ends.tolist())
+        return list(map(self.data.__getitem__, bounds))
+
+    @property
+    def tgt(self) -> list[bytes]:
+        """Each line's target phrase, likewise (copies)."""
+        bounds = map(slice, self.tgt_starts.tolist(), self.tgt_ends.tolist())
+        return list(map(self.data.__getitem__, bounds))
 
     @property
     def lines(self) -> list[bytes]:
@@ -86,7 +104,7 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
         ends = np.append(ends, len(data))  # the last line, unterminated
     if len(ends) == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return ChunkColumns(data, empty, empty, empty, [], [])
+        return ChunkColumns(data, empty, empty, empty, empty, empty)
     starts = np.concatenate(([0], ends[:-1] + 1))  # (N,)
     fields = _fields(text, starts, ends)
     if fields is None:
@@ -94,10 +112,7 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     src_end, tgt_end, score_end = fields
     if not _numbers(text, tgt_end + len(FIELD_SEP_B), score_end, num_scores):
         return None
-    src = list(map(data.__getitem__, map(slice, starts.tolist(), src_end.tolist())))
-    tgt_start = (src_end + len(FIELD_SEP_B)).tolist()
-    tgt = list(map(data.__getitem__, map(slice, tgt_start, tgt_end.tolist())))
-    return ChunkColumns(data, starts, ends, score_end, src, tgt)
+    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
 
 
 def _fields(
@@ -108,7 +123,8 @@ def _fields(
     on others, an empty phrase or one with a space at either end or two in a row, a phrase of
     over MAX_PHRASE_TOKENS bytes, a line of over MAX_LINE_BYTES."""
     n = len(text)
-    head = np.flatnonzero(text[: max(n - 4, 0)] == SPACE)  # a separator's first byte
+    spaces = np.flatnonzero(text == SPACE)  # (S,) every space, found once
+    head = spaces[: np.searchsorted(spaces, n - 4)]  # a separator's first byte, in there
     for k in range(1, 5):
         head = head[text[head + k] == _SEP[k]]
     if len(head) > 1 and np.diff(head).min() < len(FIELD_SEP_B):
@@ -132,7 +148,7 @@ def _fields(
     edges = np.concatenate((starts, src_end - 1, tgt_start, tgt_end - 1))
     if (padded[edges] == SPACE).any():
         return None  # a phrase starting or ending with a space
-    doubles = np.flatnonzero((text[:-1] == SPACE) & (text[1:] == SPACE))
+    doubles = spaces[:-1][np.diff(spaces) == 1]  # (D,) a space with a space after it
     if len(doubles):  # two spaces in a row in a phrase (not in the score field or after)
         line = np.searchsorted(starts, doubles, side="right") - 1
         if (doubles < tgt_end[line]).any():
@@ -238,3 +254,103 @@ def insert_at(data: bytes, cuts: Sequence[int], texts: Sequence[bytes]) -> bytes
     return b"".join(
         chain(chain.from_iterable(zip(stretches, texts, strict=True)), (data[ends[-1] :],))
     )
+
+
+G_WIDTH = 13  # the longest text of "%g": "-1.23457e-308"
+_POW10 = 10.0 ** np.arange(-10, 60)  # _POW10[k + 10] = 10**k
+_MIN_EXP, _MAX_EXP = -45, 5  # the decimal exponents g_texts writes itself
+# A row's bytes are picked from its "alphabet": its six digits, '0', '.', 'e', '-', the two
+# digits of its exponent; which ones, in which places, depends only on the exponent e and the
+# count of significant digits (1-6): a layout per (e, count), made once.
+_ZERO, _DOT, _E, _MINUS, _TENS, _ONES = range(6, 12)
+
+
+def _layout(e: int, nz: int) -> list[int]:
+    """Where each byte of ``f"{v:g}"`` comes from in the alphabet, for a value with decimal
+    exponent ``e`` and ``nz`` significant digits."""
+    digits = list(range(nz))
+    if e < -4:  # scientific: d[.ddddd]e-XX
+        return [0, *([_DOT, *digits[1:]] if nz > 1 else []), _E, _MINUS, _TENS, _ONES]
+    if e < 0:  # 0.000ddd
+        return [_ZERO, _DOT, *[_ZERO] * (-e - 1), *digits]
+    whole = list(range(e + 1))  # e+1 digits, then the rest after a point, if any
+    return whole + ([_DOT, *digits[e + 1 :]] if nz > e + 1 else [])
+
+
+def _layouts() -> tuple[np.ndarray, np.ndarray]:
+    """Every layout, (K, G_WIDTH) alphabet indices (padded) and (K,) lengths; layout
+    (e - _MIN_EXP) * 6 + nz - 1."""
+    table = [_layout(e, nz) for e in range(_MIN_EXP, _MAX_EXP + 1) for nz in range(1, 7)]
+    index = np.zeros((len(table), G_WIDTH), dtype=np.intp)
+    for k, layout in enumerate(table):
+        index[k, : len(layout)] = layout
+    return index, np.array([len(layout) for layout in table], dtype=np.int64)
+
+
+_LAYOUT, _LAYOUT_LEN = _layouts()
+
+
+def g_texts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``f"{v:g}"`` of each value (N,) float64 as rows of ASCII bytes (N, G_WIDTH) uint8 and
+    their lengths (N,), made with numpy instead of one Python call per value; byte for byte
+    what Python writes (a value whose sixth digit's rounding is too close to call in float64,
+    or one outside [1e-44, 1e5), is written by Python itself)."""
+    safe = (values >= 1e-44) & (values < 1e5)  # (N,) else Python writes it
+    v = np.where(safe, values, 1.0)
+    e = np.floor(np.log10(v)).astype(np.int64)  # (N,) the decimal exponent, maybe one off
+    x = v * _POW10[15 - e]  # (N,) six digits before the point, if e is right
+    e += (x >= 1e6).astype(np.int64) - (x < 1e5).astype(np.int64)
+    e = np.clip(e, _MIN_EXP, _MAX_EXP)
+    x = v * _POW10[15 - e]
+    digits = np.rint(x)  # the rounding of the exact value unless x is too near a half
+    safe &= np.abs(x - np.floor(x) - 0.5) > 1e-6
+    safe &= (x >= 1e5) & (digits < 1e6)  # 999999.5 and up: the exponent moves
+    d = np.where(safe, digits, 1e5).astype(np.int64)  # (N,) 100000..999999
+    alphabet = np.empty((len(values), 12), dtype=np.uint8)  # (N,12)
+    alphabet[:, :6] = (d[:, None] // (10 ** np.arange(5, -1, -1))) % 10 + 48
+    alphabet[:, _ZERO : _MINUS + 1] = np.frombuffer(b"0.e-", dtype=np.uint8)
+    alphabet[:, _TENS] = 48 + (-e) // 10 % 10
+    alphabet[:, _ONES] = 48 + (-e) % 10
+    zeros = np.cumprod(alphabet[:, 5::-1] == 48, axis=1).sum(axis=1)  # (N,) trailing zeros
+    layout = (e - _MIN_EXP) * 6 + 5 - zeros  # (N,)
+    rows = np.take_along_axis(alphabet, _LAYOUT[layout], axis=1)  # (N, G_WIDTH)
+    lens = _LAYOUT_LEN[layout]
+    for i in np.flatnonzero(~safe).tolist():  # Python's own text, where numpy cannot promise it
+        text = f"{values[i]:g}".encode("ascii")
+        rows[i, : len(text)] = np.frombuffer(text[:G_WIDTH], dtype=np.uint8)
+        lens[i] = len(text)
+    return rows, lens
+
+
+def insert_prob_columns(
+    data: bytes, cuts: np.ndarray, logp: np.ndarray, unk: np.ndarray | None
+) -> bytes:
+    """``insert_at`` of the "prob" columns: at each cut (N,) " " + ``format_prob`` of each
+    model's log-probability (N,M), then with ``unk`` (N,) " " + the word penalty, as
+    :func:`column_texts` writes them, with numpy over the chunk (:func:`g_texts`)."""
+    n = len(cuts)
+    if n == 0:
+        return data
+    pieces = []  # (N,W) rows of ASCII bytes and (N,) their lengths, each after a space
+    for k in range(logp.shape[1]):
+        floored = map(max, logp[:, k].tolist(), repeat(LOGP_FLOOR))
+        pieces.append(g_texts(np.fromiter(map(math.exp, floored), np.float64, n)))
+    if unk is not None:
+        table = [format_score(math.exp(k)).encode("ascii") for k in range(int(unk.max()) + 1)]
+        width = max(map(len, table))
+        rows = np.zeros((len(table), width), dtype=np.uint8)
+        for i, text in enumerate(table):
+            rows[i, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+        pieces.append((rows[unk], np.fromiter(map(len, table), np.int64, len(table))[unk]))
+    spaces = np.full((n, 1), SPACE, dtype=np.uint8)
+    grid = np.hstack([part for rows, _ in pieces for part in (spaces, rows)])  # (N,W')
+    keep = np.hstack([np.arange(rows.shape[1] + 1) <= lens[:, None] for rows, lens in pieces])
+    inserted = grid[keep]  # (T,) each line's bytes, line after line
+    per_line = keep.sum(axis=1)  # (N,)
+    at = np.repeat(cuts, per_line) + np.arange(len(inserted))  # (T,) their places in out
+    out = np.empty(len(data) + len(inserted), dtype=np.uint8)
+    from_data = np.ones(len(out), dtype=bool)
+    from_data[at] = False
+    out[at] = inserted
+    out[from_data] = np.frombuffer(data, dtype=np.uint8)
+    return out.tobytes()

@@ -86,17 +86,26 @@ def _encode_plain(
     each phrase (P,) int32, for P plain phrases (tokens separated by single spaces, as
     split_columns checked), all at once."""
     if not phrases:
+        return _encode_joined(vocab, b"", np.zeros(0, np.int64))
+    lens = np.fromiter(map(len, phrases), np.int64, len(phrases)) + 1  # (P,) with a space
+    return _encode_joined(vocab, b" ".join(phrases) + b" ", np.cumsum(lens) - 1)
+
+
+def _encode_joined(
+    vocab: Vocab, joined: bytes, phrase_ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`_encode_plain` gives, for ``joined``: every plain phrase followed by one
+    space, ``phrase_ends`` (P,) where each phrase's space is."""
+    if not len(phrase_ends):
         return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32)
-    joined = b"\n".join(phrases)
-    # (T,) tokens of all phrases; -1 marks a token outside the shortlist
-    tokens = joined.replace(b"\n", b" ").split(b" ")
+    tokens = joined.split(b" ")  # (T+1,) tokens of all phrases, then the empty rest
+    tokens.pop()
+    # -1 marks a token outside the shortlist
     words = np.fromiter(map(vocab.byte_index.get, tokens, repeat(-1)), np.int32, len(tokens))
-    # Tokens per phrase: the spaces between two newlines, plus one.
-    text = np.frombuffer(joined, dtype=np.uint8)
-    spaces = np.flatnonzero(text == 32)  # (T-P,) every space
-    ends = np.append(np.flatnonzero(text == 10), len(text))  # (P,) where each phrase ends
-    lens = np.diff(np.searchsorted(spaces, ends), prepend=0) + 1  # (P,)
-    off = np.zeros(len(phrases) + 1, dtype=np.int64)
+    spaces = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == 32)  # (T,) token ends
+    lens = np.diff(np.searchsorted(spaces, phrase_ends, side="right"), prepend=0)  # (P,)
+    num_phrases = len(phrase_ends)
+    off = np.zeros(num_phrases + 1, dtype=np.int64)
     np.cumsum(lens + 1, out=off[1:])  # each phrase and its EOS
     ids = np.empty(off[-1], dtype=np.int32)
     is_eos = np.zeros(off[-1], dtype=bool)
@@ -104,9 +113,59 @@ def _encode_plain(
     ids[is_eos] = vocab.eos_id
     unknown = words < 0  # (T,)
     ids[~is_eos] = np.where(unknown, UNK_ID, words)
-    word_starts = off[:-1] - np.arange(len(phrases))  # (P,) first token of each phrase
+    word_starts = off[:-1] - np.arange(num_phrases)  # (P,) first token of each phrase
     unk = np.add.reduceat(unknown.astype(np.int32), word_starts).astype(np.int32)  # (P,)
     return ids, off, unk
+
+
+def _gather_spans(
+    text: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[bytes, np.ndarray]:
+    """The spans text[starts[i]:ends[i]+1] (ascending, apart; each ends with a space at
+    ends[i]) joined, and where each one's space is in the result: one copy of the bytes, not
+    one bytes object per phrase."""
+    lens = ends - starts + 1  # (P,) each span with its space
+    phrase_ends = np.cumsum(lens) - 1  # (P,) where each span's space goes
+    at = np.arange(int(phrase_ends[-1]) + 1 if len(lens) else 0)  # (B,) the joined bytes
+    at += np.repeat(starts - (phrase_ends + 1 - lens), lens)  # ... where they are in text
+    return text[at].tobytes(), phrase_ends
+
+
+def _same_as_previous(text: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(P,) bool: span i (text[starts[i]:ends[i]], none empty) has the bytes of span i-1."""
+    lens = ends - starts  # (P,)
+    same = np.zeros(len(starts), dtype=bool)
+    if len(starts) < 2:
+        return same
+    cand = np.flatnonzero(lens[1:] == lens[:-1]) + 1  # (C,) spans as long as the previous
+    if not len(cand):
+        return same
+    cand_lens = lens[cand]
+    seg = np.cumsum(cand_lens) - cand_lens  # (C,) each candidate's first byte in the gather
+    at = np.arange(int(cand_lens.sum())) + np.repeat(starts[cand] - seg, cand_lens)
+    shift = np.repeat(starts[cand] - starts[cand - 1], cand_lens)
+    differs = np.logical_or.reduceat(text[at] != text[at - shift], seg)  # (C,)
+    same[cand] = ~differs
+    return same
+
+
+def encode_spans(
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    text: np.ndarray,
+    spans: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[GroupedPairs, np.ndarray]:
+    """:func:`encode_columns` of a chunk's plain phrases where they lie in its bytes ``text``
+    (uint8): ``spans`` = (source starts, source ends, target starts, target ends), (N,) each,
+    every phrase followed by a space in ``text`` (of " ||| "), as split_columns found them."""
+    src_start, src_end, tgt_start, tgt_end = spans
+    new = ~_same_as_previous(text, src_start, src_end)  # (N,) the pair starts a run of its source
+    src_ids, src_off, _ = _encode_joined(
+        src_vocab, *_gather_spans(text, src_start[new], src_end[new])
+    )
+    tgt_ids, tgt_off, unk = _encode_joined(tgt_vocab, *_gather_spans(text, tgt_start, tgt_end))
+    pair_src = np.cumsum(new, dtype=np.int64) - 1  # (N,)
+    return GroupedPairs(src_ids, src_off, pair_src, tgt_ids, tgt_off), unk
 
 
 def encode_columns(

@@ -14,15 +14,21 @@ import numpy as np
 
 from rescorer.constants import FORWARD
 from rescorer.io.chunks import Chunk
-from rescorer.io.columns import column_texts, insert_at, split_columns
+from rescorer.io.columns import (
+    ChunkColumns,
+    column_texts,
+    insert_at,
+    insert_prob_columns,
+    split_columns,
+)
 from rescorer.io.outputs import gzip_member
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
     GroupedPairs,
     GroupedPairsBuilder,
     count_unknown,
-    encode_columns,
     encode_inverse,
+    encode_spans,
 )
 from rescorer.score.plan import Plan, plan_chunk
 from rescorer.vocab import Vocab
@@ -113,7 +119,7 @@ def parse_chunk(
     if columns is not None:
         lines_in = len(columns.starts)
         text, cuts = chunk.data, columns.score_ends  # every line is kept: no copy
-        pairs, orders, unk = _encode_columns(_models, columns.src, columns.tgt)
+        pairs, orders, unk = _encode_columns(_models, columns)
         bad: list[tuple[int, str, bytes]] = []
     else:  # some line is bad or unusual: line by line, naming the bad ones
         raw_lines = chunk.data.split(b"\n")
@@ -160,27 +166,29 @@ def _word_penalty_vocab(models: Sequence[ModelSides]) -> Vocab:
     return wp.tgt_vocab if wp.direction == FORWARD else wp.src_vocab
 
 
-def _encode_columns(
-    models: Sequence[ModelSides], src_col: Sequence[bytes], tgt_col: Sequence[bytes]
-) -> Encoded:
-    """The fast path: a chunk's plain columns encoded for every model at once."""
+def _encode_columns(models: Sequence[ModelSides], columns: ChunkColumns) -> Encoded:
+    """The fast path: a chunk's plain columns encoded for every model at once, a forward
+    model's from where the phrases lie in the chunk (:func:`encode_spans`)."""
     wp = word_penalty_model(models)
+    text = np.frombuffer(columns.data, dtype=np.uint8)
+    spans = (columns.starts, columns.src_ends, columns.tgt_starts, columns.tgt_ends)
     pairs: list[GroupedPairs] = []
     orders: list[np.ndarray | None] = []
     unk: np.ndarray | None = None
     for i, m in enumerate(models):
         if m.direction == FORWARD:
-            grouped, tgt_unk = encode_columns(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
+            grouped, tgt_unk = encode_spans(m.src_vocab, m.tgt_vocab, text, spans)
             pairs.append(grouped)
             orders.append(None)
             if i == wp:
                 unk = tgt_unk
         else:
+            src_col, tgt_col = columns.src, columns.tgt
             grouped, order = encode_inverse(m.src_vocab, m.tgt_vocab, src_col, tgt_col)
             pairs.append(grouped)
             orders.append(order)
     if unk is None:
-        unk = count_unknown(_word_penalty_vocab(models), tgt_col)
+        unk = count_unknown(_word_penalty_vocab(models), columns.tgt)
     return pairs, orders, unk
 
 
@@ -245,6 +253,9 @@ def format_chunk(
     score field (``cuts``); a gzip member if asked. ``logp`` is (N,) for one model or (N,M)
     for M, one column each in that order, then the word penalty."""
     by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
+    if column == "prob":  # the common case, with numpy over the chunk
+        data = insert_prob_columns(text, cuts, by_model, unk if word_penalty else None)
+        return data if compresslevel is None else gzip_member(data, compresslevel)
     last = by_model.shape[1] - 1
     per_model = [
         column_texts(

@@ -11,12 +11,21 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rescorer.constants import LOGP_FLOOR
 from rescorer.errors import InputError
-from rescorer.io.columns import column_texts, insert_at, insert_columns, split_columns
+from rescorer.io.columns import (
+    column_texts,
+    g_texts,
+    insert_at,
+    insert_columns,
+    insert_prob_columns,
+    split_columns,
+)
 from rescorer.io.table import (
     copy_table,
     format_logp,
@@ -225,6 +234,64 @@ def test_column_texts_and_insert_columns_write_what_the_entry_writes(
             new.append(format_score(math.exp(unk[i])))
         expected.append(entry.line_with_columns(new) + "\n")
     assert insert_columns(columns.lines, columns.cuts, texts) == "".join(expected).encode()
+
+
+def g_edge_values() -> list[float]:
+    """Values where "%g" is hard to get right: around each power of ten, and where the
+    sixth digit's rounding is a half or a hair from one, plus what is not finite or tiny."""
+    values = [0.0, -0.0, 1.0, -1.0, 5e-324, 1e-44, 9.99999e-45, 1e5, 99999.95, 99999.5]
+    values += [float("nan"), float("inf"), -float("inf"), 1.7976931348623157e308, -1e-300]
+    for k in range(-46, 7):
+        for m in (1.0, 9.999995, 9.9999949, 9.9999951, 1.000005, 1.0000049999, 5.0, 1.234565):
+            b = m * 10.0**k
+            values += [b, math.nextafter(b, 0.0), math.nextafter(b, math.inf)]
+    return values
+
+
+def test_g_texts_writes_what_python_writes() -> None:
+    """The vectorised "%g" of the prob column (issue 57), byte for byte, over the edges and
+    200,000 probabilities of every size a model gives."""
+    rng = np.random.default_rng(57)
+    logp = np.concatenate([rng.uniform(-105.0, 0.0, 150_000), rng.uniform(-12.0, 0.5, 50_000)])
+    values = [math.exp(max(x, LOGP_FLOOR)) for x in logp.tolist()] + g_edge_values()
+    rows, lens = g_texts(np.array(values))
+    got = [row[:n].tobytes().decode() for row, n in zip(rows, lens.tolist(), strict=True)]
+    wrong = [(v, g) for v, g in zip(values, got, strict=True) if g != f"{v:g}"]
+    assert not wrong, wrong[:5]
+
+
+@BUDGET
+@given(
+    table=tables,
+    logp=st.lists(st.floats(-120.0, 1.0), min_size=8, max_size=8),
+    models=st.integers(1, 3),
+    unk=st.lists(st.integers(0, 5), min_size=8, max_size=8),
+    penalty=st.booleans(),
+)
+def test_insert_prob_columns_writes_what_column_texts_and_insert_at_write(
+    table: list[str], logp: list[float], models: int, unk: list[int], penalty: bool
+) -> None:
+    data = chunk_of(table)
+    columns = split_columns(data, None)
+    if columns is None:
+        return
+    n = len(columns.starts)
+    by_model = np.array([logp[(i + k) % 8] - k for i in range(n) for k in range(models)])
+    by_model = by_model.reshape(n, models)  # (N,M)
+    counts = np.array(unk[:n], dtype=np.int32)
+    per_model = [
+        column_texts(
+            by_model[:, k].tolist(),
+            "prob",
+            None if k < models - 1 or not penalty else counts.tolist(),
+            " " if k == 0 else "",
+        )
+        for k in range(models)
+    ]
+    texts = list(map(b" ".join, zip(*per_model, strict=True)))
+    expected = insert_at(data, columns.score_ends.tolist(), texts)
+    got = insert_prob_columns(data, columns.score_ends, by_model, counts if penalty else None)
+    assert got == expected
 
 
 # The number grammar the bulk path took with a regular expression before issue 57 (a number

@@ -79,6 +79,27 @@ def test_the_bulk_path_parses_a_real_chunk_as_the_line_parser_does(slice_chunk: 
     assert [targets[i] for i in order] == sorted(targets, key=lambda t: t.encode())
 
 
+def test_sources_of_one_length_are_shared_only_when_their_bytes_match(
+    slice_chunk: Chunk,
+) -> None:
+    """The bulk path finds runs of a source in the chunk's bytes (issue 57): neighbours of the
+    same byte length that differ in one byte (here a French accent of two bytes, a last
+    letter), an unknown word, an unterminated last line."""
+    data = (
+        "été ||| summer ||| 1 2 3 4\n"
+        "été ||| summer time ||| 1 2 3 4\n"
+        "èté ||| zzunknown ||| 1 2 3 4\n"
+        "a b ||| x y ||| 1 2 3 4\n"
+        "a c ||| x y ||| 1 2 3 4\n"
+        "a c ||| x ||| 1 2 3 4\n"
+        "a c d ||| y ||| 1 2 3 4"
+    ).encode()
+    assert stages.split_columns(data, 4) is not None  # the bulk path is taken
+    bulk, by_line = parse_both(Chunk(0, 1, data), 4)
+    assert_same(bulk, by_line)
+    assert bulk.pairs.pair_src.tolist() == [0, 0, 1, 2, 3, 3, 4]
+
+
 @pytest.mark.parametrize(
     "damage",
     [b"x ||| y ||| 1 2 3\n", b"x ||| y ||| 1 2 3 nan\n", b"x\tz ||| y ||| 1 2 3 4\n", b"\n"],
