@@ -95,7 +95,7 @@ def choose_precision(
     (scripts/bench_precision.py: 0.12 nats at the 99th percentile on 20,000 real pairs; the
     error comes from bf16's 8-bit mantissa, so it is the same on every device). TF32's 10-bit
     operands, emulated on the CPU with round to nearest as cuBLAS rounds, moved it by 0.004
-    nats at the 99th percentile (3,000 pairs; README, "What score promises"). ``auto`` for
+    nats at the 99th percentile (3,000 pairs; docs/score.md, "Precision"). ``auto`` for
     training (the gradient's noise dwarfs bf16's): on a GPU ``bf16`` where it is supported; on
     a CPU the faster of bf16 and fp32 at the model's matrix ``shapes`` (default: the paper's
     model), measured (:func:`measured_training_precision`). A CPU listing AVX512-BF16 is no

@@ -16,7 +16,8 @@ Memory that does not grow with N is the claim; seconds are printed too, but they
 each and the runs are not interleaved, so read them as rough. The last row is ``score`` meeting
 a line with no newline (a 64 MiB prefix of /dev/zero, issue 28): it must stop with its line
 number, its memory bounded by the longest line read (16 MiB) and the chunk size, not the file.
-The table ends with the bound the README states: the largest peak over every N, per config.
+The table ends with the bound docs/score.md states (Memory): the largest peak over every N, per
+config.
 
     python scripts/bench_memory.py [--model DIR] [--sizes 20000,200000,1000000]
         [--configs bf16,fp32] [--workers N] [--chunk-bytes B]
@@ -154,7 +155,7 @@ def main() -> None:
         print(f"| {lines:,} | {name} | {mib:.0f} | {mib / first[name]:.2f} | {seconds:.1f} |")
     if endless is not None:
         print(f"| 64 MiB, no newline (refused) | fp32 | {endless[0]:.0f} | | {endless[1]:.1f} |")
-    print("\nBound (the README's): the largest peak over these N, per config:")
+    print("\nBound (docs/score.md's): the largest peak over these N, per config:")
     for name in configs:
         peaks = [mib for _, n, mib, _ in rows if n == name]
         print(f"- {name}: {min(peaks):.0f} to {max(peaks):.0f} MiB")

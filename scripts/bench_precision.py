@@ -15,7 +15,7 @@ one run.
    ``--chunk-bytes`` 16 KiB and 1 MiB and as 3 merged shards, per precision; the largest
    change of one pair's score between these runs.
 
-The rule the default follows (README, "What score promises"): ``auto`` takes bf16 only where
+The rule the default follows (docs/score.md, "Precision"): ``auto`` takes bf16 only where
 its 99th-percentile error is within 0.02 nats *and* it is faster; otherwise fp32. The same
 bound decides whether fp32 scoring on CUDA may let its products run in TF32.
 

@@ -256,7 +256,7 @@ score_precision_option = click.option(
     show_default=True,
     help="auto: tf32 on GPUs with TF32 (Ampere or newer: fp32 with TF32 matrix products), "
     "else fp32 (no TF32 anywhere). bf16 autocast is faster but moves log p by ~0.12 at the "
-    "99th percentile (README).",
+    "99th percentile (docs/score.md, Precision).",
 )
 
 

@@ -32,7 +32,7 @@ def line_too_long(path: str, lineno: int) -> InputError:
         display_name(path),
         lineno,
         f"a line longer than {MAX_READ_LINE >> 20} MiB (no newline?), the longest rescorer "
-        "reads (README, Limits)",
+        "reads (docs/score.md, Limits)",
     )
 
 

@@ -102,7 +102,7 @@ def format_logp(logp: float) -> str:
     return f"{logp:.8g}"
 
 
-# Limits (README, Limits): a longer line, or a phrase of more tokens, is a bad line (refused
+# Limits (docs/score.md, Limits): a longer line, or a phrase of more tokens, is a bad line (refused
 # with its number, or skipped with --skip-bad-lines): the model's cost grows with the tokens,
 # and no phrase table of a real system comes near either.
 MAX_LINE_BYTES = 1 << 20
@@ -167,7 +167,7 @@ def parse_line(text: str, lineno: int) -> PhraseEntry | str:
         if len(phrase) > MAX_PHRASE_TOKENS and len(split_tokens(phrase)) > MAX_PHRASE_TOKENS:
             return (
                 f"a {side} phrase of {len(split_tokens(phrase)):,} tokens, expected at most "
-                f"{MAX_PHRASE_TOKENS} (README, Limits)"
+                f"{MAX_PHRASE_TOKENS} (docs/score.md, Limits)"
             )
     scores = parse_scores(score_field)
     if isinstance(scores, str):
@@ -182,7 +182,10 @@ def parse_raw_line(raw: bytes, lineno: int, num_scores: int | None) -> PhraseEnt
     ``num_scores``: the score count every line must have (that of the first line), if known.
     """
     if len(raw) > MAX_LINE_BYTES + 1:
-        return f"a line of {len(raw):,} bytes, expected at most {MAX_LINE_BYTES:,} (README, Limits)"
+        return (
+            f"a line of {len(raw):,} bytes, expected at most {MAX_LINE_BYTES:,} "
+            "(docs/score.md, Limits)"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -76,12 +76,12 @@ def phrase_segments(
     pairs = []
     for (s0, s1), (t0, t1) in spans:
         for side, first, last in (("source", s0, s1), ("target", t0, t1)):
-            if last - first + 1 > MAX_PHRASE_TOKENS:  # score's limit (README, Limits)
+            if last - first + 1 > MAX_PHRASE_TOKENS:  # score's limit (docs/score.md, Limits)
                 raise InputError(
                     path,
                     entry.lineno,
                     f"a {side} phrase of {last - first + 1:,} words ({first}-{last}), expected "
-                    f"at most {MAX_PHRASE_TOKENS} (README, Limits)",
+                    f"at most {MAX_PHRASE_TOKENS} (docs/score.md, Limits)",
                 )
         if not (0 <= s0 <= s1 < len(source)):
             raise InputError(
@@ -109,7 +109,8 @@ def _check_line_length(entry: NBestEntry, path: str) -> None:
         raise InputError(
             path,
             entry.lineno,
-            f"a line of {size:,} bytes, expected at most {MAX_LINE_BYTES:,} (README, Limits)",
+            f"a line of {size:,} bytes, expected at most {MAX_LINE_BYTES:,} "
+            "(docs/score.md, Limits)",
         )
 
 

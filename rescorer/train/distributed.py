@@ -1,7 +1,7 @@
 """Data-parallel training under ``torchrun``: who this process is, and the few collectives the
 training loop needs. Without torchrun (WORLD_SIZE unset or 1) every call is a no-op.
 
-The division of work (README, "Training on several GPUs or nodes"):
+The division of work (docs/training.md, "Training on several processes"):
 
 - every rank draws the same epoch permutation and batches (``epoch_batches``); update u of an
   epoch gives rank r batch ``W*u + r`` of it, so the ranks see disjoint parts of every epoch;

@@ -214,7 +214,7 @@ def test_limits_make_bad_lines_and_messages_quote_an_excerpt() -> None:
     many = " ".join(["le"] * (MAX_PHRASE_TOKENS + 1))
     entry = parse_raw_line(f"the ||| {many} ||| 0.5\n".encode(), 7, None)
     assert entry == f"a target phrase of {MAX_PHRASE_TOKENS + 1} tokens, expected at most " + (
-        f"{MAX_PHRASE_TOKENS} (README, Limits)"
+        f"{MAX_PHRASE_TOKENS} (docs/score.md, Limits)"
     )
     long = b"the ||| la ||| 0.5 ||| " + b"x" * MAX_LINE_BYTES + b"\n"
     assert str(parse_raw_line(long, 1, None)).startswith("a line of 1,048,600 bytes")
