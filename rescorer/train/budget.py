@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,8 +33,8 @@ class BudgetedRun(RunSetup):
     checkpoint_cost: float | None = None  # the last validation and save, seconds
     gave_up = False  # --max-time ran out in the first update's compile
 
-    def step(self, index: np.ndarray) -> tuple[int, int, float | None]:
-        raise NotImplementedError  # the loop's
+    # one update on the pairs of ``index`` (the loop's, loop.py): pairs, tokens, loss or None
+    step: Callable[[np.ndarray], tuple[int, int, float | None]]
 
     def budget(self) -> str:
         """How much of --max-updates/--max-time is used, and the time left by the nearer one
