@@ -29,7 +29,13 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive, mert_seed_option, moses_option
+from rescorer.cli.drivers import (
+    COUNT,
+    drive,
+    max_iterations_option,
+    mert_seed_option,
+    moses_option,
+)
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent
@@ -57,13 +63,7 @@ HERE = Path(__file__).resolve().parent
     default=True,
     help="Keep Moses' default search (cube pruning is added before tuning).",
 )
-@click.option(
-    "--max-iterations",
-    default=15,
-    show_default=True,
-    callback=MERT_ITERATIONS,
-    help="MERT iterations at most (1 or more).",
-)
+@max_iterations_option(15)
 @click.option(
     "--dev-lines", type=int, callback=COUNT, help="Tune on the first N dev lines [default: all]."
 )

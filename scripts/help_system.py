@@ -27,7 +27,13 @@ from typing import Any
 import click
 from help_corpus import corpus_options
 
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, drive, mert_seed_option, moses_option
+from rescorer.cli.drivers import (
+    COUNT,
+    drive,
+    max_iterations_option,
+    mert_seed_option,
+    moses_option,
+)
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
 from rescorer.experiments.help_system import build_help_system
@@ -39,13 +45,7 @@ HERE = Path(__file__).resolve().parent
 @click.option("--work", required=True, type=click.Path(path_type=Path), help="Work folder.")
 @corpus_options
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
-@click.option(
-    "--max-iterations",
-    default=15,
-    show_default=True,
-    callback=MERT_ITERATIONS,
-    help="MERT iterations at most (1 or more).",
-)
+@max_iterations_option(15)
 @click.option(
     "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
 )

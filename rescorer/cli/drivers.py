@@ -109,3 +109,14 @@ def mert_seed_option(default: int) -> Callable[[F], F]:
         help="MERT's random seed: the same seed, table and dev set tune the same weights; "
         "'clock' seeds from the system clock (mert-moses.pl's own default).",
     )
+
+
+def max_iterations_option(default: int) -> Callable[[F], F]:
+    """``--max-iterations``: MERT's iterations at most, 1 or more (0 would be no limit)."""
+    return click.option(
+        "--max-iterations",
+        default=default,
+        show_default=True,
+        callback=MERT_ITERATIONS,
+        help="MERT iterations at most (1 or more).",
+    )
