@@ -11,14 +11,18 @@
 2. ``score``'s own I/O stages, without the model: ``parse_chunk`` (validate, encode ids) and
    ``format_chunk`` (format the new column, compress the gzip member at level 1) over the
    table's 1 MiB chunks, in the main process and in pools of 1..``--max-workers`` spawn
-   workers as ``score --workers N`` runs them (parse in the pool, back to the main process,
-   format in the pool); lines/s per run and per worker. The rate per
-   worker, times the cores a GPU host can give, is what ``--workers`` can feed a device with.
+   workers as ``score --workers N`` runs them: through score's chunk loop
+   (:func:`rescorer.job.stream.stream_chunks`: parse in the pool, the results to the main
+   process, format in the pool, write in order; the chunk's bytes and its output in shared
+   memory where the code has it, through the pool's pipes before). Lines/s per run and per
+   worker. The rate per worker, times the cores a GPU host can give, is what ``--workers``
+   can feed a device with.
 3. The main process's own ceiling (``--noop``): ``score``'s chunk loop
    (:func:`rescorer.job.stream.stream_chunks`: read and decompress, cut at source boundaries,
    parse ahead in the pool, keep the order, write OUT.partial with its records) with a no-op
    stage in ``--max-workers`` warm workers: what the main process alone can pass, parsing,
-   scoring and formatting left out (each chunk still crosses to a worker and back twice).
+   scoring and formatting left out (each chunk still goes to a worker and back twice, as
+   score's do: in shared memory where the code has it, through the pool's pipes before).
 
     python scripts/bench_io.py [--table ../shared/data/en-fr/phrase-table.gz] [--repeat 3]
     python scripts/bench_io.py --noop --max-workers 2 [--repeat 3]
@@ -38,7 +42,6 @@ import subprocess
 import tempfile
 import time
 import zlib
-from collections import deque
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -189,17 +192,10 @@ def stages(
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers, initializer=init_worker, initargs=(src_vocab, tgt_vocab)) as pool:
             pool.map(_stage_worker, chunks[:workers])  # start-up and imports, not timed
-            t = time.perf_counter()
-            # As score's _run: parse in the pool, results to the main process, format in the
-            # pool, bytes back (every chunk crosses the process boundary twice each way).
-            formatting: deque[Any] = deque()
-            for parsed in pool.imap(_parse, chunks):
-                formatting.append(pool.apply_async(format_chunk, _format_args(parsed)))
-                while len(formatting) > workers:
-                    formatting.popleft().get()
-            for result in formatting:
-                result.get()
-            rows.append((f"--workers {workers}", workers, lines / (time.perf_counter() - t)))
+            # As score --workers N runs them, through the same chunk loop: parse in the pool,
+            # the results to the main process, format in the pool, write in order.
+            seconds = run_loop(table, pool, StagesWork(), workers, max_lines)
+            rows.append((f"--workers {workers}", workers, lines / seconds))
     print()
     print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks), rescorer of "
           f"commit {code_commit()}, {cpu_name()}, {os.cpu_count()} cores:")  # fmt: skip
@@ -227,22 +223,24 @@ def _noop_init(in_pool: bool = False) -> None:
 
 
 def _noop_parse(chunk: Chunk, num_scores: int | None, name: str, digest: bool) -> _Passed:
-    lines = chunk.data.count(b"\n")
-    return _Passed(chunk.offset, len(chunk.data), chunk.first_line, lines, chunk.data)
+    data = chunk.content() if hasattr(chunk, "content") else chunk.data
+    text = getattr(chunk, "shared", None) or data  # from shared memory: its slot, as score's
+    return _Passed(chunk.offset, len(data), chunk.first_line, data.count(b"\n"), text)
 
 
-def _noop_format(text: bytes) -> bytes:
-    return text
+def _noop_format(text: Any) -> bytes:
+    return text if isinstance(text, bytes) else text.tobytes()  # from its slot
 
 
 class NoopWork:
-    """The job's work with no work in it: the chunk's bytes go to a worker and back, then to
-    a worker and back again (as a parsed chunk and its formatting do), and are written."""
+    """The job's work with no work in it: the chunk goes to a worker and back, then to a worker
+    and back again (as a parsed chunk and its formatting do), and is written."""
 
     unit = "lines"
+    shared_chunks = True
     init_worker = staticmethod(_noop_init)
     init_args: tuple[Any, ...] = ()
-    parse = staticmethod(_noop_parse)
+    parse: Any = staticmethod(_noop_parse)
 
     def submit(self, parsed: _Passed) -> None:
         return None
@@ -254,29 +252,51 @@ class NoopWork:
         return 0
 
 
-def noop_ceiling(table: str, workers: int, repeat: int) -> None:
-    """Part 3 of the module docstring: lines/s of score's chunk loop with no-op stages."""
+class StagesWork(NoopWork):
+    """score's own stages, made-up scores in place of the model's (:func:`_format_args`)."""
+
+    parse = staticmethod(parse_chunk)
+
+    def collect(self, pending: None, parsed: Any, gz_level: int | None) -> tuple[Any, ...]:
+        return format_chunk, _format_args(parsed), parsed.lines_in
+
+
+def table_lines(table: str) -> int:
+    """The lines of ``table``, decompressed."""
+    with open_binary(table) as stream:
+        return sum(data.count(b"\n") for data in iter(lambda: stream.read(1 << 22), b""))
+
+
+def run_loop(table: str, pool: Any, work: Any, workers: int, max_lines: int | None) -> float:
+    """Seconds of score's chunk loop over ``table`` (its first ``max_lines``) through ``pool``
+    with ``work``, writing a temporary file."""
     config = SimpleNamespace(
         workers=workers, chunk_bytes=1 << 20, shard=None, skip_bad_lines=None, overlap=True
     )
+    with tempfile.TemporaryDirectory() as tmp:
+        output = Output(os.path.join(tmp, "out"), {}, None, 10.0, "bench")
+        output.lock()
+        output.open(Resume())
+        t = time.perf_counter()
+        with open_binary(table) as stream:
+            chunks: Any = iter_chunks(stream, 1 << 20, name=table)
+            if max_lines is not None:
+                chunks = (c for c in chunks if c.first_line <= max_lines)
+            stream_chunks(chunks, pool, work, output, config, 4, None, "t", JobStats(),
+                          lambda: None)  # fmt: skip
+        seconds = time.perf_counter() - t
+        output.close(True, keep_partial=False)
+    return seconds
+
+
+def noop_ceiling(table: str, workers: int, repeat: int) -> None:
+    """Part 3 of the module docstring: lines/s of score's chunk loop with no-op stages."""
     ctx = multiprocessing.get_context("spawn")
-    times, lines = [], 0
-    with tempfile.TemporaryDirectory() as tmp, ctx.Pool(workers) as pool:
+    times, lines = [], table_lines(table)
+    with ctx.Pool(workers) as pool:
         pool.map(_noop_format, [b""] * workers)  # started and warm: not timed
-        out = os.path.join(tmp, "out.txt")
         for _ in range(repeat):
-            stats = JobStats()
-            output = Output(out, {}, None, 10.0, "bench")
-            output.lock()
-            output.open(Resume())
-            t = time.perf_counter()
-            with open_binary(table) as stream:
-                chunks = iter_chunks(stream, 1 << 20, name=table)
-                stream_chunks(chunks, pool, NoopWork(), output, config, None, None, "t", stats,
-                              lambda: None)  # fmt: skip
-            output.close(True, keep_partial=False)
-            times.append(time.perf_counter() - t)
-            lines = stats.lines_in
+            times.append(run_loop(table, pool, NoopWork(), workers, None))
     best = min(times)
     print(f"table: {table} ({lines:,} lines); {repeat} runs, best shown")
     print(f"date {datetime.date.today()}, rescorer of commit {code_commit()}, {cpu_name()}")

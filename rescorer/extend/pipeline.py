@@ -154,6 +154,7 @@ class Extending:
     """What an ``extend`` job does with each chunk (module docstring)."""
 
     unit = "new pairs"
+    shared_chunks = False  # its chunks cross as bytes: generating, not the host, sets its pace
 
     def __init__(
         self,

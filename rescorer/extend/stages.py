@@ -69,7 +69,8 @@ def parse_chunk(
     whose lines are not together (an unsorted table) is one group per run of lines; the
     targets it has are those of all its runs in the chunk (the chunk holds all of them: chunks
     are cut at source boundaries of a grouped table)."""
-    raw_lines = chunk.data.split(b"\n")
+    data = chunk.content()
+    raw_lines = data.split(b"\n")
     if raw_lines and raw_lines[-1] == b"":
         raw_lines.pop()
     lines: list[bytes] = []
@@ -97,11 +98,11 @@ def parse_chunk(
         if group.src in seen:
             group.wanted = False
         seen.add(group.src)
-    unterminated = bool(raw_lines) and not chunk.data.endswith(b"\n")
+    unterminated = bool(raw_lines) and not data.endswith(b"\n")
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + len(raw_lines) - 1)
     return ExtendChunk(
         chunk.offset,
-        len(chunk.data),
+        len(data),
         chunk.first_line,
         len(raw_lines),
         lines,
@@ -109,7 +110,7 @@ def parse_chunk(
         groups,
         bad,
         last_kept,
-        hashlib.sha256(chunk.data).hexdigest() if digest else "",
+        hashlib.sha256(data).hexdigest() if digest else "",
     )
 
 

@@ -15,6 +15,7 @@ from typing import BinaryIO
 from rescorer.constants import FIELD_SEP_B
 from rescorer.errors import RescorerError
 from rescorer.io.inputs import MAX_READ_LINE, line_too_long, open_binary
+from rescorer.io.shared import SharedText
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,13 @@ class Chunk:
     offset: int  # byte offset of the chunk in the decompressed input
     first_line: int  # 1-based number of the chunk's first line
     data: bytes  # whole lines (the last one may lack its newline at end of input)
+    # Where the main process put them in shared memory for a worker (rescorer.io.shared): their
+    # handle, and ``data`` is empty.
+    shared: SharedText | None = None
+
+    def content(self) -> bytes:
+        """The chunk's bytes (in a worker, copied out of its shared-memory slot)."""
+        return self.data if self.shared is None else self.shared.tobytes()
 
 
 def _source_at(buf: bytes | bytearray, start: int) -> bytes | None:

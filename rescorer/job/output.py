@@ -242,7 +242,7 @@ class Output:
             bad_out.seek(resume.bad_bytes)
             self.bad_out = bad_out
 
-    def write(self, data: bytes, bad_lines: list[bytes]) -> None:
+    def write(self, data: bytes | memoryview, bad_lines: list[bytes]) -> None:
         assert self.sink is not None
         try:
             self.sink.write(data)

@@ -5,6 +5,7 @@ count every line must have (:func:`first_num_scores`). No torch here."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from rescorer.errors import InputError
 from rescorer.io.chunks import Chunk
 from rescorer.io.inputs import iter_raw_lines, open_binary
+from rescorer.io.shared import SharedText, Slots, output_into
 from rescorer.io.table import parse_raw_line
 from rescorer.job.output import Output
 from rescorer.job.shards import chain_sha256
@@ -41,10 +43,13 @@ def stream_chunks(
     assert isinstance(workers, int) and chunk_bytes is not None
     # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
     ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
-    parsing: deque[Any] = deque()
-    working: deque[tuple[Any, Parsed]] = deque()  # submitted, not yet collected
-    formatting: deque[tuple[Any, Parsed, int]] = deque()
+    # Each chunk in flight with its shared-memory slot (None: its bytes cross the pipe).
+    parsing: deque[tuple[Any, SharedText | None]] = deque()
+    working: deque[tuple[Any, Parsed, SharedText | None]] = deque()  # submitted, not collected
+    formatting: deque[tuple[Any, Parsed, int, SharedText | None]] = deque()
     digest = config.shard is not None  # a shard's manifest vouches for its range's bytes
+    # In flight at once, at most: parsing, working, formatting, and one read ahead.
+    slots = _slots(pool, work, chunk_bytes, ahead + 2 + max(1, workers) + 2)
 
     def submit_parse() -> None:
         while len(parsing) < ahead:
@@ -53,51 +58,80 @@ def stream_chunks(
             if chunk is None:
                 return
             with phase("parse"):
+                slot = slots.put(chunk.data) if slots is not None else None
+                if slot is not None:  # the bytes cross in shared memory
+                    chunk = Chunk(chunk.offset, chunk.first_line, b"", slot)
                 args = (chunk, num_scores, name, digest)
-                parsing.append(pool.apply_async(work.parse, args))
+                parsing.append((pool.apply_async(work.parse, args), slot))
 
     def collect() -> None:
         """The oldest submitted chunk's results (waiting for the device only here) go to
         the formatter."""
-        pending, parsed = working.popleft()
+        pending, parsed, slot = working.popleft()
         func, args, lines_out = work.collect(pending, parsed, gz_level)
         with phase("format"):
-            result = pool.apply_async(func, args)
-        formatting.append((result, parsed, lines_out))
+            if slot is not None:  # the output comes back in the chunk's slot
+                result = pool.apply_async(output_into, (slot, func, args))
+            else:
+                result = pool.apply_async(func, args)
+        formatting.append((result, parsed, lines_out, slot))
         write_ready(limit=max(1, workers))
 
     def write_ready(limit: int) -> None:
         while len(formatting) > limit or (formatting and formatting[0][0].ready()):
-            result, parsed, lines_out = formatting.popleft()
+            result, parsed, lines_out, slot = formatting.popleft()
             with phase("format"):
                 data = result.get()
             with phase("write"):
-                output.write(data, [raw for _, _, raw in parsed.bad])
+                _write(output, data, [raw for _, _, raw in parsed.bad])
+            if slot is not None and slots is not None:
+                slots.free(slot.name)
             _count(stats, parsed, lines_out, name)
             with phase("write"):  # a record only every --checkpoint-every seconds
                 output.advance(stats.next_offset, parsed.first_line + parsed.lines_in, stats)
             progress()
 
-    submit_parse()
-    while parsing:
-        with phase("parse"):
-            parsed: Parsed = parsing.popleft().get()
+    with slots if slots is not None else contextlib.nullcontext():
         submit_parse()
-        if parsed.bad and config.skip_bad_lines is None:
-            lineno, message, _ = parsed.bad[0]
-            raise InputError(name, lineno, message)
-        working.append((work.submit(parsed), parsed))
-        while len(working) > (1 if config.overlap else 0):
+        while parsing:
+            with phase("parse"):
+                waiting, slot = parsing.popleft()
+                parsed: Parsed = waiting.get()
+            submit_parse()
+            if parsed.bad and config.skip_bad_lines is None:
+                lineno, message, _ = parsed.bad[0]
+                raise InputError(name, lineno, message)
+            working.append((work.submit(parsed), parsed, slot))
+            while len(working) > (1 if config.overlap else 0):
+                collect()
+        if mark is not None:
+            mark("steady state")
+        while working:
             collect()
-    if mark is not None:
-        mark("steady state")
-    while working:
-        collect()
-    write_ready(limit=0)
+        write_ready(limit=0)
     with phase("write"):
         output.checkpoint()  # the end: everything written is on disk before OUT is renamed
     if mark is not None:
         mark("drain")
+
+
+def _slots(pool: Any, work: ChunkWork, chunk_bytes: int, in_flight: int) -> Slots | None:
+    """Shared-memory slots for the chunks in flight, where a pool of worker processes runs a
+    work whose stages take them (:mod:`rescorer.io.shared`); None otherwise."""
+    if isinstance(pool, Inline) or not work.shared_chunks:
+        return None
+    # A chunk is at most chunk_bytes but for a source group spanning more; its output a little
+    # more (the new columns): half a chunk more holds both but for the rare, which use the pipe.
+    return Slots(chunk_bytes + chunk_bytes // 2, in_flight)
+
+
+def _write(output: Output, data: bytes | SharedText, bad: list[bytes]) -> None:
+    """A chunk's output, from its slot where it came back in one."""
+    if isinstance(data, SharedText):
+        with data.view() as view:
+            output.write(view, bad)
+    else:
+        output.write(data, bad)
 
 
 def _count(stats: JobStats, parsed: Parsed, lines_out: int, name: str) -> None:

@@ -37,6 +37,12 @@ class ChunkWork(Protocol):
         """What the progress line counts ("pairs", "sources")."""
 
     @property
+    def shared_chunks(self) -> bool:
+        """Whether ``parse`` takes a chunk whose bytes are in shared memory
+        (:attr:`Chunk.shared`) and the formatter the text it returns from it: the chunk's
+        bytes, and the output, then cross without a pipe (:mod:`rescorer.io.shared`)."""
+
+    @property
     def init_worker(self) -> Callable[..., None]:
         """A worker's start, called as ``init_worker(*init_args, in_pool)`` (module-level)."""
 

@@ -177,6 +177,7 @@ class Scoring:
     warned (it may refuse the table: score/models.py)."""
 
     unit = "pairs"
+    shared_chunks = True  # parse_chunk and format_chunk take a chunk's text in shared memory
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ from rescorer.io.columns import (
     split_columns,
 )
 from rescorer.io.outputs import gzip_member
+from rescorer.io.shared import SharedText, as_bytes
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
     GroupedPairs,
@@ -79,7 +80,9 @@ class ParsedChunk:
     chunk_len: int
     first_line: int
     lines_in: int
-    text: bytes  # the good lines, each with its newline (an unterminated last one without)
+    # The good lines, each with its newline (an unterminated last one without); where they
+    # are the whole chunk and it came in shared memory, its slot (rescorer.io.shared).
+    text: bytes | SharedText
     cuts: np.ndarray  # (N,) int64 where each good line's score field ends in text
     by_model: list[GroupedPairs]  # one per model, in its direction
     orders: list[np.ndarray | None]  # per model: None (line order) or (N,) the line of each pair
@@ -92,7 +95,7 @@ class ParsedChunk:
     @property
     def lines(self) -> list[bytes]:
         """The good lines without newline (copies: for messages and tests)."""
-        lines = self.text.split(b"\n")
+        lines = as_bytes(self.text).split(b"\n")
         if lines[-1] == b"":
             lines.pop()
         return lines
@@ -115,14 +118,18 @@ def parse_chunk(
     pairs in line order, an inverse model's grouped by target (:func:`encode_inverse`); with
     ``digest`` also hash its bytes (for a shard's manifest)."""
     assert _models is not None
-    columns = split_columns(chunk.data, num_scores)  # the whole chunk at once, if it can
+    data = chunk.content()
+    columns = split_columns(data, num_scores)  # the whole chunk at once, if it can
+    text: bytes | SharedText
     if columns is not None:
         lines_in = len(columns.starts)
-        text, cuts = chunk.data, columns.score_ends  # every line is kept: no copy
+        # Every line is kept: no copy; from shared memory, the formatter reads the same slot.
+        text = data if chunk.shared is None else chunk.shared
+        cuts = columns.score_ends
         pairs, orders, unk = _encode_columns(_models, columns)
         bad: list[tuple[int, str, bytes]] = []
     else:  # some line is bad or unusual: line by line, naming the bad ones
-        raw_lines = chunk.data.split(b"\n")
+        raw_lines = data.split(b"\n")
         if raw_lines and raw_lines[-1] == b"":
             raw_lines.pop()
         lines_in = len(raw_lines)
@@ -132,9 +139,9 @@ def parse_chunk(
         starts = np.cumsum([0] + [len(line) + 1 for line in lines], dtype=np.int64)[:-1]
         cuts = starts + np.asarray(line_cuts, dtype=np.int64)
         text = b"".join(line + b"\n" for line in lines)
-    unterminated = lines_in > 0 and not chunk.data.endswith(b"\n")
+    unterminated = lines_in > 0 and not data.endswith(b"\n")
     last_kept = unterminated and not (bad and bad[-1][0] == chunk.first_line + lines_in - 1)
-    if last_kept and text.endswith(b"\n"):
+    if last_kept and isinstance(text, bytes) and text.endswith(b"\n"):
         text = text[:-1]  # the input's last line had no newline
     plans = [
         plan_chunk(p, *m.plan) if m.plan is not None and p.num_pairs else None
@@ -142,7 +149,7 @@ def parse_chunk(
     ]
     return ParsedChunk(
         chunk.offset,
-        len(chunk.data),
+        len(data),
         chunk.first_line,
         lines_in,
         text,
@@ -152,7 +159,7 @@ def parse_chunk(
         unk,
         bad,
         last_kept,
-        hashlib.sha256(chunk.data).hexdigest() if digest else "",
+        hashlib.sha256(data).hexdigest() if digest else "",
         plans if any(plan is not None for plan in plans) else [],
     )
 
@@ -241,7 +248,7 @@ def _parse_lines(
 
 
 def format_chunk(
-    text: bytes,
+    text: bytes | SharedText,
     cuts: np.ndarray,
     logp: np.ndarray,
     unk: np.ndarray,
@@ -252,6 +259,7 @@ def format_chunk(
     """The chunk's lines (``text``, a ParsedChunk's) with the new column(s) at the end of each
     score field (``cuts``); a gzip member if asked. ``logp`` is (N,) for one model or (N,M)
     for M, one column each in that order, then the word penalty."""
+    text = as_bytes(text)
     by_model = logp[:, None] if logp.ndim == 1 else logp  # (N,M)
     if column == "prob":  # the common case, with numpy over the chunk
         data = insert_prob_columns(text, cuts, by_model, unk if word_penalty else None)

@@ -1,0 +1,149 @@
+"""Shared-memory slots: a chunk's bytes go to a worker process, and its output comes back,
+without crossing a pipe.
+
+Through the pool's pipes every chunk of a streamed job crossed four times (to the parser, back,
+to the formatter, back), pickled and copied each time by the main process's threads, and the
+main process's own ceiling stayed under 1,000,000 lines/s whatever the workers (issue 57). Now
+the main process (:class:`Slots`) copies each chunk's bytes into a slot, a segment of shared
+memory, and a worker reads them through a :class:`SharedText`, a handle that pickles as the
+segment's name and the length; the format stage writes its output into the same slot
+(:func:`output_into`) and the main process writes it to OUT from there. A slot is reused once
+its chunk's output is written.
+
+Where no slot can be had, the chunk's bytes cross through the pipe as before, and the output is
+the same: a chunk larger than a slot (one source phrase over many chunks' worth of lines), an
+output larger than its slot, or no room in /dev/shm (each segment's space is reserved when it is
+made, so a full tmpfs is a fallback here and not a SIGBUS later). Segments are unlinked when the
+run ends; a killed run's are unlinked by multiprocessing's resource tracker. No torch here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Callable
+from multiprocessing import shared_memory
+from typing import Any
+
+_segments: dict[str, shared_memory.SharedMemory] = {}  # by name: made here, or attached
+
+
+def _buf(segment: shared_memory.SharedMemory) -> memoryview:
+    buf = segment.buf
+    assert buf is not None  # an open segment's
+    return buf
+
+
+def _segment(name: str) -> shared_memory.SharedMemory:
+    """The segment ``name``: this process's own, or attached once (a worker's)."""
+    segment = _segments.get(name)
+    if segment is None:
+        segment = _segments[name] = shared_memory.SharedMemory(name)
+    return segment
+
+
+class SharedText:
+    """Bytes [0, ``length``) of shared-memory segment ``name``: what crosses to a worker in
+    place of the bytes themselves."""
+
+    __slots__ = ("length", "name")
+
+    def __init__(self, name: str, length: int) -> None:
+        self.name, self.length = name, length
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return SharedText, (self.name, self.length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def view(self) -> memoryview:
+        """The bytes, in place (release the view before the segment's owner closes it)."""
+        return _buf(_segment(self.name))[: self.length]
+
+    def tobytes(self) -> bytes:
+        """A copy of the bytes."""
+        with self.view() as view:
+            return view.tobytes()
+
+
+def as_bytes(data: bytes | SharedText) -> bytes:
+    """``data``'s bytes, copied out of its slot where it is a :class:`SharedText`."""
+    return data.tobytes() if isinstance(data, SharedText) else data
+
+
+def output_into(
+    slot: SharedText | None, func: Callable[..., bytes], args: tuple[Any, ...]
+) -> bytes | SharedText:
+    """``func(*args)`` (a format stage, in a worker) written into ``slot``, whose chunk it has
+    read: the handle of the output, or the output's bytes where it does not fit (or no slot)."""
+    data = func(*args)
+    if slot is None:
+        return data
+    segment = _segment(slot.name)
+    if len(data) > segment.size:
+        return data
+    _buf(segment)[: len(data)] = data
+    return SharedText(slot.name, len(data))
+
+
+class Slots:
+    """The main process's slots: at most ``count`` segments of ``capacity`` bytes each, made as
+    the run needs them (:meth:`put`), reused once freed (:meth:`free`), unlinked by
+    :meth:`close`."""
+
+    def __init__(self, capacity: int, count: int) -> None:
+        self.capacity = -(-capacity // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.count = count
+        self._free: list[str] = []
+        self._made: list[str] = []
+        self._failed = False  # /dev/shm refused a segment: no more are tried
+
+    def put(self, data: bytes) -> SharedText | None:
+        """``data`` in a free slot, or None (too large, every slot in use, no room)."""
+        if len(data) > self.capacity:
+            return None
+        name = self._free.pop() if self._free else self._make()
+        if name is None:
+            return None
+        _buf(_segments[name])[: len(data)] = data
+        return SharedText(name, len(data))
+
+    def free(self, name: str) -> None:
+        """Slot ``name``'s chunk is written: the slot takes the next chunk."""
+        self._free.append(name)
+
+    def _make(self) -> str | None:
+        if self._failed or len(self._made) >= self.count:
+            return None
+        try:
+            segment = shared_memory.SharedMemory(create=True, size=self.capacity)
+        except OSError:
+            self._failed = True
+            return None
+        try:  # reserve the pages now: a full /dev/shm fails here, not with SIGBUS on a write
+            os.posix_fallocate(segment._fd, 0, self.capacity)  # type: ignore[attr-defined]
+        except OSError:
+            segment.close()
+            segment.unlink()
+            self._failed = True
+            return None
+        _segments[segment.name] = segment
+        self._made.append(segment.name)
+        return segment.name
+
+    def close(self) -> None:
+        """Every segment made unlinked (workers still holding one keep their mapping)."""
+        for name in self._made:
+            segment = _segments.pop(name)
+            with contextlib.suppress(BufferError):  # a view still held: the mapping stays
+                segment.close()
+            segment.unlink()
+        self._made, self._free = [], []
+
+    def __enter__(self) -> Slots:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,78 @@
+"""Shared-memory slots (rescorer/io/shared.py): a chunk's bytes reach a worker process, and its
+output comes back, as a handle of a few bytes; where no slot can be had, the bytes cross as
+before; every segment is unlinked when the run ends."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import multiprocessing
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from rescorer.io.shared import SharedText, Slots, output_into
+
+SHM = Path("/dev/shm")
+pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this system")
+
+
+def _digest(text: SharedText) -> str:  # in a spawned worker
+    return hashlib.sha256(text.tobytes()).hexdigest()
+
+
+def _upper(text: SharedText) -> bytes:
+    return text.tobytes().upper()
+
+
+def test_a_chunk_crosses_to_a_worker_as_a_handle_and_its_output_comes_back_in_its_slot() -> None:
+    data = os.urandom(1 << 20)
+    with Slots(1 << 20, 4) as slots:
+        slot = slots.put(data)
+        assert slot is not None and len(slot) == len(data)
+        assert len(pickle.dumps(slot)) < 200  # the name and the length, not the megabyte
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            assert pool.apply(_digest, (slot,)) == hashlib.sha256(data).hexdigest()
+            back = pool.apply(output_into, (slot, _upper, (slot,)))
+        assert isinstance(back, SharedText) and back.name == slot.name
+        assert back.tobytes() == data.upper()
+
+
+def test_what_does_not_fit_crosses_as_bytes() -> None:
+    with Slots(4096, 2) as slots:
+        assert slots.put(b"x" * 4097) is None  # larger than a slot
+        a, b = slots.put(b"a"), slots.put(b"b")
+        assert a is not None and b is not None and a.name != b.name
+        assert slots.put(b"c") is None  # both slots hold a chunk in flight
+        slots.free(a.name)
+        c = slots.put(b"c")
+        assert c is not None and c.name == a.name and c.tobytes() == b"c"  # reused
+        big = output_into(c, bytes, (b"o" * 4097,))
+        assert big == b"o" * 4097  # an output larger than its slot comes back as bytes
+        small = output_into(c, bytes, (b"o" * 4096,))
+        assert isinstance(small, SharedText) and small.tobytes() == b"o" * 4096
+
+
+def test_close_unlinks_every_segment() -> None:
+    slots = Slots(4096, 3)
+    names = [s.name for s in (slots.put(b"a"), slots.put(b"b")) if s is not None]
+    assert len(names) == 2 and all((SHM / name.lstrip("/")).exists() for name in names)
+    slots.close()
+    assert not any((SHM / name.lstrip("/")).exists() for name in names)
+
+
+def test_a_full_dev_shm_is_a_fallback_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tmpfs reserves no space on ftruncate: a write to a full one is SIGBUS. The space is
+    reserved when the segment is made; a refusal there means bytes through the pipe."""
+    made: list[str] = []
+
+    def full(fd: int, offset: int, length: int) -> None:
+        made.append(os.readlink(f"/proc/self/fd/{fd}"))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with Slots(4096, 3) as slots:
+        assert slots.put(b"a") is None and slots.put(b"b") is None
+    assert len(made) == 1 and not Path(made[0]).exists()  # tried once, unlinked
