@@ -15,11 +15,11 @@ from rescorer.io.outputs import write_error
 
 class LockHeldError(Exception):
     """Another process holds the lock: ``holder`` is the pid written in the file (or
-    ``unknown``)."""
+    ``unknown``), ``what`` the words written after it (:func:`write_pid`), maybe empty."""
 
-    def __init__(self, holder: str) -> None:
+    def __init__(self, holder: str, what: str = "") -> None:
         super().__init__(holder)
-        self.holder = holder
+        self.holder, self.what = holder, what
 
 
 def take_pid_lock(path: str) -> int:
@@ -36,9 +36,9 @@ def take_pid_lock(path: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            words = os.read(fd, 64).decode("ascii", "replace").split()
             os.close(fd)
-            raise LockHeldError(holder) from None
+            raise LockHeldError(words[0] if words else "unknown", " ".join(words[1:])) from None
         try:
             named = os.stat(path)
         except FileNotFoundError:
@@ -49,28 +49,31 @@ def take_pid_lock(path: str) -> int:
         os.close(fd)  # removed by the run that held it: try the name again
 
 
-def write_pid(fd: int) -> None:
-    """Our pid, alone, in the lock file ``fd`` (an OSError on a full disk)."""
+def write_pid(fd: int, what: str = "") -> None:
+    """Our pid in the lock file ``fd``, then ``what`` holds it (ASCII words, e.g. ``extend``)
+    if given (an OSError on a full disk)."""
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+    os.write(fd, f"{os.getpid()} {what}".strip().encode("ascii") + b"\n")
 
 
 def take_run_lock(lock_path: str, owner: str, doing: str, command: str = "score") -> int:
     """The lock of a ``rescorer`` run on what it writes (``score``/``extend``: OUT, the
-    --skip-bad-lines file): :func:`take_pid_lock` on ``lock_path`` with our pid written in it,
-    or a RescorerError naming ``owner`` and the pid of the run that holds it, which is
-    ``doing`` something there."""
+    --skip-bad-lines file): :func:`take_pid_lock` on ``lock_path`` with our pid and ``command``
+    written in it, or a RescorerError naming ``owner``, the command and pid of the run that
+    holds it (a lock of an older rescorer holds no command: ours is named), which is ``doing``
+    something there."""
     try:
         fd = take_pid_lock(lock_path)
     except LockHeldError as held:
+        holder = held.what if held.what.isidentifier() else command
         raise RescorerError(
-            f"{owner}: another rescorer {command} (pid {held.holder}) is {doing}; wait for it "
+            f"{owner}: another rescorer {holder} (pid {held.holder}) is {doing}; wait for it "
             "to end or write elsewhere"
         ) from None
     except OSError as exc:
         raise RescorerError(f"{owner}: cannot write beside it: {exc.strerror}") from exc
     try:
-        write_pid(fd)
+        write_pid(fd, command)
     except OSError as exc:  # a full disk
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):

@@ -189,6 +189,27 @@ def test_two_runs_sharing_a_skip_bad_lines_file_are_refused(
     assert not Path(bad + ".lock").exists()
 
 
+def test_the_refusal_names_the_command_that_holds_the_lock(tmp_path: Path, model_dir: Path) -> None:
+    """An ``extend`` run writing OUT refuses a ``score`` to the same OUT naming extend (it said
+    "another rescorer score"); a lock file of an older rescorer, the pid alone, names ours."""
+    table = tmp_path / "pt.txt"
+    table.write_bytes(SMALL)
+    out = tmp_path / "out.txt"
+    holder = output.Output(str(out), {}, None, command="extend")
+    holder.lock()
+    try:
+        assert Path(f"{out}.partial.lock").read_text() == f"{os.getpid()} extend\n"
+        with pytest.raises(RescorerError, match=rf"another rescorer extend \(pid {os.getpid()}\)"):
+            score_table(str(table), str(model_dir), str(out), config())
+        os.ftruncate(holder.lock_fd, 0)
+        os.pwrite(holder.lock_fd, f"{os.getpid()}\n".encode(), 0)
+        with pytest.raises(RescorerError, match=rf"another rescorer score \(pid {os.getpid()}\)"):
+            score_table(str(table), str(model_dir), str(out), config())
+    finally:
+        holder.unlock()
+    assert not out.exists()
+
+
 # --- item 3: no nan or inf is ever written --------------------------------------------------
 
 
