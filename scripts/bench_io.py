@@ -271,7 +271,12 @@ def run_loop(table: str, pool: Any, work: Any, workers: int, max_lines: int | No
     """Seconds of score's chunk loop over ``table`` (its first ``max_lines``) through ``pool``
     with ``work``, writing a temporary file."""
     config = SimpleNamespace(
-        workers=workers, chunk_bytes=1 << 20, shard=None, skip_bad_lines=None, overlap=True
+        workers=workers,
+        chunk_bytes=1 << 20,
+        shard=None,
+        skip_bad_lines=None,
+        overlap=True,
+        quiet=False,
     )
     with tempfile.TemporaryDirectory() as tmp:
         output = Output(os.path.join(tmp, "out"), {}, None, 10.0, "bench")

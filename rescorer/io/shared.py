@@ -93,9 +93,13 @@ class Slots:
     the run needs them (:meth:`put`), reused once freed (:meth:`free`), unlinked by
     :meth:`close`."""
 
-    def __init__(self, capacity: int, count: int) -> None:
+    def __init__(
+        self, capacity: int, count: int, refused: Callable[[str], None] | None = None
+    ) -> None:
+        """``refused`` is told once, in words, if the system refuses a segment."""
         self.capacity = -(-capacity // mmap.PAGESIZE) * mmap.PAGESIZE
         self.count = count
+        self.refused = refused
         self._free: list[str] = []
         self._made: list[str] = []
         self._failed = False  # /dev/shm refused a segment: no more are tried
@@ -119,19 +123,34 @@ class Slots:
             return None
         try:
             segment = shared_memory.SharedMemory(create=True, size=self.capacity)
-        except OSError:
-            self._failed = True
+        except OSError as exc:
+            self._refuse(exc)
             return None
         try:  # reserve the pages now: a full /dev/shm fails here, not with SIGBUS on a write
             os.posix_fallocate(segment._fd, 0, self.capacity)  # type: ignore[attr-defined]
-        except OSError:
+        except OSError as exc:
             segment.close()
             segment.unlink()
-            self._failed = True
+            self._refuse(exc)
             return None
         _segments[segment.name] = segment
         self._made.append(segment.name)
         return segment.name
+
+    def _refuse(self, exc: OSError) -> None:
+        self._failed = True
+        if self.refused is None:
+            return
+        free = ""
+        with contextlib.suppress(OSError):
+            st = os.statvfs("/dev/shm")
+            free = f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB free"
+        self.refused(
+            f"no shared memory for another {self.capacity / (1 << 20):,.1f} MiB slot "
+            f"({exc.strerror}{free} in /dev/shm, {len(self._made)} slots made): the chunks "
+            "that find no slot cross to the workers through pipes, which is slower; a container "
+            "needs more shared memory (docker run --shm-size)"
+        )
 
     def close(self) -> None:
         """Every segment made unlinked (workers still holding one keep their mapping)."""

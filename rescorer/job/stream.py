@@ -6,6 +6,7 @@ count every line must have (:func:`first_num_scores`). No torch here."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -49,7 +50,7 @@ def stream_chunks(
     formatting: deque[tuple[Any, Parsed, int, SharedText | None]] = deque()
     digest = config.shard is not None  # a shard's manifest vouches for its range's bytes
     # In flight at once, at most: parsing, working, formatting, and one read ahead.
-    slots = _slots(pool, work, chunk_bytes, ahead + 2 + max(1, workers) + 2)
+    slots = _slots(pool, work, config, ahead + 2 + max(1, workers) + 2)
 
     def submit_parse() -> None:
         while len(parsing) < ahead:
@@ -115,14 +116,21 @@ def stream_chunks(
         mark("drain")
 
 
-def _slots(pool: Any, work: ChunkWork, chunk_bytes: int, in_flight: int) -> Slots | None:
+def _slots(pool: Any, work: ChunkWork, config: JobConfig, in_flight: int) -> Slots | None:
     """Shared-memory slots for the chunks in flight, where a pool of worker processes runs a
-    work whose stages take them (:mod:`rescorer.io.shared`); None otherwise."""
+    work whose stages take them (:mod:`rescorer.io.shared`); None otherwise. A note on stderr
+    (but with --quiet) if the system refuses one."""
     if isinstance(pool, Inline) or not work.shared_chunks:
         return None
+    assert config.chunk_bytes is not None
+    note = None if config.quiet else _note
     # A chunk is at most chunk_bytes but for a source group spanning more; its output a little
     # more (the new columns): half a chunk more holds both but for the rare, which use the pipe.
-    return Slots(chunk_bytes + chunk_bytes // 2, in_flight)
+    return Slots(config.chunk_bytes + config.chunk_bytes // 2, in_flight, note)
+
+
+def _note(text: str) -> None:
+    print(f"rescorer: note: {text}", file=sys.stderr, flush=True)
 
 
 def _write(output: Output, data: bytes | SharedText, bad: list[bytes]) -> None:

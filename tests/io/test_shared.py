@@ -73,6 +73,8 @@ def test_a_full_dev_shm_is_a_fallback_not_a_crash(monkeypatch: pytest.MonkeyPatc
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    with Slots(4096, 3) as slots:
+    notes: list[str] = []
+    with Slots(4096, 3, notes.append) as slots:
         assert slots.put(b"a") is None and slots.put(b"b") is None
     assert len(made) == 1 and not Path(made[0]).exists()  # tried once, unlinked
+    assert len(notes) == 1 and "No space left on device" in notes[0] and "--shm-size" in notes[0]
