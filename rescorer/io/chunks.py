@@ -12,10 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
+
 from rescorer.constants import FIELD_SEP_B
 from rescorer.errors import RescorerError
 from rescorer.io.inputs import MAX_READ_LINE, line_too_long, open_binary
 from rescorer.io.shared import SharedText
+
+NEWLINE = 10
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,11 @@ class Chunk:
     def content(self) -> bytes:
         """The chunk's bytes (in a worker, copied out of its shared-memory slot)."""
         return self.data if self.shared is None else self.shared.tobytes()
+
+
+def count_lines(data: bytes) -> int:
+    """The newlines in ``data`` (numpy: several times bytes.count's speed on a chunk)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == NEWLINE))
 
 
 def _source_at(buf: bytes | bytearray, start: int) -> bytes | None:
@@ -107,9 +116,10 @@ def iter_chunks(
         k += 1
         if cut == 0:
             continue  # one source group spans the whole stretch: the chunk grows
-        chunk = bytes(buf[:cut])
+        with memoryview(buf) as view:  # one copy (bytes(buf[:cut]) made two)
+            chunk = view[:cut].tobytes()
         yield Chunk(pos, line_no, chunk)
-        line_no += chunk.count(b"\n")
+        line_no += count_lines(chunk)
         del buf[:cut]
         pos += cut
     if buf:
@@ -153,7 +163,7 @@ def shard_bounds(path: str, chunk_bytes: int, shard: tuple[int, int]) -> ShardRa
             if index >= k:
                 end = chunk.offset
                 break
-            line += chunk.data.count(b"\n")
+            line += count_lines(chunk.data)
     if start == total:  # no chunk of its own
         start, start_line = end, line
     return ShardRange(start, start_line, end, total)
