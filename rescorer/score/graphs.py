@@ -45,10 +45,9 @@ import torch
 from torch import Tensor
 
 from rescorer.model.encdec import EncoderDecoder, Kernels
+from rescorer.score.config import CAPTURE_CHOICES  # auto: graphs on a CUDA device only
 from rescorer.score.plan import Plan
 
-#: --capture's choices; auto: CUDA graphs on a CUDA device, today's eager path elsewhere.
-CAPTURE_CHOICES = ("auto", "on", "off")
 ROW_FLOOR = 64  # the least bucket (the readout's old row multiple, encdec.ROW_BUCKET)
 
 

@@ -164,3 +164,18 @@ def test_the_cpus_default_path_is_the_exact_one(tiny_config: ModelConfig) -> Non
     default, off = Scorer(model, "fp32"), Scorer(model, "fp32", capture="off")
     assert default.capture == off.capture == "" and default.steps is None
     np.testing.assert_array_equal(default.score(batch), off.score(batch))
+
+
+def test_score_capture_option(tmp_path: Any) -> None:
+    """``score --capture``: auto, on or off; anything else a usage error naming the choices,
+    from the command line and from a ScoreConfig made in code."""
+    from faults import run
+
+    from rescorer.errors import RescorerError
+    from rescorer.score.config import ScoreConfig
+
+    proc = run(["score", "--capture", "yes", str(SLICE), "-m", str(tmp_path), "-o", "-"])
+    assert proc.returncode == 2 and "'yes' is not one of 'auto', 'on', 'off'" in proc.stderr
+    assert ScoreConfig().capture == "auto"
+    with pytest.raises(RescorerError, match="--capture 'yes': expected auto, on or off"):
+        ScoreConfig(capture="yes")
