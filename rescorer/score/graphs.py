@@ -120,12 +120,14 @@ class _Arena:
     def views(self, rows: int) -> list[Tensor]:
         return [b[:rows] for b in self.buffers]
 
-    def fit(self, rows: int) -> bool:
-        """Grow to ``rows`` rows at least (twice the old capacity, or ``rows``); True if grown
-        (new buffers: every graph captured on the old ones is stale)."""
+    def fit(self, rows: int, limit: int | None = None) -> bool:
+        """Grow to ``rows`` rows at least (twice the old capacity, but not past ``limit``
+        unless ``rows`` is); True if grown (new buffers: the graphs captured on the old ones
+        are stale)."""
         if rows <= self.capacity:
             return False
-        self.capacity = max(rows, 2 * self.capacity)
+        double = 2 * self.capacity if limit is None else min(2 * self.capacity, limit)
+        self.capacity = max(rows, double)
         self.buffers = [
             torch.empty((self.capacity, *shape), dtype=dtype, device=self.device)
             for shape, dtype in self.specs
@@ -148,9 +150,17 @@ class LevelSteps:
     KINDS = ("encoder", "decoder", "readout")
 
     def __init__(
-        self, model: EncoderDecoder, precision: str, mode: str, kernels: Kernels | None = None
+        self,
+        model: EncoderDecoder,
+        precision: str,
+        mode: str,
+        kernels: Kernels | None = None,
+        readout_rows: int | None = None,
     ) -> None:
+        """``readout_rows``: the scorer's largest readout block (its buffers grow no further
+        unless a block needs it)."""
         self.model, self.precision, self.mode, self.kernels = model, precision, mode, kernels
+        self.readout_rows = readout_rows
         cfg = model.config
         H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_rows
         PM = cfg.maxout_units * cfg.maxout_pool
@@ -181,7 +191,8 @@ class LevelSteps:
     def inputs(self, kind: str, rows: int) -> list[Tensor]:
         """The views (``rows`` rows) to fill with the next ``run``'s inputs."""
         arena = self.arenas[kind]
-        if arena.fit(rows):
+        limit = self.readout_rows if kind == "readout" else None  # (R,V) logits: no more
+        if arena.fit(rows, limit):
             for key in [k for k in self.graphs if k[0] == kind]:
                 del self.graphs[key]
         return arena.views(rows)[: self.inputs_of[kind]]

@@ -63,7 +63,7 @@ from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import CompileGuard, autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
-from rescorer.score.graphs import LevelSteps, bucket_plan, capture_mode
+from rescorer.score.graphs import LevelSteps, bucket, bucket_plan, capture_mode
 from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
 from rescorer.score.profile import nothing
 from rescorer.score.trees import Plan, PrefixTreePath, Work
@@ -181,7 +181,9 @@ class Scorer(PrefixTreePath):
         self.capture = capture_mode(capture, self.device)  # "graph", "bucket" or ""
         self.steps = None
         if self.capture:
-            self.steps = LevelSteps(model, precision, self.capture, self.kernels)
+            self.steps = LevelSteps(
+                model, precision, self.capture, self.kernels, bucket(self.readout_rows)
+            )
 
     def score(self, batch: GroupedPairs) -> np.ndarray:
         """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""

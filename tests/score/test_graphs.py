@@ -16,7 +16,7 @@ from conftest import SLICE
 
 from rescorer.io.table import read_table
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
-from rescorer.score.graphs import ROW_FLOOR, bucket, bucket_plan, capture_mode
+from rescorer.score.graphs import ROW_FLOOR, bucket, bucket_plan, capture_mode, describe_capture
 from rescorer.score.pairs import GroupedPairs, encode_pairs
 from rescorer.score.plan import plan_chunk
 from rescorer.score.scorer import Scorer
@@ -62,6 +62,9 @@ def test_capture_modes() -> None:
     assert [capture_mode(c, cuda) for c in ("auto", "on", "off")] == ["graph", "graph", ""]
     with pytest.raises(ValueError, match="--capture 'yes'"):
         capture_mode("yes", cpu)
+    assert describe_capture("graph", "auto") == (
+        "bucketed shapes replayed as CUDA graphs (--capture auto)"
+    )
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
