@@ -4,31 +4,34 @@
 Each level of a chunk's prefix trees has its own row count, so the eager fast path launches
 kernels of new shapes chunk after chunk and nothing can be captured. Here:
 
-- **Row buckets.** Every level's rows (encoder and decoder steps) and every readout block's
-  rows are padded up to a bucket (:func:`bucket`): 64, then m * 2^k for m in 5..8 (80, 96,
-  112, 128, 160, ...: four sizes per octave). Powers of two alone would waste up to half of a
-  level's rows (a third on average) on padding; four per octave waste at most a fifth (about a
-  tenth on average) and still give few shapes: 49 from 64 to 262,144 rows, of which a run
-  meets a dozen or two. Every bucket is a multiple of 8 (the CPU's row rule, plan.py). The pad
-  rows repeat a real row (the tree's row 0, the block's first row): their states and logits are
-  computed and never read, so the scores are unchanged (:func:`bucket_plan` pads the plan's
-  index arrays on the host; a parse worker's plan is padded the same way).
+- **Row buckets.** Every level's rows (encoder and decoder steps), every readout block's rows
+  and its picks (the words scored there) are padded up to a bucket (:func:`bucket`): 64, then
+  m * 2^k for m in 5..8 (80, 96, 112, 128, 160, ...: four sizes per octave). Powers of two
+  alone would waste up to half of a level's rows (a third on average) on padding; four per
+  octave waste at most a fifth (about a tenth on average) and still give few shapes: 49 from
+  64 to 262,144 rows, of which a run meets a dozen or two. Every bucket is a multiple of 8
+  (the CPU's row rule, plan.py). The pad rows repeat a real row (the tree's row 0, the block's
+  first row; a pad pick scores word 0 at the block's row 0): they are computed and never read,
+  so the scores are unchanged (:func:`bucket_plan` pads the plan's index arrays on the host;
+  a parse worker's plan too).
 - **Static buffers.** Each of the three computations (encoder step, decoder step, readout block)
   reads and writes row views of buffers of its own (:class:`_Arena`), allocated outside any
   graph and grown (every graph of that kind dropped and captured again) when a larger bucket
   comes. The caller gathers each level's inputs straight into them (``index_select(out=)``)
-  and takes its outputs from them; the picks (a block's words, whose count varies) are gathered
-  from the readout's logits outside the graph.
-- **Graphs.** ``mode == "graph"``: each (computation, bucket) is captured once as a
-  ``torch.cuda.CUDAGraph`` (after one warm-up run on a side stream, as the training update does,
-  rescorer/train/capture.py) and replayed; all graphs share one memory pool, which holds only
-  their temporaries (they never run at once, and nothing in the pool outlives a replay).
-  Capturing a new shape waits for the device (once per shape, the first chunks); a replay never
-  does. ``mode == "bucket"``: the same computations at the same shapes, run eagerly (on a CPU
-  with ``--capture on``, for the tests; and after a capture failed, with a one-line warning).
+  and takes its outputs from them (the readout's: one ln p per pick, added into the chunk's
+  scores outside the graph; the (R,V) logits are the graph's temporaries).
+- **Graphs.** ``mode == "graph"``: each (computation, bucket; a readout's rows and picks) is
+  captured once as a ``torch.cuda.CUDAGraph`` (after one warm-up run on a side stream, as the
+  training update does, rescorer/train/capture.py) and replayed; all graphs share one memory
+  pool, which holds only their temporaries (they never run at once, and nothing in the pool
+  outlives a replay). Capturing a new shape waits for the device (once per shape, the first
+  chunks); a replay never does. ``mode == "bucket"``: the same computations at the same
+  shapes, run eagerly (on a CPU with ``--capture on``, for the tests; and after a capture
+  failed, with a one-line warning).
 
-The computations are the eager ones' (rescorer/model/encdec.py): the same kernels on the same
-rows, so fp32 scores equal the unbucketed ones to float rounding (the products' row counts
+The computations are the eager ones' (rescorer/model/encdec.py; the readout adds its fp32 bias
+in the same kernel that converts the products' output, one pass less, the same values) on the
+same rows, so scores equal the unbucketed ones to float rounding (the products' row counts
 differ, and with them, on some libraries, the order of the sums).
 """
 
@@ -88,9 +91,10 @@ def _padded(array: np.ndarray, rows: int, value: int | None = None) -> np.ndarra
 
 
 def bucket_plan(plan: Plan, readout_rows: int) -> Plan:
-    """``plan`` with every level's rows and every readout block's rows padded to a bucket (the
-    levels' indices into ``arrays`` kept; the pad rows are computed and never read). A block is
-    padded to its bucket or to ``readout_rows`` (the largest block), whichever is less."""
+    """``plan`` with every level's rows, every readout block's rows and its picks padded to a
+    bucket (the levels' indices into ``arrays`` kept; the pad rows and picks are computed and
+    never read: a block's pairs are not padded). A block's rows are padded to their bucket or
+    to ``readout_rows`` (the largest block), whichever is less."""
     arrays = list(plan.arrays)
     for enc in plan.encoder:
         rows = bucket(len(arrays[enc.tokens]))
@@ -103,9 +107,12 @@ def bucket_plan(plan: Plan, readout_rows: int) -> Plan:
         arrays[dec.tokens] = _padded(tokens, rows, int(tokens[-1]))
         if dec.parents is not None:
             arrays[dec.parents] = _padded(arrays[dec.parents], rows, 0)
-        for block_rows, _, _, _ in dec.blocks:
+        for block_rows, local, word, _ in dec.blocks:  # the picks' pairs stay as they are
             n = len(arrays[block_rows])
             arrays[block_rows] = _padded(arrays[block_rows], max(n, min(bucket(n), readout_rows)))
+            picks = bucket(len(arrays[local]))
+            arrays[local] = _padded(arrays[local], picks, 0)  # word 0 at the block's row 0
+            arrays[word] = _padded(arrays[word], picks, 0)
     return replace(plan, arrays=arrays)
 
 
@@ -143,8 +150,9 @@ class LevelSteps:
     - ``encoder``: inputs tokens (n,) long, h (n,H) fp32 (zeros at depth 0); output h' (n,H);
     - ``decoder``: inputs tokens (n,) long, s (n,H) fp32 the parents' states, terms (n,3H) fp32
       [C_r c ; C_u c ; C c] of each node's source; outputs s' (n,H) fp32, f (n,E) fp32;
-    - ``readout``: inputs s (R,H) fp32, f (R,E) fp32 (zeros at depth 0), c (R,PM) fp32 O_c c;
-      outputs logits (R,V) fp32 (bias included), lse (R,) fp32 their log-sum-exp.
+    - ``readout``: inputs s (R,H) fp32, f (R,E) fp32 (zeros at depth 0), c (R,PM) fp32 O_c c,
+      and K picks: rows (K,) long, words (K,) long; output ln p (K,) fp32 of each pick
+      (encdec.readout_picks). R and K are both buckets: a graph per (R, K) that comes.
     """
 
     KINDS = ("encoder", "decoder", "readout")
@@ -162,24 +170,19 @@ class LevelSteps:
         self.model, self.precision, self.mode, self.kernels = model, precision, mode, kernels
         self.readout_rows = readout_rows
         cfg = model.config
-        H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_rows
+        H, E = cfg.hidden_size, cfg.embed_size
         PM = cfg.maxout_units * cfg.maxout_pool
         device = next(model.parameters()).device
         long, f32 = torch.int64, torch.float32
-        Spec = list[tuple[tuple[int, ...], torch.dtype]]
-        ins: dict[str, Spec] = {  # per row: (shape, dtype) of each input, then of each output
-            "encoder": [((), long), ((H,), f32)],
-            "decoder": [((), long), ((H,), f32), ((3 * H,), f32)],
-            "readout": [((H,), f32), ((E,), f32), ((PM,), f32)],
-        }
-        outs: dict[str, Spec] = {
-            "encoder": [((H,), f32)],
-            "decoder": [((H,), f32), ((E,), f32)],
-            "readout": [((V,), f32), ((), f32)],
-        }
-        self.arenas = {k: _Arena(device, [*ins[k], *outs[k]]) for k in self.KINDS}
-        self.inputs_of = {k: len(v) for k, v in ins.items()}  # the rest are outputs
-        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
+        specs: dict[str, list[tuple[tuple[int, ...], torch.dtype]]] = {  # per row
+            "encoder": [((), long), ((H,), f32), ((H,), f32)],  # tokens, h | h'
+            "decoder": [((), long), ((H,), f32), ((3 * H,), f32), ((H,), f32), ((E,), f32)],
+            "readout": [((H,), f32), ((E,), f32), ((PM,), f32)],  # s, f, c (rows)
+            "picks": [((), long), ((), long), ((), f32)],  # row, word | ln p (picks)
+        }  # tokens, s, terms | s', f
+        self.arenas = {name: _Arena(device, spec) for name, spec in specs.items()}
+        self.inputs_of = {"encoder": 2, "decoder": 3, "readout": 5}  # the rest are outputs
+        self.graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}
         self.pool: Any = None
         self.shapes: set[tuple[str, int]] = set()  # every (kind, rows) run so far
 
@@ -188,27 +191,39 @@ class LevelSteps:
         self.kernels = kernels
         self.graphs.clear()
 
-    def inputs(self, kind: str, rows: int) -> list[Tensor]:
-        """The views (``rows`` rows) to fill with the next ``run``'s inputs."""
-        arena = self.arenas[kind]
-        limit = self.readout_rows if kind == "readout" else None  # (R,V) logits: no more
-        if arena.fit(rows, limit):
+    @staticmethod
+    def _parts(kind: str, rows: int, picks: int) -> list[tuple[str, int]]:
+        """The arenas of ``kind`` and their row counts: a readout block's rows and picks."""
+        return [("readout", rows), ("picks", picks)] if kind == "readout" else [(kind, rows)]
+
+    def _views(self, kind: str, rows: int, picks: int) -> tuple[list[Tensor], list[Tensor]]:
+        parts = self._parts(kind, rows, picks)
+        views = [v for name, n in parts for v in self.arenas[name].views(n)]
+        return views[: self.inputs_of[kind]], views[self.inputs_of[kind] :]
+
+    def inputs(self, kind: str, rows: int, picks: int = 0) -> list[Tensor]:
+        """The views (``rows`` rows; a readout's last two ``picks`` rows) to fill with the next
+        ``run``'s inputs."""
+        grown = False
+        for name, n in self._parts(kind, rows, picks):
+            limit = self.readout_rows if name == "readout" else None
+            grown |= self.arenas[name].fit(n, limit)
+        if grown:
             for key in [k for k in self.graphs if k[0] == kind]:
                 del self.graphs[key]
-        return arena.views(rows)[: self.inputs_of[kind]]
+        return self._views(kind, rows, picks)[0]
 
-    def run(self, kind: str, rows: int) -> list[Tensor]:
-        """The outputs (views of ``rows`` rows) of ``kind`` on the inputs just filled."""
-        views = self.arenas[kind].views(rows)
-        ins, outs = views[: self.inputs_of[kind]], views[self.inputs_of[kind] :]
+    def run(self, kind: str, rows: int, picks: int = 0) -> list[Tensor]:
+        """The outputs (views) of ``kind`` on the inputs just filled."""
+        ins, outs = self._views(kind, rows, picks)
         self.shapes.add((kind, rows))
         if self.mode != "graph":
             self._body(kind, ins, outs)
             return outs
-        graph = self.graphs.get((kind, rows))
+        graph = self.graphs.get((kind, rows, picks))
         if graph is None:
             try:
-                graph = self.graphs[kind, rows] = self._capture(kind, ins, outs)
+                graph = self.graphs[kind, rows, picks] = self._capture(kind, ins, outs)
             except RuntimeError as exc:  # a kernel that cannot be captured: no graphs at all
                 self._give_up(exc)
                 self._body(kind, ins, outs)
@@ -259,11 +274,20 @@ class LevelSteps:
                 outs[0].copy_(step(x, s))  # (n,H)
                 outs[1].copy_(f)
             else:
-                s, f, c = ins  # (R,H), (R,E), (R,PM)
-                logits, lse = outs  # (R,V), (R,)
-                unbiased = model._unbiased_logits(s, f, c).float()  # (R,V)
-                torch.add(unbiased, model.out_vocab.bias.float(), out=logits)  # readout_logits
-                torch.logsumexp(logits, dim=1, out=lse)
+                s, f, c, rows, words = ins  # (R,H), (R,E), (R,PM), (K,), (K,)
+                readout = kernels.readout_picks if kernels else self._readout_picks
+                outs[0].copy_(readout(s, f, c, rows, words))  # (K,)
+
+    def _readout_picks(
+        self, s: Tensor, f: Tensor, c: Tensor, rows: Tensor, words: Tensor
+    ) -> Tensor:
+        """encdec.readout_picks with one pass less over the (R,V) logits: the products'
+        output and the fp32 bias added in one kernel (bf16 + fp32 gives fp32: the same
+        values as converting first)."""
+        model = self.model
+        logits = torch.add(model._unbiased_logits(s, f, c), model.out_vocab.bias.float())
+        lse = torch.logsumexp(logits, dim=1)  # (R,)
+        return logits[rows, words] - lse[rows]  # (K,)
 
     @contextmanager
     def _autocast(self, device: torch.device) -> Iterator[None]:

@@ -187,21 +187,21 @@ class PrefixTreePath:
         ids: list[Tensor],
         logp: Tensor,
     ) -> None:
-        """_readout_level with each block (R' rows, a bucket) on the steps' static buffers: the
-        logits and their log-sum-exp there, the picks (K, any count) gathered outside."""
+        """_readout_level with each block (R' rows and K' picks, buckets) on the steps' static
+        buffers; the K real picks' ln p added into logp outside the graph."""
         steps = self.steps
         assert steps is not None
         for rows, local, word, pair in level.blocks:
-            rows_t = ids[rows]  # (R',)
-            R = len(rows_t)
-            s_in, f_in, c_in = steps.inputs("readout", R)  # (R',H), (R',E), (R',PM)
-            torch.index_select(s, 0, rows_t, out=s_in)
+            rows_t, local_t, pairs = ids[rows], ids[local], ids[pair]  # (R',), (K',), (K,)
+            R, K = len(rows_t), len(local_t)
+            s_in, f_in, c_in, local_in, word_in = steps.inputs("readout", R, K)
+            torch.index_select(s, 0, rows_t, out=s_in)  # (R',H)
             if f is None:  # depth 0: no previous word
-                f_in.zero_()
+                f_in.zero_()  # (R',E)
             else:
                 torch.index_select(f, 0, rows_t, out=f_in)
-            torch.index_select(c_out, 0, node_src.index_select(0, rows_t), out=c_in)
-            logits, lse = steps.run("readout", R)  # (R',V), (R',)
-            at = ids[local]  # (K,)
-            picked = logits[at, ids[word]] - lse[at]  # (K,) as readout_picks
-            logp.index_add_(0, ids[pair], picked)
+            torch.index_select(c_out, 0, node_src.index_select(0, rows_t), out=c_in)  # (R',PM)
+            local_in.copy_(local_t)
+            word_in.copy_(ids[word])
+            (picked,) = steps.run("readout", R, K)  # (K',) fp32
+            logp.index_add_(0, pairs, picked[: len(pairs)])
