@@ -32,7 +32,9 @@ from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir, save_model_dir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
 from rescorer.score.config import batch_tokens_for
+from rescorer.score.graphs import bucket_plan
 from rescorer.score.pairs import GroupedPairs, encode_pairs
+from rescorer.score.plan import plan_chunk
 from rescorer.score.scorer import Scorer
 from rescorer.score.trees import Work
 from rescorer.vocab import build_vocabs
@@ -90,6 +92,29 @@ def timed_pass(scorer: Scorer, chunks: list[GroupedPairs]) -> tuple[np.ndarray, 
     scores += [p.result() for p in pending]
     sync(scorer.device)
     return np.concatenate(scores), time.perf_counter() - start
+
+
+def padding(chunks: list[GroupedPairs], tgt_rows: int, readout_rows: int) -> str:
+    """Rows run per real row with bucketing (graphs.py's bucket_plan), over all the chunks:
+    the encoder's and the decoder's steps, the readout's rows and its picks."""
+    run = dict.fromkeys(("encoder", "decoder", "readout", "picks"), 0)
+    real = dict(run)
+    for chunk in chunks:
+        plan = plan_chunk(chunk, tgt_rows, readout_rows)
+        padded = bucket_plan(plan, readout_rows).arrays
+        for enc in plan.encoder:
+            run["encoder"] += len(padded[enc.tokens])
+            real["encoder"] += enc.n
+        for dec in plan.decoder:
+            if dec.parents is not None:  # depth 0 runs no step (s0)
+                run["decoder"] += len(padded[dec.tokens])
+                real["decoder"] += dec.n
+            real["readout"] += dec.n
+            for rows, local, _, pair in dec.blocks:
+                run["readout"] += len(padded[rows])
+                run["picks"] += len(padded[local])
+                real["picks"] += len(plan.arrays[pair])
+    return ", ".join(f"{k} {run[k] / max(real[k], 1):.2f}" for k in run)
 
 
 def main() -> None:
@@ -153,6 +178,10 @@ def main() -> None:
                 f"| {precision} | {capture} | {rate:,.0f} | {ratio:.2f} | {flops / 1e9:,.0f} | "
                 f"{100 * flops / peak:.1f} | {peak / 1e9:,.0f} | {graphs} | {diff:.2e} |"
             )
+    print(
+        "\nBucket padding (rows run per real row, --capture on): "
+        f"{padding(chunks, cfg.tgt_rows, scorers[args.capture[-1]].readout_rows)}."
+    )
     print(
         "\nThe peak: the best of n x n x n products of the precision used, --gemm-size "
         f"{args.gemm_size}, measured before each precision's rows; GFLOP/s count the pairs' "

@@ -54,4 +54,7 @@ def test_the_cpu_dry_run_of_the_graphs_section(tmp_path: Path) -> None:
             found = re.search(row, block, re.M)
             assert found, block
             assert float(found[1]) < 1e-5
+    padding = r"Bucket padding \(rows run per real row, --capture on\): encoder (\d\.\d\d), "
+    found = re.search(padding, block)
+    assert found and 1 <= float(found[1]) < 2, block
     assert re.search(r"`pytest tests/score/test_gpu.py -k captured` \(exit 0\): .*skipped", block)
