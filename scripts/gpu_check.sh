@@ -37,6 +37,12 @@
 #              run out; the model folder comes back as GPU_CHECK_PAPER_OUT (default
 #              paper-model beside FILE) with fp16 weights (34 MB at 17 M parameters, under the
 #              64 MiB a call brings back), checked to load as fp32 on the CPU
+#   graphs     (issue 57, item 3) scripts/bench_graphs.py at the paper's size: the model alone
+#              (pre-parsed chunks through Scorer) with score --capture off (each level at its own
+#              row count, eagerly) and on (bucketed row counts replayed as CUDA graphs), in turn,
+#              per precision of GPU_CHECK_PRECISIONS: pairs/s, GFLOP/s and the share of the peak
+#              of the precision used, measured in the same run, the graphs captured and the
+#              largest score difference; then the captured steps' gpu test
 #
 # and writes one Markdown block for BENCHMARKS.md to FILE (the argument), else to
 # $OUT/gpu-check.md when OUT is set, else to ./gpu-check.md, and to stdout; every command's own
@@ -64,7 +70,7 @@
 #                           near the unigram's perplexity, so give it a call of its own with
 #                           GPU_CHECK_BATCHES="64 1024" GPU_CHECK_BATCH_SECONDS=270 (two runs
 #                           and their start fit one 600 s call)). Issue 56's sections, capture,
-#                           ttq and paper, run only when named here
+#                           ttq and paper, and issue 57's graphs, run only when named here
 #   GPU_CHECK_DEVICE        cuda if torch sees one; cpu forces a CPU dry run
 #   GPU_CHECK_TABLE         the table (see above)
 #   GPU_CHECK_SIZE          paper (1000 hidden, 100 rank, 500 maxout, 15,000 words) or tiny
@@ -99,6 +105,11 @@
 #                           length bucket is captured), on GPU_CHECK_CAPTURE_PAIRS 20000 pairs;
 #                           GPU_CHECK_CAPTURE_TESTS the test run after it
 #                           ("tests/train/test_capture_gpu.py"; empty: none)
+#   GPU_CHECK_GRAPHS_LINES  300000 lines (graphs) in chunks of GPU_CHECK_GRAPHS_CHUNK_LINES
+#                           (unset: 140,000 on a GPU, a 16 MiB chunk's), GPU_CHECK_GRAPHS_CAPTURE
+#                           "off on", GPU_CHECK_GRAPHS_COMPILE no, GPU_CHECK_GRAPHS_REPEATS 3;
+#                           GPU_CHECK_GRAPHS_TESTS the test run after it ("tests/score/test_gpu.py
+#                           -k captured"; empty: none)
 #   GPU_CHECK_TTQ_BATCHES   "64 256 1024 4096" (ttq), GPU_CHECK_TTQ_SECONDS 90 per run (reading
 #                           the table included), a validation every GPU_CHECK_TTQ_VALID_PAIRS
 #                           64000 training pairs, GPU_CHECK_TTQ_FLAGS more train flags
@@ -591,6 +602,43 @@ section_capture() {
     fi
 }
 
+section_graphs() {
+    say ""
+    say "#### The model alone, eager against captured, $size size (bench_graphs.py)"
+    say ""
+    skip_without_cuda && return
+    make_model || { say "FAILED to make the model (see $log)"; return; }
+    local captures chunk=() tests
+    read -r -a captures <<<"${GPU_CHECK_GRAPHS_CAPTURE:-off on}"
+    [ -n "${GPU_CHECK_GRAPHS_CHUNK_LINES:-}" ] && chunk=(--chunk-lines "$GPU_CHECK_GRAPHS_CHUNK_LINES")
+    note "bench_graphs.py --precision $precisions --capture ${captures[*]}"
+    # shellcheck disable=SC2086  # $precisions: one word per precision
+    if (cd "$root/scripts" && "$py" bench_graphs.py --device "$device" --table "$table" \
+        --model "$work/model" --precision $precisions --capture "${captures[@]}" \
+        --compile "${GPU_CHECK_GRAPHS_COMPILE:-no}" --lines "${GPU_CHECK_GRAPHS_LINES:-300000}" \
+        "${chunk[@]}" --repeats "${GPU_CHECK_GRAPHS_REPEATS:-3}" --gemm-size "$gemm") \
+        >"$work/graphs.md" 2>>"$log"; then
+        sed 's/^### /##### /' "$work/graphs.md" | tee -a "$md"
+    else
+        say "bench_graphs.py FAILED (see $log)"
+    fi
+    tests="${GPU_CHECK_GRAPHS_TESTS-tests/score/test_gpu.py -k captured}"
+    [ -n "$tests" ] || return
+    note "pytest $tests"
+    # shellcheck disable=SC2086  # pytest's arguments, one word each
+    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= $tests) \
+        >"$work/graphs-tests.txt" 2>&1
+    local rc=$?
+    cat "$work/graphs-tests.txt" >>"$log"
+    local last
+    last=$(grep -E '(passed|failed|skipped|error|deselected)' "$work/graphs-tests.txt" | tail -n 1)
+    say ""
+    say "\`pytest $tests\` (exit $rc): ${last:-no summary, see the log}"
+    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
+        grep -E '^(FAILED|ERROR)' "$work/graphs-tests.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
+    fi
+}
+
 section_ttq() {
     local secs="${GPU_CHECK_TTQ_SECONDS:-90}" batches
     read -r -a batches <<<"${GPU_CHECK_TTQ_BATCHES:-64 256 1024 4096}"
@@ -681,9 +729,9 @@ PY
 for section in $sections; do
     case "$section" in
         tests | extend | score | workers | pipeline | precision | train | batch) "section_$section" ;;
-        capture | ttq | paper) "section_$section" ;;
+        capture | ttq | paper | graphs) "section_$section" ;;
         *) echo "gpu_check.sh: unknown section $section (tests batch extend score workers" \
-            "pipeline precision train capture ttq paper)" >&2 ;;
+            "pipeline precision train capture ttq paper graphs)" >&2 ;;
     esac
 done
 say ""

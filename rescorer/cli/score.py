@@ -18,7 +18,7 @@ from rescorer.cli.common import (
     threads_option,
     user_errors,
 )
-from rescorer.score.config import ScoreConfig
+from rescorer.score.config import CAPTURE_CHOICES, ScoreConfig
 
 SCORE = ScoreConfig()  # each default is written once, there
 
@@ -79,6 +79,15 @@ def parse_workers(value: str) -> int | str:
     "best, or fewer: one per core but one, one per chunk of the input; none on the CPU).",
 )
 @compile_option("for inputs of 4 MiB or more")
+@click.option(
+    "--capture",
+    type=click.Choice(CAPTURE_CHOICES),
+    default=SCORE.capture,
+    show_default=True,
+    help="Run each level of the prefix trees and each readout block at a few bucketed row "
+    "counts, each replayed as a CUDA graph (on); auto: on for a CUDA device, off on a CPU "
+    "(on a CPU, on runs the bucketed shapes without graphs; same scores).",
+)
 @chunk_bytes_option
 @click.option(
     "--checkpoint-every",

@@ -27,6 +27,7 @@ __all__ = [
     "want_compile",
 ]
 
+CAPTURE_CHOICES = ("auto", "on", "off")  # score --capture (rescorer/score/graphs.py's)
 DEFAULT_CHUNK_BYTES = 1 << 20  # on a CPU
 GPU_CHUNK_BYTES = 16 << 20  # on a GPU: enough work per chunk to hide the launches (see below)
 DEFAULT_CHECKPOINT_EVERY = 10.0  # seconds between progress records (each with its fsyncs)
@@ -45,6 +46,8 @@ class ScoreConfig:
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
+    capture: str = "auto"  # the steps at bucketed shapes as CUDA graphs: "auto" (on a GPU), "on",
+    # "off" (rescorer/score/graphs.py; on a CPU "on" runs the bucketed shapes eagerly)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
     resume: bool = False
     compresslevel: int = DEFAULT_GZIP_LEVEL
@@ -65,6 +68,8 @@ class ScoreConfig:
         """Out-of-range values are errors here too, not only on the command line."""
         if isinstance(self.workers, str) and self.workers != "auto":
             raise RescorerError(f"--workers {self.workers!r}: expected a count or auto")
+        if self.capture not in CAPTURE_CHOICES:
+            raise RescorerError(f"--capture {self.capture!r}: expected auto, on or off")
         for flag, value, low, high in (
             ("--chunk-bytes", self.chunk_bytes, 1, None),
             ("--workers", self.workers if isinstance(self.workers, int) else None, 0, None),

@@ -16,7 +16,8 @@ once each, every pair pointing at its source. The fast path does each piece of w
 Steps 1 to 4 are planned on the host and run on the device by
 :class:`~rescorer.score.trees.PrefixTreePath` (rescorer/score/trees.py), which :class:`Scorer`
 extends; this module holds the scorer itself, the unshared paths below and the overlap with the
-host.
+host. On a GPU (``capture``) the levels and readout blocks run at bucketed row counts on static
+buffers, each shape captured once as a CUDA graph and replayed (rescorer/score/graphs.py).
 
 ``share_prefixes=False`` encodes every source token by token, and ``share_targets=False``
 runs the earlier decoder instead of step 3: pairs sorted by target length in token-bounded
@@ -40,7 +41,10 @@ path, the default; tests/score/test_gpu.py runs ``submit`` under CUDA's sync deb
 2. ``submit`` waits for the event of the chunk that last used the staging buffers it is about
    to refill (already complete when the caller collected that chunk's scores first, as the
    pipeline does: a buffer is refilled two chunks later);
-3. with ``--profile``, every phase starts and ends with one (rescorer/score/profile.py).
+3. with ``--profile``, every phase starts and ends with one (rescorer/score/profile.py);
+4. with ``--capture`` (the default on a GPU), capturing a step's bucketed shape as a CUDA graph,
+   the first time that shape comes (rescorer/score/graphs.py: a few dozen times, in the first
+   chunks); a replay never waits.
 
 Nothing else waits: no ``.item()``, no ``.cpu()``, no data-dependent shape on the device.
 """
@@ -59,6 +63,7 @@ from rescorer.batching import pad_batch, pad_flat
 from rescorer.device import CompileGuard, autocast, bound_kernel_caches
 from rescorer.io.table import split_tokens
 from rescorer.model.encdec import EncoderDecoder, compile_kernels, sequence_logprobs
+from rescorer.score.graphs import LevelSteps, bucket, bucket_plan, capture_mode
 from rescorer.score.pairs import GroupedPairs, encode_pairs, token_batches
 from rescorer.score.profile import nothing
 from rescorer.score.trees import Plan, PrefixTreePath, Work
@@ -145,13 +150,18 @@ class Scorer(PrefixTreePath):
         share_prefixes: bool = True,
         share_targets: bool = True,
         in_flight: int = 2,
+        capture: str = "auto",
     ) -> None:
         """``model`` is used as it is handed over (already on its device); with ``compile`` the
         scorer keeps compiled kernels of its own and leaves the model unchanged. A compile
         error warns once and the scorer goes on with the eager functions (``compile_guard``):
         the chunk it happened in is scored again, so every score is the eager one from there.
         ``in_flight``: chunks submitted and not yet collected that have staging buffers of
-        their own on a GPU (more wait for the oldest one's scores)."""
+        their own on a GPU (more wait for the oldest one's scores). ``capture`` (``score
+        --capture``): the fast path's levels and readout blocks at bucketed row counts on
+        static buffers, replayed as CUDA graphs (rescorer/score/graphs.py); auto: on a CUDA
+        device, and off elsewhere, where the exact row counts run as before; on a CPU ``on``
+        runs the bucketed shapes eagerly (the tests' way to check them)."""
         bound_kernel_caches()
         self.model = model
         self.device = next(model.parameters()).device
@@ -168,6 +178,12 @@ class Scorer(PrefixTreePath):
         cuda = self.device.type == "cuda"
         self._staging = [_Staging() for _ in range(max(1, in_flight))] if cuda else []
         self._submitted = 0
+        self.capture = capture_mode(capture, self.device)  # "graph", "bucket" or ""
+        self.steps = None
+        if self.capture:
+            self.steps = LevelSteps(
+                model, precision, self.capture, self.kernels, bucket(self.readout_rows)
+            )
 
     def score(self, batch: GroupedPairs) -> np.ndarray:
         """log p(y|x) (N,) float64 for every pair, in input order (one device-to-host copy)."""
@@ -190,6 +206,8 @@ class Scorer(PrefixTreePath):
         logp = self._logprobs(batch, staging, plan)  # (N,)
         if self.compile_guard.failed and not failed:  # part-way: the whole chunk eagerly
             self.kernels, self.work = None, work
+            if self.steps is not None:  # graphs captured with the compiled kernels: again
+                self.steps.reset(None)
             if staging is not None:
                 staging.claim()  # the first upload's copy is done before the buffer is refilled
             logp = self._logprobs(batch, staging, plan)
@@ -224,6 +242,8 @@ class Scorer(PrefixTreePath):
         with phase("trees"):
             shared = trees == (True, True)  # the plan a parse worker makes (plan_chunk)
             plan = given if given is not None and shared else self._plan(batch, *trees)
+            if self.steps is not None:  # rows padded to buckets (a worker's plan too)
+                plan = bucket_plan(plan, self.readout_rows)
         with phase("h2d"):
             ids = self._upload(plan.arrays, staging)
         self.work.source_tokens += plan.work.source_tokens

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from rescorer.model.encdec import ROW_BUCKET, EncoderDecoder, Kernels
+from rescorer.score.graphs import LevelSteps
 from rescorer.score.pairs import GroupedPairs
 from rescorer.score.plan import (
     PLAN_ROW_BUCKET,
@@ -44,6 +45,7 @@ class PrefixTreePath:
     kernels: Kernels | None
     phase: Callable[[str], AbstractContextManager[None]]
     readout_rows: int
+    steps: LevelSteps | None  # bucketed shapes on static buffers (graphs.py), else None
 
     def _plan(self, batch: GroupedPairs, encoder: bool, decoder: bool) -> Plan:
         """The host's share of the fast path for one chunk (:func:`plan_chunk`)."""
@@ -53,6 +55,9 @@ class PrefixTreePath:
     def _run_encoder(self, plan: Plan, ids: list[Tensor], c_all: Tensor) -> None:
         """c of every distinct source (into c_all (U,H)), one encoder step per distinct prefix:
         each level of the tree is one batched step from the parents' states."""
+        if self.steps is not None:
+            self._run_encoder_steps(plan, ids, c_all, self.steps)
+            return
         h: Tensor | None = None  # (n_{t-1},H) states of the previous level's prefixes
         for enc in plan.encoder:
             if enc.parents is not None:  # each prefix continues from its parent's state
@@ -90,6 +95,9 @@ class PrefixTreePath:
                     node_src = tokens - V  # (n,)
                     s = ctx.s0.index_select(0, node_src)  # (n,H)
                     f = None
+                elif self.steps is not None:  # bucketed: (n',H), (n',E), (n',)
+                    assert s is not None
+                    s, f, node_src = self._decoder_steps(dec, ids, node_src, s, ctx_terms)
                 else:  # (n,H), (n,E) f(y_d), (n,)
                     assert s is not None
                     step = kernels.dec_tree_step if kernels else model.decoder_tree_step
@@ -113,6 +121,9 @@ class PrefixTreePath:
         """Adds ln p(word) of every pick of one tree level into logp (N,): the readout runs
         on the level's nodes in the planned blocks of readout_rows, each pick gathered from its
         node's row."""
+        if self.steps is not None:
+            self._readout_steps(s, f, c_out, node_src, level, ids, logp)
+            return
         model = self.model
         readout = self.kernels.readout_picks if self.kernels else model.readout_picks
         for rows, local, word, pair in level.blocks:
@@ -126,3 +137,71 @@ class PrefixTreePath:
             picked = readout(s_b, f_b, c_b, ids[local], ids[word])  # (K,) fp32
             # A pair has one pick per level: no index repeats, so the sum is deterministic.
             logp.index_add_(0, ids[pair], picked)
+
+    # ------------------------------------------- bucketed shapes, static buffers (graphs.py)
+    def _run_encoder_steps(
+        self, plan: Plan, ids: list[Tensor], c_all: Tensor, steps: LevelSteps
+    ) -> None:
+        """_run_encoder on a bucketed plan: each level's inputs gathered into the steps'
+        static buffers, the step run (or replayed) there."""
+        h: Tensor | None = None  # (m',H) the previous level's states, m' its bucket
+        for enc in plan.encoder:
+            tokens = ids[enc.tokens]  # (n',) n' the level's bucket
+            rows = len(tokens)
+            tok_in, h_in = steps.inputs("encoder", rows)  # (n',), (n',H)
+            tok_in.copy_(tokens)
+            if enc.parents is None:
+                h_in.zero_()  # h_0 = 0
+            else:
+                assert h is not None
+                torch.index_select(h, 0, ids[enc.parents], out=h_in)
+            (h,) = steps.run("encoder", rows)  # (n',H)
+            if enc.ending is not None and enc.ending_node is not None:
+                c_all[ids[enc.ending]] = h.index_select(0, ids[enc.ending_node]).float()
+
+    def _decoder_steps(
+        self, dec: DecoderLevel, ids: list[Tensor], node_src: Tensor, s: Tensor, terms: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """decoder_tree_step on a bucketed level (n' rows) from the previous level's node_src
+        (m',) and states s (m',H), with terms (U,3H): the new states (n',H), f (n',E) and the
+        nodes' sources (n',)."""
+        steps = self.steps
+        assert steps is not None and dec.parents is not None
+        tokens, parents = ids[dec.tokens], ids[dec.parents]  # (n',), (n',)
+        rows = len(tokens)
+        tok_in, s_in, terms_in = steps.inputs("decoder", rows)  # (n',), (n',H), (n',3H)
+        src = node_src.index_select(0, parents)  # (n',)
+        tok_in.copy_(tokens)
+        torch.index_select(s, 0, parents, out=s_in)
+        torch.index_select(terms, 0, src, out=terms_in)
+        s_new, f = steps.run("decoder", rows)  # (n',H), (n',E)
+        return s_new, f, src
+
+    def _readout_steps(
+        self,
+        s: Tensor,
+        f: Tensor | None,
+        c_out: Tensor,
+        node_src: Tensor,
+        level: DecoderLevel,
+        ids: list[Tensor],
+        logp: Tensor,
+    ) -> None:
+        """_readout_level with each block (R' rows and K' picks, buckets) on the steps' static
+        buffers; the K real picks' ln p added into logp outside the graph."""
+        steps = self.steps
+        assert steps is not None
+        for rows, local, word, pair in level.blocks:
+            rows_t, local_t, pairs = ids[rows], ids[local], ids[pair]  # (R',), (K',), (K,)
+            R, K = len(rows_t), len(local_t)
+            s_in, f_in, c_in, local_in, word_in = steps.inputs("readout", R, K)
+            torch.index_select(s, 0, rows_t, out=s_in)  # (R',H)
+            if f is None:  # depth 0: no previous word
+                f_in.zero_()  # (R',E)
+            else:
+                torch.index_select(f, 0, rows_t, out=f_in)
+            torch.index_select(c_out, 0, node_src.index_select(0, rows_t), out=c_in)  # (R',PM)
+            local_in.copy_(local_t)
+            word_in.copy_(ids[word])
+            (picked,) = steps.run("readout", R, K)  # (K',) fp32
+            logp.index_add_(0, pairs, picked[: len(pairs)])
