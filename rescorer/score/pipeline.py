@@ -77,6 +77,7 @@ def score_table(
         from rescorer.cpus import choose_threads
         from rescorer.device import resolve_device, resolve_precision, set_threads
         from rescorer.model.checkpoint import load_model_dir
+        from rescorer.score.graphs import describe_capture
         from rescorer.score.scorer import Scorer
 
         threads = set_threads(choose_threads(config.threads))
@@ -91,7 +92,10 @@ def score_table(
         memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
         rows = max(m.model.config.tgt_rows for m in loaded)
         batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
-        scorers = [Scorer(m.model, precision, batch_tokens, compile_) for m in loaded]
+        scorers = [
+            Scorer(m.model, precision, batch_tokens, compile_, capture=config.capture)
+            for m in loaded
+        ]
         mark("scorers")
         chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
         workers, why = choose_workers(config.workers, device, chunks)
@@ -107,6 +111,8 @@ def score_table(
                 scorer.phase = phases
         stats = ScoreStats(device=str(device), precision=precision)
         manifest_options = _manifest_options(config, out, precision, device, batch_tokens, compile_)
+        if scorers[0].capture:  # bucketed rows may change a GPU's last bits: parts must agree
+            manifest_options["capture"] = scorers[0].capture
         coverage = [
             coverage_check(m.provenance, f, config.ignore_coverage)
             for m, f in zip(loaded, model_dirs, strict=True)
@@ -115,7 +121,10 @@ def score_table(
         work = Scoring(
             scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase
         )
-        opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}"]
+        steps = ""  # the CPU's default, the exact shapes, goes unsaid
+        if scorers[0].capture or config.capture != "auto":
+            steps = f", {describe_capture(scorers[0].capture, config.capture)}"
+        opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}{steps}"]
         compiling = _compiling(opening) if compile_ else None
         job.run(
             work,
