@@ -83,7 +83,9 @@
 #                           runs, first: the ratio's base), GPU_CHECK_WORKER_PRECISION tf32
 #                           (fp32 on the CPU), after a warm-up of GPU_CHECK_WARM_LINES 300000.
 #                           At the 57,000-71,000 pairs/s of 2026-11-26 a run is 2-3 minutes:
-#                           give the section a call of its own (GPU_CHECK_SECTIONS=workers)
+#                           give the section a call of its own (GPU_CHECK_SECTIONS=workers);
+#                           then the main process's ceiling: bench_io.py --noop on the table
+#                           carried with GPU_CHECK_NOOP_WORKERS 8 workers
 #   GPU_CHECK_TRAIN_SECONDS 90 per training run (two runs: 3 minutes), GPU_CHECK_LOG_EVERY 100,
 #                           GPU_CHECK_TRAIN_UPDATES (unset) a cap on the updates of each run,
 #                           GPU_CHECK_PROFILE_UPDATES 200 updates of a third run, --profile'd
@@ -345,6 +347,23 @@ PY
     done
     say ""
     say "outputs of every worker count byte-identical to the 0-worker run's (cmp): $same"
+    say ""
+    # Chunks reach the workers through /dev/shm; a refusal leaves them to the pipes (slower).
+    say "/dev/shm (size, free): $(df -h --output=size,avail /dev/shm 2>/dev/null | tail -n 1 | xargs)"
+    grep -h "no shared memory" "$work"/w*.txt 2>/dev/null | head -n 1 | while read -r line; do
+        say "$line"
+    done
+    note "bench_io.py --noop"
+    say ""
+    say "The main process's own ceiling (scripts/bench_io.py --noop: read, cut, keep order and" \
+        "write the table carried, no-op stages in ${GPU_CHECK_NOOP_WORKERS:-8} workers, best of 3):"
+    say ""
+    if (cd "$root/scripts" && "$py" bench_io.py --table "$table" --noop \
+        --max-workers "${GPU_CHECK_NOOP_WORKERS:-8}" --repeat 3) >"$work/noop.txt" 2>>"$log"; then
+        grep '^|' "$work/noop.txt" | tee -a "$md"
+    else
+        say "bench_io.py --noop FAILED (see $log)"
+    fi
     say ""
     say "The whole wall time of a --profile run at the best count ($best workers; a profiled run" \
         "synchronises the GPU at every phase, so it is slower):"

@@ -63,6 +63,7 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
         GPU_CHECK_COMPILE="no",
         GPU_CHECK_WORKERS="1 0",  # 0, the ratio's base, runs first whatever its place
         GPU_CHECK_WORKER_LINES="400",
+        GPU_CHECK_NOOP_WORKERS="2",
         GPU_CHECK_TRAIN_SECONDS="120",
         GPU_CHECK_TRAIN_UPDATES="6",
         GPU_CHECK_LOG_EVERY="2",
@@ -86,6 +87,8 @@ def test_the_cpu_dry_run_runs_every_section(tmp_path: Path) -> None:
     zero = r"^\| 0 \| [\d.]+ \| [\d,]+ \| 1\.00 \| [\d.]+ \|\n"
     assert re.search(zero + r"\| 1 \| [\d.]+ \| [\d,]+ \| [\d.]+ \| [\d.]+ \|$", block, re.M), block
     assert "byte-identical to the 0-worker run's (cmp): True" in block  # issue 57
+    assert "/dev/shm (size, free): " in block
+    assert re.search(r"^\| read, cut, keep order, write \| 2 \| [\d.]+ \| [\d,]+ \|$", block, re.M)
     assert re.search(r"^wall time [\d.]+ s from .*\n(.*\n)*  first chunk ", block, re.M), block
     assert re.search(r"^\| no overlap \| [\d.]+ \| [\d,]+ \| [\d.]+ \|$", block, re.M)  # pipeline
     assert "outputs identical: True" in block
