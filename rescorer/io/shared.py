@@ -6,13 +6,16 @@ to the formatter, back), pickled and copied each time by the main process's thre
 main process's own ceiling stayed under 1,000,000 lines/s whatever the workers (issue 57). Now
 the main process (:class:`Slots`) copies each chunk's bytes into a slot, a segment of shared
 memory, and a worker reads them through a :class:`SharedText`, a handle that pickles as the
-segment's name and the length; the format stage writes its output into the same slot
-(:func:`output_into`) and the main process writes it to OUT from there. A slot is reused once
-its chunk's output is written.
+segment's name and the length. The parse stage's result comes back with its arrays in the
+slot's second region (:func:`result_into`: pickle protocol 5's out-of-band buffers, which the
+main process copies out of the slot: a memory copy in place of a pipe's), and the format stage
+writes its output into the first region, over the chunk it has read (:func:`output_into`); the
+main process writes it to OUT from there. A slot is reused once its chunk's output is written.
 
 Where no slot can be had, the chunk's bytes cross through the pipe as before, and the output is
 the same: a chunk larger than a slot (one source phrase over many chunks' worth of lines), an
-output larger than its slot, or no room in /dev/shm (each segment's space is reserved when it is
+output larger than its slot (and result arrays beyond the second region: they cross in the
+pickle), or no room in /dev/shm (each segment's space is reserved when it is
 made, so a full tmpfs is a fallback here and not a SIGBUS later). Segments are unlinked when the
 run ends; a killed run's are unlinked by multiprocessing's resource tracker. No torch here.
 """
@@ -22,9 +25,13 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import pickle
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
+
+OUT_OF_BAND = 4096  # a result's buffers of at least this many bytes go in the slot
+ALIGN = 64
 
 _segments: dict[str, shared_memory.SharedMemory] = {}  # by name: made here, or attached
 
@@ -45,15 +52,16 @@ def _segment(name: str) -> shared_memory.SharedMemory:
 
 class SharedText:
     """Bytes [0, ``length``) of shared-memory segment ``name``: what crosses to a worker in
-    place of the bytes themselves."""
+    place of the bytes themselves. The segment's first ``room`` bytes are the text's region
+    (the chunk, then its output); the rest, the parse result's."""
 
-    __slots__ = ("length", "name")
+    __slots__ = ("length", "name", "room")
 
-    def __init__(self, name: str, length: int) -> None:
-        self.name, self.length = name, length
+    def __init__(self, name: str, length: int, room: int) -> None:
+        self.name, self.length, self.room = name, length, room
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return SharedText, (self.name, self.length)
+        return SharedText, (self.name, self.length, self.room)
 
     def __len__(self) -> int:
         return self.length
@@ -79,25 +87,79 @@ def output_into(
     """``func(*args)`` (a format stage, in a worker) written into ``slot``, whose chunk it has
     read: the handle of the output, or the output's bytes where it does not fit (or no slot)."""
     data = func(*args)
-    if slot is None:
+    if slot is None or len(data) > slot.room:
         return data
-    segment = _segment(slot.name)
-    if len(data) > segment.size:
-        return data
-    _buf(segment)[: len(data)] = data
-    return SharedText(slot.name, len(data))
+    _buf(_segment(slot.name))[: len(data)] = data
+    return SharedText(slot.name, len(data), slot.room)
+
+
+class InSlot:
+    """A parse result pickled with its large buffers left in its slot's result region, at
+    ``spans`` (offset, bytes): :meth:`load` reads them in place."""
+
+    __slots__ = ("data", "name", "spans")
+
+    def __init__(self, name: str, data: bytes, spans: list[tuple[int, int]]) -> None:
+        self.name, self.data, self.spans = name, data, spans
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return InSlot, (self.name, self.data, self.spans)
+
+    def load(self) -> Any:
+        """The result, its arrays copied out of the slot (a memory copy, not a pipe's: the
+        arrays outlive the slot's reuse, and no view of it stays exported)."""
+        buf = _buf(_segment(self.name))
+        buffers = []
+        for at, n in self.spans:
+            with buf[at : at + n] as span:
+                buffers.append(bytearray(span))
+        return pickle.loads(self.data, buffers=buffers)
+
+
+def result_into(slot: SharedText, func: Callable[..., Any], args: tuple[Any, ...]) -> InSlot:
+    """``func(*args)`` (a parse stage, in a worker) pickled for the main process with its
+    buffers of :data:`OUT_OF_BAND` bytes or more (numpy arrays) in ``slot``'s result region,
+    as many as fit there; the rest crosses the pipe."""
+    result = func(*args)
+    buf = _buf(_segment(slot.name))
+    spans: list[tuple[int, int]] = []
+    end = slot.room  # where the region's free bytes start
+
+    def place(buffer: pickle.PickleBuffer) -> bool:
+        nonlocal end
+        with buffer.raw() as raw:
+            at = -(-end // ALIGN) * ALIGN
+            if raw.nbytes < OUT_OF_BAND or at + raw.nbytes > len(buf):
+                return True  # in the pickle
+            buf[at : at + raw.nbytes] = raw
+            spans.append((at, raw.nbytes))
+            end = at + raw.nbytes
+        return False
+
+    return InSlot(slot.name, pickle.dumps(result, protocol=5, buffer_callback=place), spans)
+
+
+def loaded(value: Any) -> Any:
+    """A stage's result as the main process receives it: an :class:`InSlot` loaded."""
+    return value.load() if isinstance(value, InSlot) else value
 
 
 class Slots:
-    """The main process's slots: at most ``count`` segments of ``capacity`` bytes each, made as
-    the run needs them (:meth:`put`), reused once freed (:meth:`free`), unlinked by
+    """The main process's slots: at most ``count`` segments, each ``capacity`` bytes for a
+    chunk and its output, then ``results`` bytes for its parse result's arrays, made as the
+    run needs them (:meth:`put`), reused once freed (:meth:`free`), unlinked by
     :meth:`close`."""
 
     def __init__(
-        self, capacity: int, count: int, refused: Callable[[str], None] | None = None
+        self,
+        capacity: int,
+        count: int,
+        refused: Callable[[str], None] | None = None,
+        results: int = 0,
     ) -> None:
         """``refused`` is told once, in words, if the system refuses a segment."""
-        self.capacity = -(-capacity // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.capacity = -(-capacity // ALIGN) * ALIGN
+        self.size = -(-(self.capacity + results) // mmap.PAGESIZE) * mmap.PAGESIZE
         self.count = count
         self.refused = refused
         self._free: list[str] = []
@@ -112,7 +174,7 @@ class Slots:
         if name is None:
             return None
         _buf(_segments[name])[: len(data)] = data
-        return SharedText(name, len(data))
+        return SharedText(name, len(data), self.capacity)
 
     def free(self, name: str) -> None:
         """Slot ``name``'s chunk is written: the slot takes the next chunk."""
@@ -122,12 +184,12 @@ class Slots:
         if self._failed or len(self._made) >= self.count:
             return None
         try:
-            segment = shared_memory.SharedMemory(create=True, size=self.capacity)
+            segment = shared_memory.SharedMemory(create=True, size=self.size)
         except OSError as exc:
             self._refuse(exc)
             return None
         try:  # reserve the pages now: a full /dev/shm fails here, not with SIGBUS on a write
-            os.posix_fallocate(segment._fd, 0, self.capacity)  # type: ignore[attr-defined]
+            os.posix_fallocate(segment._fd, 0, self.size)  # type: ignore[attr-defined]
         except OSError as exc:
             segment.close()
             segment.unlink()
@@ -146,7 +208,7 @@ class Slots:
             st = os.statvfs("/dev/shm")
             free = f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB free"
         self.refused(
-            f"no shared memory for another {self.capacity / (1 << 20):,.1f} MiB slot "
+            f"no shared memory for another {self.size / (1 << 20):,.1f} MiB slot "
             f"({exc.strerror}{free} in /dev/shm, {len(self._made)} slots made): the chunks "
             "that find no slot cross to the workers through pipes, which is slower; a container "
             "needs more shared memory (docker run --shm-size)"

@@ -14,7 +14,7 @@ from typing import Any
 from rescorer.errors import InputError
 from rescorer.io.chunks import Chunk
 from rescorer.io.inputs import iter_raw_lines, open_binary
-from rescorer.io.shared import SharedText, Slots, output_into
+from rescorer.io.shared import SharedText, Slots, loaded, output_into, result_into
 from rescorer.io.table import parse_raw_line
 from rescorer.job.output import Output
 from rescorer.job.shards import chain_sha256
@@ -63,7 +63,10 @@ def stream_chunks(
                 if slot is not None:  # the bytes cross in shared memory
                     chunk = Chunk(chunk.offset, chunk.first_line, b"", slot)
                 args = (chunk, num_scores, name, digest)
-                parsing.append((pool.apply_async(work.parse, args), slot))
+                if slot is not None:  # the result's arrays come back in the slot too
+                    parsing.append((pool.apply_async(result_into, (slot, work.parse, args)), slot))
+                else:
+                    parsing.append((pool.apply_async(work.parse, args), slot))
 
     def collect() -> None:
         """The oldest submitted chunk's results (waiting for the device only here) go to
@@ -97,7 +100,7 @@ def stream_chunks(
         while parsing:
             with phase("parse"):
                 waiting, slot = parsing.popleft()
-                parsed: Parsed = waiting.get()
+                parsed: Parsed = loaded(waiting.get())
             submit_parse()
             if parsed.bad and config.skip_bad_lines is None:
                 lineno, message, _ = parsed.bad[0]
@@ -126,7 +129,10 @@ def _slots(pool: Any, work: ChunkWork, config: JobConfig, in_flight: int) -> Slo
     note = None if config.quiet else _note
     # A chunk is at most chunk_bytes but for a source group spanning more; its output a little
     # more (the new columns): half a chunk more holds both but for the rare, which use the pipe.
-    return Slots(config.chunk_bytes + config.chunk_bytes // 2, in_flight, note)
+    # Its parse result's arrays take about 0.7 chunk_bytes a model (more with plans on a GPU):
+    # what does not fit in a chunk's worth crosses the pipe.
+    text = config.chunk_bytes + config.chunk_bytes // 2
+    return Slots(text, in_flight, note, results=config.chunk_bytes)
 
 
 def _note(text: str) -> None:

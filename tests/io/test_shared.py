@@ -10,10 +10,12 @@ import multiprocessing
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from rescorer.io.shared import SharedText, Slots, output_into
+from rescorer.io.shared import InSlot, SharedText, Slots, loaded, output_into, result_into
 
 SHM = Path("/dev/shm")
 pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm on this system")
@@ -38,6 +40,31 @@ def test_a_chunk_crosses_to_a_worker_as_a_handle_and_its_output_comes_back_in_it
             back = pool.apply(output_into, (slot, _upper, (slot,)))
         assert isinstance(back, SharedText) and back.name == slot.name
         assert back.tobytes() == data.upper()
+
+
+def _parse_like(n: int) -> dict[str, Any]:  # in a spawned worker: a parse stage's result
+    return {"ids": np.arange(n, dtype=np.int64), "small": np.arange(8), "text": b"abc"}
+
+
+def test_a_parse_result_comes_back_with_its_arrays_in_the_slot() -> None:
+    """The result's large arrays are written into the slot's result region and read there in
+    place; the pickle that crosses the pipe holds the rest; what does not fit crosses in it."""
+    with Slots(4096, 1, results=8 * 3000 + 64) as slots:
+        slot = slots.put(b"chunk")
+        assert slot is not None
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            fits = pool.apply(result_into, (slot, _parse_like, (3000,)))
+            assert isinstance(fits, InSlot) and len(fits.spans) == 1
+            assert len(pickle.dumps(fits)) < 1000  # not the 24,000 bytes of ids
+            result = loaded(fits)
+            np.testing.assert_array_equal(result["ids"], np.arange(3000))
+            assert result["text"] == b"abc" and list(result["small"]) == list(range(8))
+            assert fits.spans[0][0] >= slot.room  # after the text's region
+            del result
+            big = pool.apply(result_into, (slot, _parse_like, (4000,)))  # 32,000 bytes
+            assert not big.spans and len(big.data) > 32000  # all of it in the pickle
+            np.testing.assert_array_equal(loaded(big)["ids"], np.arange(4000))
+        assert slot.tobytes() == b"chunk"  # the text's region untouched
 
 
 def test_what_does_not_fit_crosses_as_bytes() -> None:
