@@ -187,22 +187,25 @@ def stages(
     t = time.perf_counter()
     for _ in map(_stage_worker, chunks):
         pass
-    rows.append(("main process", 1, lines / (time.perf_counter() - t)))
+    rows.append(("main process", 1, lines / (time.perf_counter() - t), 0.0))
     for workers in range(1, max_workers + 1):
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers, initializer=init_worker, initargs=(src_vocab, tgt_vocab)) as pool:
             pool.map(_stage_worker, chunks[:workers])  # start-up and imports, not timed
             # As score --workers N runs them, through the same chunk loop: parse in the pool,
             # the results to the main process, format in the pool, write in order.
-            seconds = run_loop(table, pool, StagesWork(), workers, max_lines)
-            rows.append((f"--workers {workers}", workers, lines / seconds))
+            seconds, cpu = run_loop(table, pool, StagesWork(), workers, max_lines)
+            rows.append((f"--workers {workers}", workers, lines / seconds, lines / cpu))
     print()
     print(f"score's I/O stages without the model ({lines:,} lines, 1 MiB chunks), rescorer of "
           f"commit {code_commit()}, {cpu_name()}, {os.cpu_count()} cores:")  # fmt: skip
-    print("| stages run in | lines/s | lines/s per process |")
-    print("|---|---:|---:|")
-    for name, n, rate in rows:
-        print(f"| {name} | {rate:,.0f} | {rate / n:,.0f} |")
+    print("| stages run in | lines/s | lines/s per process | lines per main-process CPU second |")
+    print("|---|---:|---:|---:|")
+    for name, n, rate, main in rows:
+        print(f"| {name} | {rate:,.0f} | {rate / n:,.0f} | {f'{main:,.0f}' if main else '–'} |")
+    print("(the last column: the lines the main process passes per second of its own CPU time,")
+    print("its threads included; what the main process alone could pass with all the workers it")
+    print("needs, with score's own stages)")
 
 
 @dataclass
@@ -267,9 +270,11 @@ def table_lines(table: str) -> int:
         return sum(data.count(b"\n") for data in iter(lambda: stream.read(1 << 22), b""))
 
 
-def run_loop(table: str, pool: Any, work: Any, workers: int, max_lines: int | None) -> float:
+def run_loop(
+    table: str, pool: Any, work: Any, workers: int, max_lines: int | None
+) -> tuple[float, float]:
     """Seconds of score's chunk loop over ``table`` (its first ``max_lines``) through ``pool``
-    with ``work``, writing a temporary file."""
+    with ``work``, writing a temporary file, and the main process's CPU seconds in it."""
     config = SimpleNamespace(
         workers=workers,
         chunk_bytes=1 << 20,
@@ -282,16 +287,16 @@ def run_loop(table: str, pool: Any, work: Any, workers: int, max_lines: int | No
         output = Output(os.path.join(tmp, "out"), {}, None, 10.0, "bench")
         output.lock()
         output.open(Resume())
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         with open_binary(table) as stream:
             chunks: Any = iter_chunks(stream, 1 << 20, name=table)
             if max_lines is not None:
                 chunks = (c for c in chunks if c.first_line <= max_lines)
             stream_chunks(chunks, pool, work, output, config, 4, None, "t", JobStats(),
                           lambda: None)  # fmt: skip
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         output.close(True, keep_partial=False)
-    return seconds
+    return seconds, cpu
 
 
 def noop_ceiling(table: str, workers: int, repeat: int) -> None:
@@ -302,12 +307,15 @@ def noop_ceiling(table: str, workers: int, repeat: int) -> None:
         pool.map(_noop_format, [b""] * workers)  # started and warm: not timed
         for _ in range(repeat):
             times.append(run_loop(table, pool, NoopWork(), workers, None))
-    best = min(times)
+    best, cpu = min(times)
     print(f"table: {table} ({lines:,} lines); {repeat} runs, best shown")
     print(f"date {datetime.date.today()}, rescorer of commit {code_commit()}, {cpu_name()}")
-    print("| main process, no-op stages | workers | seconds | lines/s |")
-    print("|---|---:|---:|---:|")
-    print(f"| read, cut, keep order, write | {workers} | {best:.2f} | {lines / best:,.0f} |")
+    print("| main process, no-op stages | workers | seconds | lines/s | main-process CPU s |")
+    print("|---|---:|---:|---:|---:|")
+    print(
+        f"| read, cut, keep order, write | {workers} | {best:.2f} | {lines / best:,.0f} "
+        f"| {cpu:.2f} |"
+    )
 
 
 if __name__ == "__main__":
