@@ -29,7 +29,7 @@ from rescorer.io.outputs import STDOUT, fsync, open_writable, write_error, write
 from rescorer.job.clobber import leftovers, skip_lock_path
 from rescorer.job.record import RESUME_REFUSED as RESUME_REFUSED  # the drivers import it here
 from rescorer.job.record import Resume, record_problem, recorded_resume, tail_sha256
-from rescorer.job.shards import file_sha256, manifest_path, read_part, write_manifest
+from rescorer.job.shards import manifest_path, write_manifest
 from rescorer.job.stats import JobStats
 
 
@@ -374,26 +374,3 @@ def _name_id(path: str) -> tuple[int, int] | None:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-
-
-def finished_shard(output: Output, manifest: dict[str, Any], stats: JobStats) -> bool:
-    """Whether OUT is this very shard, finished, as its manifest says: same input, model,
-    options and range, and OUT's bytes unchanged. Then ``stats`` is filled from it."""
-    if os.path.exists(output.record) or not os.path.exists(manifest_path(output.out)):
-        return False
-    try:
-        found = read_part(output.out).manifest
-    except RescorerError:
-        return False
-    for key in ("shard", "input", "model", "options"):
-        if found.get(key) != manifest[key]:
-            return False
-    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
-        return False
-    if file_sha256(output.out) != (found["output"]["bytes"], found["output"]["sha256"]):
-        return False
-    lines = found["lines"]
-    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
-    stats.next_offset = manifest["range"]["end"]
-    stats.already_done = True
-    return True

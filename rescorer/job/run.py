@@ -44,9 +44,9 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
-from rescorer.job.output import Output, Resume, finished_shard
+from rescorer.job.output import Output, Resume
 from rescorer.job.record import run_key as record_run_key
-from rescorer.job.shards import complete_manifest, shard_manifest
+from rescorer.job.shards import complete_manifest, finished_shard, shard_manifest
 from rescorer.job.stats import JobStats
 from rescorer.job.stream import Inline, first_num_scores, num_scores_of, ready, stream_chunks
 from rescorer.job.work import ChunkWork, Phase, nothing
@@ -155,7 +155,11 @@ class StreamedJob:
         if shard_range is not None:
             fresh = Resume(shard_range.start, shard_range.first_line)
         try:
-            if config.resume and manifest is not None and finished_shard(output, manifest, stats):
+            if (
+                config.resume
+                and manifest is not None
+                and finished_shard(output.out, output.record, manifest, stats)
+            ):
                 output.unlock()  # a re-run of a finished task (a requeue): nothing to redo
                 return None
             if not config.resume:  # an interrupted run's partial is discarded only when asked

@@ -239,3 +239,27 @@ def read_part(path: str) -> Part:
         raise RescorerError(f"{mpath}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     validate_manifest(mpath, manifest)
     return Part(path, manifest)
+
+
+def finished_shard(out: str, record: str, manifest: dict[str, Any], stats: JobStats) -> bool:
+    """Whether OUT (``out``, with no progress record at ``record``) is this very shard,
+    finished, as its manifest says: same input, model, options and range, and OUT's bytes
+    unchanged. Then ``stats`` is filled from it."""
+    if os.path.exists(record) or not os.path.exists(manifest_path(out)):
+        return False
+    try:
+        found = read_part(out).manifest
+    except RescorerError:
+        return False
+    for key in ("shard", "input", "model", "options"):
+        if found.get(key) != manifest[key]:
+            return False
+    if {k: found["range"].get(k) for k in manifest["range"]} != manifest["range"]:
+        return False
+    if file_sha256(out) != (found["output"]["bytes"], found["output"]["sha256"]):
+        return False
+    lines = found["lines"]
+    stats.lines_in, stats.lines_out, stats.bad = lines["in"], lines["out"], lines.get("bad", 0)
+    stats.next_offset = manifest["range"]["end"]
+    stats.already_done = True
+    return True
