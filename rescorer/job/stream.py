@@ -40,83 +40,110 @@ def stream_chunks(
     collected, with ``config.overlap``), format in the pool, write in order, record progress
     by time; ``mark`` is told when the input's last chunk is parsed and submitted (the steady
     state ends) and when all is written (the drain)."""
-    workers, chunk_bytes = config.workers, config.chunk_bytes
-    assert isinstance(workers, int) and chunk_bytes is not None
-    # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
-    ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
-    # Each chunk in flight with its shared-memory slot (None: its bytes cross the pipe).
-    parsing: deque[tuple[Any, SharedText | None]] = deque()
-    working: deque[tuple[Any, Parsed, SharedText | None]] = deque()  # submitted, not collected
-    formatting: deque[tuple[Any, Parsed, int, SharedText | None]] = deque()
-    digest = config.shard is not None  # a shard's manifest vouches for its range's bytes
-    # In flight at once, at most: parsing, working, formatting, and one read ahead.
-    slots = _slots(pool, work, config, ahead + 2 + max(1, workers) + 2)
+    loop = _Loop(chunks, pool, work, output, config, stats, progress, phase)
+    loop.num_scores, loop.gz_level, loop.name = num_scores, gz_level, name
+    with loop.slots if loop.slots is not None else contextlib.nullcontext():
+        loop.read_ahead()
+        while loop.parsing:
+            with phase("parse"):
+                waiting, slot = loop.parsing.popleft()
+                parsed: Parsed = loaded(waiting.get())
+            loop.read_ahead()
+            if parsed.bad and config.skip_bad_lines is None:
+                lineno, message, _ = parsed.bad[0]
+                raise InputError(name, lineno, message)
+            loop.working.append((work.submit(parsed), parsed, slot))
+            while len(loop.working) > (1 if config.overlap else 0):
+                loop.collect()
+        if mark is not None:
+            mark("steady state")
+        while loop.working:
+            loop.collect()
+        loop.write_ready(limit=0)
+    with phase("write"):
+        output.checkpoint()  # the end: everything written is on disk before OUT is renamed
+    if mark is not None:
+        mark("drain")
 
-    def submit_parse() -> None:
-        while len(parsing) < ahead:
-            with phase("read"):
-                chunk = next(chunks, None)
+
+class _Loop:
+    """:func:`stream_chunks`'s chunks in flight, each with its shared-memory slot (None: its
+    bytes cross the pipe), and the steps that move them on."""
+
+    def __init__(
+        self,
+        chunks: Iterator[Chunk],
+        pool: Any,
+        work: ChunkWork,
+        output: Output,
+        config: JobConfig,
+        stats: JobStats,
+        progress: Callable[[], None],
+        phase: Phase,
+    ) -> None:
+        self.chunks, self.pool, self.work, self.output = chunks, pool, work, output
+        self.stats, self.progress, self.phase = stats, progress, phase
+        self.num_scores: int | None = None
+        self.gz_level: int | None = None
+        self.name = ""
+        workers, chunk_bytes = config.workers, config.chunk_bytes
+        assert isinstance(workers, int) and chunk_bytes is not None
+        self.workers = workers
+        # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
+        self.ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
+        self.parsing: deque[tuple[Any, SharedText | None]] = deque()
+        self.working: deque[tuple[Any, Parsed, SharedText | None]] = deque()  # not collected
+        self.formatting: deque[tuple[Any, Parsed, int, SharedText | None]] = deque()
+        self.digest = config.shard is not None  # a shard's manifest vouches for its bytes
+        # In flight at once, at most: parsing, working, formatting, and one read ahead.
+        self.slots = _slots(pool, work, config, self.ahead + 2 + max(1, workers) + 2)
+
+    def read_ahead(self) -> None:
+        """Chunks read and sent to be parsed, up to ``ahead`` at once."""
+        pool, work, slots = self.pool, self.work, self.slots
+        while len(self.parsing) < self.ahead:
+            with self.phase("read"):
+                chunk = next(self.chunks, None)
             if chunk is None:
                 return
-            with phase("parse"):
+            with self.phase("parse"):
                 slot = slots.put(chunk.data) if slots is not None else None
-                if slot is not None:  # the bytes cross in shared memory
-                    chunk = Chunk(chunk.offset, chunk.first_line, b"", slot)
-                args = (chunk, num_scores, name, digest)
-                if slot is not None:  # the result's arrays come back in the slot too
-                    parsing.append((pool.apply_async(result_into, (slot, work.parse, args)), slot))
-                else:
-                    parsing.append((pool.apply_async(work.parse, args), slot))
+                args = (chunk, self.num_scores, self.name, self.digest)
+                if slot is None:
+                    self.parsing.append((pool.apply_async(work.parse, args), None))
+                    continue
+                # The bytes cross in shared memory; the result's arrays come back there too.
+                args = (Chunk(chunk.offset, chunk.first_line, b"", slot), *args[1:])
+                self.parsing.append((pool.apply_async(result_into, (slot, work.parse, args)), slot))
 
-    def collect() -> None:
+    def collect(self) -> None:
         """The oldest submitted chunk's results (waiting for the device only here) go to
         the formatter."""
-        pending, parsed, slot = working.popleft()
-        func, args, lines_out = work.collect(pending, parsed, gz_level)
-        with phase("format"):
+        pending, parsed, slot = self.working.popleft()
+        func, args, lines_out = self.work.collect(pending, parsed, self.gz_level)
+        with self.phase("format"):
             if slot is not None:  # the output comes back in the chunk's slot
-                result = pool.apply_async(output_into, (slot, func, args))
+                result = self.pool.apply_async(output_into, (slot, func, args))
             else:
-                result = pool.apply_async(func, args)
-        formatting.append((result, parsed, lines_out, slot))
-        write_ready(limit=max(1, workers))
+                result = self.pool.apply_async(func, args)
+        self.formatting.append((result, parsed, lines_out, slot))
+        self.write_ready(limit=max(1, self.workers))
 
-    def write_ready(limit: int) -> None:
+    def write_ready(self, limit: int) -> None:
+        """The formatted chunks written in order: all but ``limit``, and any done already."""
+        formatting, output, stats, phase = self.formatting, self.output, self.stats, self.phase
         while len(formatting) > limit or (formatting and formatting[0][0].ready()):
             result, parsed, lines_out, slot = formatting.popleft()
             with phase("format"):
                 data = result.get()
             with phase("write"):
                 _write(output, data, [raw for _, _, raw in parsed.bad])
-            if slot is not None and slots is not None:
-                slots.free(slot.name)
-            _count(stats, parsed, lines_out, name)
+            if slot is not None and self.slots is not None:
+                self.slots.free(slot.name)
+            _count(stats, parsed, lines_out, self.name)
             with phase("write"):  # a record only every --checkpoint-every seconds
                 output.advance(stats.next_offset, parsed.first_line + parsed.lines_in, stats)
-            progress()
-
-    with slots if slots is not None else contextlib.nullcontext():
-        submit_parse()
-        while parsing:
-            with phase("parse"):
-                waiting, slot = parsing.popleft()
-                parsed: Parsed = loaded(waiting.get())
-            submit_parse()
-            if parsed.bad and config.skip_bad_lines is None:
-                lineno, message, _ = parsed.bad[0]
-                raise InputError(name, lineno, message)
-            working.append((work.submit(parsed), parsed, slot))
-            while len(working) > (1 if config.overlap else 0):
-                collect()
-        if mark is not None:
-            mark("steady state")
-        while working:
-            collect()
-        write_ready(limit=0)
-    with phase("write"):
-        output.checkpoint()  # the end: everything written is on disk before OUT is renamed
-    if mark is not None:
-        mark("drain")
+            self.progress()
 
 
 def _slots(pool: Any, work: ChunkWork, config: JobConfig, in_flight: int) -> Slots | None:

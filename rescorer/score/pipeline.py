@@ -72,13 +72,10 @@ def score_table(
     compile_ = want_compile(config.compile, table)
     with StreamedJob("score", table, out, config, model_dirs) as job:  # checks first
         job.claim(config)
-        import torch
-
         from rescorer.cpus import choose_threads
         from rescorer.device import resolve_device, resolve_precision, set_threads
         from rescorer.model.checkpoint import load_model_dir
         from rescorer.score.graphs import describe_capture
-        from rescorer.score.scorer import Scorer
 
         threads = set_threads(choose_threads(config.threads))
         device = resolve_device(config.device)
@@ -88,14 +85,7 @@ def score_table(
         mark("start and imports")
         loaded = [load_model_dir(folder, device=device) for folder in model_dirs]
         mark("model load")
-        cuda = device.type == "cuda"
-        memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
-        rows = max(m.model.config.tgt_rows for m in loaded)
-        batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
-        scorers = [
-            Scorer(m.model, precision, batch_tokens, compile_, capture=config.capture)
-            for m in loaded
-        ]
+        scorers, batch_tokens = _scorers(loaded, device, precision, config, compile_)
         mark("scorers")
         chunks = input_chunks(table, chunk_bytes) if config.workers == "auto" else None
         workers, why = choose_workers(config.workers, device, chunks)
@@ -140,6 +130,24 @@ def score_table(
         )
         stats.phases, stats.clock = phases, clock
         return stats
+
+
+def _scorers(
+    loaded: Sequence[Any], device: Any, precision: str, config: ScoreConfig, compile_: bool
+) -> tuple[list[Any], int]:
+    """One Scorer per model, and the --batch-tokens they share (on a GPU, by its memory)."""
+    import torch
+
+    from rescorer.score.scorer import Scorer
+
+    cuda = device.type == "cuda"
+    memory = torch.cuda.get_device_properties(device).total_memory if cuda else None
+    rows = max(m.model.config.tgt_rows for m in loaded)
+    batch_tokens = batch_tokens_for(config.batch_tokens, device, memory, rows)
+    scorers = [
+        Scorer(m.model, precision, batch_tokens, compile_, capture=config.capture) for m in loaded
+    ]
+    return scorers, batch_tokens
 
 
 def _compiling(opening: list[str]) -> str:
