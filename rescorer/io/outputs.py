@@ -246,6 +246,15 @@ def open_output_binary(path: str, *, compresslevel: int = DEFAULT_GZIP_LEVEL) ->
             yield raw
 
 
+def write_target(path: str) -> str:
+    """The name a write to ``path`` replaces: ``path``, or where it is a symbolic link the file
+    it leads to (a chain followed, a dangling link's target created), as a shell's ``>`` writes
+    through a link: the link stays, and the file it names gets the bytes (written beside it,
+    then renamed over it). A tool that replaced the link put the output beside the link,
+    maybe on another disk than the one the link points at."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterator[str]:
     """A temporary name beside ``path`` to write; renamed over ``path`` when the block completes.
@@ -253,7 +262,8 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
     On an error the temporary file is removed and ``path`` is left as it was. The file gets the
     mode a plain ``open`` would give it (0666 less the umask); with ``fsync`` its data reaches
     the disk before the rename. A ``path`` that :func:`writes_in_place` (``/dev/null``, a FIFO)
-    is yielded itself: written directly, never replaced, nothing created beside it.
+    is yielded itself: written directly, never replaced, nothing created beside it. A symbolic
+    link is written through (:func:`write_target`).
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -266,11 +276,12 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
                 raise
             raise write_error(path, exc, None) from exc
         return
+    shown, path = path, write_target(path)
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise RescorerError(f"{path}: cannot write to {folder}: {exc.strerror}") from exc
+        raise RescorerError(f"{shown}: cannot write to {folder}: {exc.strerror}") from exc
     os.close(fd)
     ok = False
     try:
@@ -285,7 +296,7 @@ def atomic_path(path: str | os.PathLike[str], *, fsync: bool = False) -> Iterato
         if exc.errno not in DISK_ERRNOS:
             raise
         on_disk = os.path.getsize(tmp) if os.path.exists(tmp) else None
-        raise write_error(path, exc, on_disk) from exc
+        raise write_error(shown, exc, on_disk) from exc
     finally:
         if not ok:
             with suppress(FileNotFoundError):

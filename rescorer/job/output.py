@@ -25,7 +25,14 @@ from typing import IO, Any
 from rescorer.errors import RescorerError
 from rescorer.io.jsonfiles import read_json, write_json
 from rescorer.io.locks import take_run_lock
-from rescorer.io.outputs import STDOUT, fsync, open_writable, write_error, writes_in_place
+from rescorer.io.outputs import (
+    STDOUT,
+    fsync,
+    open_writable,
+    write_error,
+    write_target,
+    writes_in_place,
+)
 from rescorer.job.clobber import leftovers, skip_lock_path
 from rescorer.job.record import RESUME_REFUSED as RESUME_REFUSED  # the drivers import it here
 from rescorer.job.record import Resume, record_problem, recorded_resume, tail_sha256
@@ -88,8 +95,9 @@ class Output:
         command: str = "score",
     ) -> None:
         """``checkpoint_every``: seconds between progress records (0: at every chunk)."""
-        self.out = out
         self.direct = streams(out)  # stdout, a device or a FIFO: written as it goes
+        # A link is written through: OUT.partial beside its file, renamed over that file.
+        self.out = out = out if self.direct else write_target(out)
         self.partial, self.record = partial_path(out), record_path(out)
         self.run_key = json.loads(json.dumps(run_key))
         self.skip_bad_lines = skip_bad_lines

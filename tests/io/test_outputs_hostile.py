@@ -178,6 +178,31 @@ def test_a_device_as_output_is_written_never_replaced(
 
 
 @pytest.mark.parametrize("name", WRITERS)
+@pytest.mark.parametrize("dangling", [False, True], ids=["file", "dangling"])
+def test_a_link_as_output_is_written_through(
+    work: Path, tmp_path: Path, name: str, dangling: bool
+) -> None:
+    """``-o LINK`` writes the file the link names, as a shell's > does, and the link stays (it
+    used to be replaced by a regular file beside it, the output on the link's disk, the file
+    it named untouched); a dangling link's file is created. Nothing is left beside either."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    target = there / ("out.gz" if name in BIG or name == "merge" else "out.txt")
+    if not dangling:
+        target.write_bytes(b"the old bytes\n")
+    link = here / target.name
+    link.symlink_to(target)
+    done = rescorer(command(name, work, str(link)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.is_file() and target.stat().st_size > 0
+    assert target.read_bytes() != b"the old bytes\n"
+    assert sorted(p.name for p in here.iterdir()) == [link.name]
+    assert sorted(p.name for p in there.iterdir()) == [target.name]
+
+
+@pytest.mark.parametrize("name", WRITERS)
 def test_dev_full_as_output_is_one_error_and_stays(work: Path, name: str) -> None:
     if not writes_in_place("/dev/full"):  # never let a regression replace the machine's device
         pytest.fail("this rescorer would rename a file over /dev/full")
