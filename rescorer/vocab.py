@@ -15,6 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rescorer.constants import (
     EOS_SYMBOL,
     FIRST_WORD_ID,
@@ -92,6 +94,11 @@ class Vocab:
         """UTF-8 word -> id of the shortlist's words, for bulk lookups of undecoded tokens."""
         return {word.encode("utf-8"): i for word, i in self._index.items()}
 
+    @functools.cached_property
+    def byte_table(self) -> ByteTable:
+        """:attr:`byte_index` as a numpy hash table, for whole chunks of tokens at once."""
+        return ByteTable(self.byte_index)
+
     def encode_eos(self, tokens: Sequence[str]) -> list[int]:
         """Ids of ``tokens`` followed by EOS (what the encoder reads and the decoder predicts)."""
         ids = self.encode(tokens)
@@ -145,6 +152,80 @@ class Vocab:
         """The ``size - 2`` most frequent tokens; ties in code-point order."""
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return cls(words=tuple(tok for tok, _ in ranked[: size - FIRST_WORD_ID]), size=size)
+
+
+KEY_BYTES = 16  # a word of up to 16 bytes is its own key in a ByteTable: two uint64 and a length
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)  # k low bytes
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
+
+
+def byte_keys(
+    buf: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first and second 8 bytes (little-endian, zero past the token) of each token
+    buf[starts[i]:starts[i]+lens[i]] (T,) and their mixed hash, (T,) uint64 each. ``buf``
+    (uint8) has KEY_BYTES readable bytes after every start."""
+    # Every byte offset of buf read as a uint64 (unaligned): one gather per key word
+    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    low = words[starts] & _MASKS[np.minimum(lens, 8)]
+    high = words[starts + 8] & _MASKS[np.clip(lens - 8, 0, 8)]
+    mixed = low * _MIX[0] ^ high * _MIX[1] ^ lens.astype(np.uint64) * _MIX[2]
+    mixed ^= mixed >> np.uint64(29)
+    mixed *= _MIX[1]
+    return low, high, mixed
+
+
+class ByteTable:
+    """An open-addressing hash table (linear probing) of byte strings -> ids, looked up for
+    many tokens at once with numpy, where ``dict.get`` costs a bytes object and a hash per
+    token. A word of up to KEY_BYTES bytes is its own key (its bytes and its length), so a
+    hit is an exact match; longer words (rare) go through a dict."""
+
+    def __init__(self, index: dict[bytes, int]) -> None:
+        short = {word: i for word, i in index.items() if len(word) <= KEY_BYTES}
+        self.long = {word: i for word, i in index.items() if len(word) > KEY_BYTES}
+        bits = max(4, (2 * len(short)).bit_length())  # at most half full
+        self.shift = np.uint64(64 - bits)
+        size = 1 << bits
+        buf = np.frombuffer(b"".join(short) + bytes(KEY_BYTES), dtype=np.uint8)
+        lens = np.fromiter(map(len, short), np.int64, len(short))
+        low, high, mixed = byte_keys(buf, np.cumsum(lens) - lens, lens)
+        self.low = np.zeros(size, dtype=np.uint64)
+        self.high = np.zeros(size, dtype=np.uint64)
+        self.lens = np.full(size, -1, dtype=np.int64)  # -1: an empty slot
+        self.ids = np.zeros(size, dtype=np.int32)
+        self.probes = 1  # the longest probe sequence of a word in the table
+        home = (mixed >> self.shift).tolist()
+        for k, (slot, i) in enumerate(zip(home, short.values(), strict=True)):
+            start = slot
+            while self.lens[slot] >= 0:
+                slot = (slot + 1) % size
+            self.low[slot], self.high[slot], self.lens[slot] = low[k], high[k], lens[k]
+            self.ids[slot] = i
+            self.probes = max(self.probes, (slot - start) % size + 1)
+
+    def lookup(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """(T,) int32 the id of each token buf[starts[i]:starts[i]+lens[i]], -1 if none;
+        ``buf`` (uint8) has KEY_BYTES readable bytes after every start."""
+        found = np.full(len(starts), -1, dtype=np.int32)
+        low, high, mixed = byte_keys(buf, starts, lens)
+        todo = np.flatnonzero(lens <= KEY_BYTES)  # (R,) tokens not yet found nor missing
+        slot = (mixed[todo] >> self.shift).astype(np.int64)
+        mask = len(self.lens) - 1
+        for _ in range(self.probes):
+            slot_len = self.lens[slot]
+            hit = (slot_len == lens[todo]) & (self.low[slot] == low[todo])
+            hit &= self.high[slot] == high[todo]
+            found[todo[hit]] = self.ids[slot[hit]]
+            more = ~hit & (slot_len >= 0)  # another word there: the next slot
+            todo, slot = todo[more], (slot[more] + 1) & mask
+            if not len(todo):
+                break
+        if self.long:
+            for t in np.flatnonzero(lens > KEY_BYTES).tolist():
+                word = buf[starts[t] : starts[t] + lens[t]].tobytes()
+                found[t] = self.long.get(word, -1)
+        return found
 
 
 def build_vocabs(
