@@ -290,11 +290,13 @@ def _layouts() -> tuple[np.ndarray, np.ndarray]:
 _LAYOUT, _LAYOUT_LEN = _layouts()
 
 
-def g_texts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``f"{v:g}"`` of each value (N,) float64 as rows of ASCII bytes (N, G_WIDTH) uint8 and
-    their lengths (N,), made with numpy instead of one Python call per value; byte for byte
-    what Python writes (a value whose sixth digit's rounding is too close to call in float64,
-    or one outside [1e-44, 1e5), is written by Python itself)."""
+_DIGITS3 = np.array([list(f"{k:03d}".encode()) for k in range(1000)], dtype=np.uint8)
+_TRAILING3 = np.array([3 - len(f"{k:03d}".rstrip("0")) for k in range(1000)], dtype=np.int64)
+
+
+def _g_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`g_texts` where numpy can promise it: rows (N, G_WIDTH) uint8, lengths (N,), and
+    (U,) the values it cannot promise (their rows are to be written by Python)."""
     safe = (values >= 1e-44) & (values < 1e5)  # (N,) else Python writes it
     v = np.where(safe, values, 1.0)
     e = np.floor(np.log10(v)).astype(np.int64)  # (N,) the decimal exponent, maybe one off
@@ -306,20 +308,50 @@ def g_texts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     safe &= np.abs(x - np.floor(x) - 0.5) > 1e-6
     safe &= (x >= 1e5) & (digits < 1e6)  # 999999.5 and up: the exponent moves
     d = np.where(safe, digits, 1e5).astype(np.int64)  # (N,) 100000..999999
+    high, low = np.divmod(d, 1000)  # (N,) each: its first and last three digits
     alphabet = np.empty((len(values), 12), dtype=np.uint8)  # (N,12)
-    alphabet[:, :6] = (d[:, None] // (10 ** np.arange(5, -1, -1))) % 10 + 48
+    alphabet[:, 0:3] = _DIGITS3[high]
+    alphabet[:, 3:6] = _DIGITS3[low]
     alphabet[:, _ZERO : _MINUS + 1] = np.frombuffer(b"0.e-", dtype=np.uint8)
     alphabet[:, _TENS] = 48 + (-e) // 10 % 10
     alphabet[:, _ONES] = 48 + (-e) % 10
-    zeros = np.cumprod(alphabet[:, 5::-1] == 48, axis=1).sum(axis=1)  # (N,) trailing zeros
+    zeros = np.where(low == 0, 3 + _TRAILING3[high], _TRAILING3[low])  # (N,) trailing zeros
     layout = (e - _MIN_EXP) * 6 + 5 - zeros  # (N,)
     rows = np.take_along_axis(alphabet, _LAYOUT[layout], axis=1)  # (N, G_WIDTH)
-    lens = _LAYOUT_LEN[layout]
-    for i in np.flatnonzero(~safe).tolist():  # Python's own text, where numpy cannot promise it
-        text = f"{values[i]:g}".encode("ascii")
+    return rows, _LAYOUT_LEN[layout], np.flatnonzero(~safe)
+
+
+def _write_python(rows: np.ndarray, lens: np.ndarray, at: np.ndarray, values: list[float]) -> None:
+    """Rows ``at`` (U,) made ``f"{v:g}"`` of ``values`` (U,) by Python itself."""
+    for i, value in zip(at.tolist(), values, strict=True):
+        text = f"{value:g}".encode("ascii")
         rows[i, : len(text)] = np.frombuffer(text[:G_WIDTH], dtype=np.uint8)
         lens[i] = len(text)
+
+
+def g_texts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``f"{v:g}"`` of each value (N,) float64 as rows of ASCII bytes (N, G_WIDTH) uint8 and
+    their lengths (N,), made with numpy instead of one Python call per value; byte for byte
+    what Python writes (a value whose sixth digit's rounding is too close to call in float64,
+    or one outside [1e-44, 1e5), is written by Python itself)."""
+    rows, lens, unsafe = _g_rows(values)
+    _write_python(rows, lens, unsafe, values[unsafe].tolist())
     return rows, lens
+
+
+def prob_texts(logp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`g_texts` of ``math.exp(max(v, LOGP_FLOOR))`` of each log-probability (N,): the
+    text of ``format_prob``. numpy's exp may differ from math.exp in the last bit, which
+    changes no text that :func:`_g_rows` promises (it keeps 1e-12 of the value away from
+    every rounding boundary); the rest is written by Python from math.exp."""
+    with np.errstate(over="ignore"):  # past 709.78: math.exp's OverflowError below
+        rows, lens, unsafe = _g_rows(np.exp(np.maximum(logp, LOGP_FLOOR)))
+    exact = [math.exp(max(v, LOGP_FLOOR)) for v in logp[unsafe].tolist()]
+    _write_python(rows, lens, unsafe, exact)
+    return rows, lens
+
+
+_COLUMN = np.arange(G_WIDTH + 2)  # column numbers of a row of inserted text
 
 
 def insert_prob_columns(
@@ -327,26 +359,32 @@ def insert_prob_columns(
 ) -> bytes:
     """``insert_at`` of the "prob" columns: at each cut (N,) " " + ``format_prob`` of each
     model's log-probability (N,M), then with ``unk`` (N,) " " + the word penalty, as
-    :func:`column_texts` writes them, with numpy over the chunk (:func:`g_texts`)."""
+    :func:`column_texts` writes them, with numpy over the chunk (:func:`prob_texts`)."""
     n = len(cuts)
     if n == 0:
         return data
-    pieces = []  # (N,W) rows of ASCII bytes and (N,) their lengths, each after a space
-    for k in range(logp.shape[1]):
-        floored = map(max, logp[:, k].tolist(), repeat(LOGP_FLOOR))
-        pieces.append(g_texts(np.fromiter(map(math.exp, floored), np.float64, n)))
+    pieces = [prob_texts(logp[:, k]) for k in range(logp.shape[1])]  # (N,W) rows, (N,) lens
     if unk is not None:
         table = [format_score(math.exp(k)).encode("ascii") for k in range(int(unk.max()) + 1)]
-        width = max(map(len, table))
-        rows = np.zeros((len(table), width), dtype=np.uint8)
+        rows = np.zeros((len(table), max(map(len, table))), dtype=np.uint8)
         for i, text in enumerate(table):
             rows[i, : len(text)] = np.frombuffer(text, dtype=np.uint8)
         pieces.append((rows[unk], np.fromiter(map(len, table), np.int64, len(table))[unk]))
-    spaces = np.full((n, 1), SPACE, dtype=np.uint8)
-    grid = np.hstack([part for rows, _ in pieces for part in (spaces, rows)])  # (N,W')
-    keep = np.hstack([np.arange(rows.shape[1] + 1) <= lens[:, None] for rows, lens in pieces])
+    # Each line's new bytes: a space and a piece's row, for every piece, in a grid (N,W')
+    # whose ``keep`` marks the bytes that are written
+    width = sum(rows.shape[1] + 1 for rows, _ in pieces)
+    grid = np.empty((n, width), dtype=np.uint8)
+    keep = np.empty((n, width), dtype=bool)
+    per_line = np.zeros(n, dtype=np.int64)  # (N,)
+    col = 0
+    for rows, lens in pieces:
+        w = rows.shape[1] + 1
+        grid[:, col] = SPACE
+        grid[:, col + 1 : col + w] = rows
+        np.less_equal(_COLUMN[:w], lens[:, None], out=keep[:, col : col + w])
+        per_line += lens + 1
+        col += w
     inserted = grid[keep]  # (T,) each line's bytes, line after line
-    per_line = keep.sum(axis=1)  # (N,)
     at = np.repeat(cuts, per_line) + np.arange(len(inserted))  # (T,) their places in out
     out = np.empty(len(data) + len(inserted), dtype=np.uint8)
     from_data = np.ones(len(out), dtype=bool)
