@@ -79,6 +79,7 @@ _CLASS[[43, 45]] = SIGN
 _CLASS[46] = DOT
 _CLASS[[101, 69]] = EXP
 _CLASS[[SPACE, NEWLINE]] = BOUNDARY
+_CLASS_BYTES = _CLASS.tobytes()  # the same, for bytes.translate
 MAX_NUMBER_BYTES = 30  # a longer number goes line by line (the exact path takes it)
 
 
@@ -163,14 +164,14 @@ def _numbers(
     count with None) separated by single spaces, each as the fast path has always read it:
     [-+]? then digits with an optional '.' and digits, or '.' and digits, then an optional
     [eE][-+]? and one or two digits (a number float() reads as a finite value)."""
-    # The fields and the byte after each (a newline, or the space of " ||| "), in one array
-    # that starts with a newline: runs of bytes out, in, out, ..., out.
-    padded = np.append(text, np.uint8(NEWLINE))
-    cuts = np.empty(2 * len(field_start) + 2, dtype=np.int64)
-    cuts[0], cuts[-1] = 0, len(padded)
-    cuts[1:-1:2], cuts[2:-1:2] = field_start, field_end + 1
-    inside = np.repeat(np.arange(len(cuts) - 1) % 2 == 1, np.diff(cuts))
-    classes = np.concatenate(([BOUNDARY], _CLASS[padded[inside]]))  # (B,)
+    # The fields and the byte after each (a newline, or the space of " ||| "), gathered in one
+    # array after a newline, each byte as its class: runs of numbers between boundaries
+    lens = field_end - field_start + 1  # (N,) each field and the byte after it
+    seg = np.cumsum(lens) - lens  # (N,) where each one goes
+    at = np.arange(int(seg[-1] + lens[-1])) + np.repeat(field_start - seg, lens)  # (B-1,)
+    padded = text if field_end[-1] < len(text) else np.append(text, np.uint8(NEWLINE))
+    gathered = padded[at].tobytes().translate(_CLASS_BYTES)
+    classes = np.frombuffer(bytes((BOUNDARY,)) + gathered, dtype=np.uint8)  # (B,)
     if (classes == OTHER).any():
         return False
     bounds = np.flatnonzero(classes == BOUNDARY)  # (T+1,) before each number, after the last
@@ -178,7 +179,7 @@ def _numbers(
     if (gaps == 1).any() or (gaps > MAX_NUMBER_BYTES + 1).any():
         return False  # an empty number (two spaces in a row, a space at either end), a long one
     if num_scores is not None:
-        after = np.cumsum(field_end - field_start + 1)  # (N,) each field's end in ``classes``
+        after = seg + lens  # (N,) each field's end in ``classes``
         per_line = np.diff(np.searchsorted(bounds, after), prepend=0)  # (N,) numbers per line
         if (per_line != num_scores).any():
             return False
