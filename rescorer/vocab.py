@@ -156,22 +156,28 @@ class Vocab:
 
 KEY_BYTES = 16  # a word of up to 16 bytes is its own key in a ByteTable: two uint64 and a length
 _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)  # k low bytes
-_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+_EMPTY = np.uint64(0xFFFF << 32)  # an empty slot's length and id: a length no key has
+_ID_BITS = np.uint64(0xFFFFFFFF)
+VECTOR_PROBES = 2  # slots tried with numpy; a token whose word lies further (rare) uses the dict
 
 
 def byte_keys(
     buf: np.ndarray, starts: np.ndarray, lens: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The first and second 8 bytes (little-endian, zero past the token) of each token
-    buf[starts[i]:starts[i]+lens[i]] (T,) and their mixed hash, (T,) uint64 each. ``buf``
+    """Each token buf[starts[i]:starts[i]+lens[i]] (T,) as its key: its first and second 8
+    bytes (little-endian, zero past the token), and its hash, (T,) uint64 each. ``buf``
     (uint8) has KEY_BYTES readable bytes after every start."""
     # Every byte offset of buf read as a uint64 (unaligned): one gather per key word
     words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
-    low = words[starts] & _MASKS[np.minimum(lens, 8)]
-    high = words[starts + 8] & _MASKS[np.clip(lens - 8, 0, 8)]
-    mixed = low * _MIX[0] ^ high * _MIX[1] ^ lens.astype(np.uint64) * _MIX[2]
-    mixed ^= mixed >> np.uint64(29)
-    mixed *= _MIX[1]
+    low = words[starts]
+    low &= _MASKS[np.minimum(lens, 8)]
+    high = words[starts + 8]
+    high &= _MASKS[np.clip(lens - 8, 0, 8)]
+    mixed = high * _MIX[1]
+    mixed ^= low
+    mixed ^= lens.astype(np.uint64)
+    mixed *= _MIX[0]  # the top bits depend on every bit: they pick the slot
     return low, high, mixed
 
 
@@ -179,52 +185,59 @@ class ByteTable:
     """An open-addressing hash table (linear probing) of byte strings -> ids, looked up for
     many tokens at once with numpy, where ``dict.get`` costs a bytes object and a hash per
     token. A word of up to KEY_BYTES bytes is its own key (its bytes and its length), so a
-    hit is an exact match; longer words (rare) go through a dict."""
+    hit is an exact match; longer words (rare), and tokens not settled by VECTOR_PROBES
+    slots, go through the dict."""
 
     def __init__(self, index: dict[bytes, int]) -> None:
+        self.index = index
         short = {word: i for word, i in index.items() if len(word) <= KEY_BYTES}
-        self.long = {word: i for word, i in index.items() if len(word) > KEY_BYTES}
-        bits = max(4, (2 * len(short)).bit_length())  # at most half full
+        self.has_long = len(short) < len(index)
+        bits = max(4, (4 * len(short)).bit_length())  # at most a quarter full
         self.shift = np.uint64(64 - bits)
         size = 1 << bits
         buf = np.frombuffer(b"".join(short) + bytes(KEY_BYTES), dtype=np.uint8)
         lens = np.fromiter(map(len, short), np.int64, len(short))
         low, high, mixed = byte_keys(buf, np.cumsum(lens) - lens, lens)
+        taken = [-1] * size  # the word in each slot, the most frequent first (the lowest ids)
+        for k, home in enumerate((mixed >> self.shift).tolist()):
+            slot = home
+            while taken[slot] >= 0:
+                slot = (slot + 1) % size
+            taken[slot] = k
+        at = np.array([slot for slot, k in enumerate(taken) if k >= 0], dtype=np.int64)
+        which = np.array([k for k in taken if k >= 0], dtype=np.int64)
+        ids = np.fromiter(short.values(), np.int64, len(short))
+        # A slot: the key's two words, and its length (high 32 bits) and id (low 32 bits)
         self.low = np.zeros(size, dtype=np.uint64)
         self.high = np.zeros(size, dtype=np.uint64)
-        self.lens = np.full(size, -1, dtype=np.int64)  # -1: an empty slot
-        self.ids = np.zeros(size, dtype=np.int32)
-        self.probes = 1  # the longest probe sequence of a word in the table
-        home = (mixed >> self.shift).tolist()
-        for k, (slot, i) in enumerate(zip(home, short.values(), strict=True)):
-            start = slot
-            while self.lens[slot] >= 0:
-                slot = (slot + 1) % size
-            self.low[slot], self.high[slot], self.lens[slot] = low[k], high[k], lens[k]
-            self.ids[slot] = i
-            self.probes = max(self.probes, (slot - start) % size + 1)
+        self.meta = np.full(size, _EMPTY, dtype=np.uint64)
+        self.low[at], self.high[at] = low[which], high[which]
+        self.meta[at] = ((lens[which] << 32) | ids[which]).astype(np.uint64)
 
     def lookup(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
         """(T,) int32 the id of each token buf[starts[i]:starts[i]+lens[i]], -1 if none;
         ``buf`` (uint8) has KEY_BYTES readable bytes after every start."""
         found = np.full(len(starts), -1, dtype=np.int32)
         low, high, mixed = byte_keys(buf, starts, lens)
-        todo = np.flatnonzero(lens <= KEY_BYTES)  # (R,) tokens not yet found nor missing
-        slot = (mixed[todo] >> self.shift).astype(np.int64)
-        mask = len(self.lens) - 1
-        for _ in range(self.probes):
-            slot_len = self.lens[slot]
-            hit = (slot_len == lens[todo]) & (self.low[slot] == low[todo])
-            hit &= self.high[slot] == high[todo]
-            found[todo[hit]] = self.ids[slot[hit]]
-            more = ~hit & (slot_len >= 0)  # another word there: the next slot
-            todo, slot = todo[more], (slot[more] + 1) & mask
-            if not len(todo):
-                break
-        if self.long:
-            for t in np.flatnonzero(lens > KEY_BYTES).tolist():
-                word = buf[starts[t] : starts[t] + lens[t]].tobytes()
-                found[t] = self.long.get(word, -1)
+        tag = lens.astype(np.uint64) << np.uint64(32)  # (T,) what a slot's length reads
+        todo = np.arange(len(starts))  # (R,) tokens not yet found nor missing
+        slot = (mixed >> self.shift).astype(np.int64)  # (R,)
+        for _ in range(VECTOR_PROBES):
+            meta = self.meta[slot]
+            length = meta & ~_ID_BITS
+            hit = length == tag
+            hit &= self.low[slot] == low
+            hit &= self.high[slot] == high
+            found[todo[hit]] = meta[hit] & _ID_BITS
+            more = ~hit & (length != _EMPTY)  # another word there: the next slot
+            todo, slot = todo[more], (slot[more] + 1) & (len(self.meta) - 1)
+            low, high, tag = low[more], high[more], tag[more]
+        # The few left (a long probe sequence), and a key longer than KEY_BYTES (no slot)
+        rest = todo
+        if self.has_long:
+            rest = np.union1d(rest, np.flatnonzero(lens > KEY_BYTES))
+        for t, s, n in zip(rest.tolist(), starts[rest].tolist(), lens[rest].tolist(), strict=True):
+            found[t] = self.index.get(buf[s : s + n].tobytes(), -1)
         return found
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import gzip
 
 import numpy as np
+import pytest
 from conftest import SLICE
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rescorer.vocab as vocab_module
 from rescorer.vocab import KEY_BYTES, ByteTable, Vocab, build_vocabs
 
 BUDGET = settings(max_examples=200, deadline=None, derandomize=True)
@@ -77,3 +79,18 @@ def test_the_table_finds_what_the_dict_finds(words: list[bytes], queries: list[b
     index = {w: i + 2 for i, w in enumerate(dict.fromkeys(words))}
     tokens = queries + words + [w + b"\x00" for w in words] + [w[:-1] for w in words if w[:-1]]
     assert lookup_each(ByteTable(index), tokens) == [index.get(t, -1) for t in tokens]
+
+
+@pytest.mark.parametrize("probes", [0, 1, 5])
+def test_every_probe_depth_finds_what_the_dict_finds(
+    probes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokens left after VECTOR_PROBES slots go through the dict: all of them (0), most (1),
+    none (5), the same ids."""
+    lines = gzip.decompress(SLICE.read_bytes()).decode("utf-8").splitlines()
+    pairs = [(line.split(" ||| ")[0], line.split(" ||| ")[1]) for line in lines]
+    _, tgt = build_vocabs(pairs, 300, 2000)
+    tokens = [w.encode() for line in lines for w in line.split(" ||| ")[1].split(" ")]
+    monkeypatch.setattr(vocab_module, "VECTOR_PROBES", probes)
+    expected = [tgt.byte_index.get(t, -1) for t in tokens]
+    assert lookup_each(tgt.byte_table, tokens) == expected

@@ -99,37 +99,29 @@ def _encode_in(
     vocab: Vocab, buf: np.ndarray, spaces: np.ndarray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What :func:`_encode_plain` gives, for the P plain phrases buf[starts[i]:ends[i]] (none
-    empty) of ``buf`` (uint8, KEY_BYTES readable bytes after every phrase), ``spaces`` (S,)
-    ascending: every space in buf, or at least those inside the phrases."""
+    empty, each followed by a space) of ``buf`` (uint8, KEY_BYTES readable bytes after every
+    phrase), ``spaces`` (S,) ascending: every space in buf, or at least those inside the
+    phrases and after each."""
     num_phrases = len(starts)
     if not num_phrases:
         return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32)
-    lo = np.searchsorted(spaces, starts)  # (P,) the spaces inside each phrase: lo..hi
-    inner = np.searchsorted(spaces, ends) - lo  # (P,)
-    counts = inner + 1  # (P,) tokens
-    first = np.cumsum(counts) - counts  # (P,) each phrase's first token
-    num_tokens = int(first[-1] + counts[-1])
-    # The spaces inside the phrases, in order: each separates a token from the next
-    before = first - np.arange(num_phrases)  # (P,) inner spaces of the phrases before
-    at = np.arange(num_tokens - num_phrases) + np.repeat(lo - before, inner)
-    inside = spaces[at]  # (T-P,)
-    is_first = np.zeros(num_tokens, dtype=bool)
-    is_first[first] = True
+    lo = np.searchsorted(spaces, starts)  # (P,) the spaces of each phrase: lo..hi
+    counts = np.searchsorted(spaces, ends) - lo + 1  # (P,) tokens: spaces inside, and one
+    ends_at = np.cumsum(counts)  # (P,) where each phrase's tokens end
+    first = ends_at - counts  # (P,) each phrase's first token
+    num_tokens = int(ends_at[-1])
+    # Every token ends at a space: those inside a phrase and the one after it (ends)
+    tok_ends = spaces[np.arange(num_tokens) + np.repeat(lo - first, counts)]  # (T,)
     tok_starts = np.empty(num_tokens, dtype=np.int64)  # (T,)
+    tok_starts[1:] = tok_ends[:-1] + 1
     tok_starts[first] = starts
-    tok_starts[~is_first] = inside + 1
-    tok_ends = np.empty(num_tokens, dtype=np.int64)  # (T,)
-    tok_ends[first + inner] = ends
-    tok_ends[np.flatnonzero(~is_first) - 1] = inside
     words = vocab.byte_table.lookup(buf, tok_starts, tok_ends - tok_starts)  # -1: unknown
     off = np.zeros(num_phrases + 1, dtype=np.int64)
-    np.cumsum(counts + 1, out=off[1:])  # each phrase and its EOS
-    ids = np.empty(off[-1], dtype=np.int32)
-    ids[off[1:] - 1] = vocab.eos_id
+    np.add(ends_at, np.arange(1, num_phrases + 1), out=off[1:])  # each phrase and its EOS
+    ids = np.full(off[-1], vocab.eos_id, dtype=np.int32)
     unknown = words < 0  # (T,)
-    ids[np.arange(num_tokens) + np.repeat(np.arange(num_phrases), counts)] = np.where(
-        unknown, UNK_ID, words
-    )
+    words[unknown] = UNK_ID
+    ids[np.arange(num_tokens) + np.repeat(np.arange(num_phrases), counts)] = words
     unk = np.add.reduceat(unknown.astype(np.int32), first).astype(np.int32)  # (P,)
     return ids, off, unk
 
