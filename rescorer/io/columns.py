@@ -37,6 +37,11 @@ class ChunkColumns:
     score_ends: np.ndarray  # (N,) int64 where each line's score field ends in data
     src_ends: np.ndarray  # (N,) int64 where each line's source phrase ends (at " ||| ")
     tgt_ends: np.ndarray  # (N,) int64 where each line's target phrase ends (at " ||| ")
+    # What encoding the phrases reuses (split_columns found them): every space of data, (S,)
+    # int64, and the index in it of each line's src_ends and tgt_ends, (N,) int64 each
+    spaces: np.ndarray | None = None
+    src_sep: np.ndarray | None = None
+    tgt_sep: np.ndarray | None = None
 
     @property
     def tgt_starts(self) -> np.ndarray:
@@ -85,7 +90,9 @@ _CLASS_BYTES = _CLASS.tobytes()  # the same, for bytes.translate
 MAX_NUMBER_BYTES = 30  # a longer number goes line by line (the exact path takes it)
 
 
-def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
+def split_columns(
+    data: bytes, num_scores: int | None, keep_spaces: bool = False
+) -> ChunkColumns | None:
     """The lines of ``data`` (whole lines; the last may lack its newline) split into columns
     with numpy over the chunk's bytes at once instead of :func:`parse_raw_line` per line.
 
@@ -93,15 +100,16 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
     phrases with runs of spaces, a bad or missing score, a number of over 30 characters,
     another score count than ``num_scores``, lines with and without fields after the scores);
-    the caller then parses line by line, which also names the bad line.
+    the caller then parses line by line, which also names the bad line. With
+    ``keep_spaces`` the result keeps where the chunk's spaces are (for
+    :func:`rescorer.score.pairs.encode_spans`, which else finds them again; kept unused, they
+    cost more than they save: a worker's memory is best given back early).
     """
     if any(b in data for b in _CAREFUL_BYTES):
         return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
     text = np.frombuffer(data, dtype=np.uint8)
+    if not _valid_utf8(data, text):
+        return None
     ends = np.flatnonzero(text == NEWLINE)  # (N,) each line's newline
     if not data.endswith(b"\n"):
         ends = np.append(ends, len(data))  # the last line, unterminated
@@ -112,24 +120,51 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     fields = _fields(text, starts, ends)
     if fields is None:
         return None
-    src_end, tgt_end, score_end = fields
+    spaces, src_sep, tgt_sep, score_end = fields
+    src_end, tgt_end = spaces[src_sep], spaces[tgt_sep]
     if not _numbers(text, tgt_end + len(FIELD_SEP_B), score_end, num_scores):
         return None
-    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
+    if not keep_spaces:
+        return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
+    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end, spaces, src_sep, tgt_sep)
+
+
+def _valid_utf8(data: bytes, text: np.ndarray) -> bool:
+    """Whether ``data`` (``text``, its bytes) is valid UTF-8, decoding only its bytes over
+    127: a multi-byte sequence is made of such bytes alone, so the whole is valid exactly when
+    each run of them is; the runs are decoded at once, an ASCII space between each two."""
+    if data.isascii():
+        return True
+    high = np.flatnonzero(text >= 0x80)  # (H,)
+    new_run = np.ones(len(high), dtype=np.int64)  # (H,) 1 where a run starts
+    new_run[1:] = np.diff(high) > 1
+    runs = np.empty(len(high) + int(new_run.sum()), dtype=np.uint8)  # a space, a run, ...
+    at = np.arange(len(high)) + np.cumsum(new_run)  # (H,) each byte's place in runs
+    runs[at] = text[high]
+    runs[at[new_run == 1] - 1] = SPACE
+    try:
+        runs.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _fields(
     text: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``),
-    or None where a line is not plain: fewer than three fields, three on some lines and more
-    on others, an empty phrase or one with a space at either end or two in a row, a phrase of
-    over MAX_PHRASE_TOKENS bytes, a line of over MAX_LINE_BYTES."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``):
+    every space of the chunk, (S,), the index in it of each line's source end and target end,
+    (N,) each, and each score field's end, (N,); or None where a line is not plain: fewer
+    than three fields, three on some lines and more on others, an empty phrase or one with a
+    space at either end or two in a row, a phrase of over MAX_PHRASE_TOKENS bytes, a line of
+    over MAX_LINE_BYTES."""
     n = len(text)
     spaces = np.flatnonzero(text == SPACE)  # (S,) every space, found once
-    head = spaces[: np.searchsorted(spaces, n - 4)]  # a separator's first byte, in there
-    for k in range(1, 5):
-        head = head[text[head + k] == _SEP[k]]
+    # Which spaces start a separator (one that fits in text), as indices into spaces
+    head_at = np.flatnonzero(text[spaces[: np.searchsorted(spaces, n - 4)] + 1] == _SEP[1])
+    for k in range(2, 5):
+        head_at = head_at[text[spaces[head_at] + k] == _SEP[k]]
+    head = spaces[head_at]  # (H,) where each separator starts
     if len(head) > 1 and np.diff(head).min() < len(FIELD_SEP_B):
         return None  # overlapping separators (" ||| ||| "): bytes.split's own rule decides
     first = np.searchsorted(head, starts)  # (N,) each line's first separator
@@ -156,7 +191,7 @@ def _fields(
         line = np.searchsorted(starts, doubles, side="right") - 1
         if (doubles < tgt_end[line]).any():
             return None
-    return src_end, tgt_end, score_end
+    return spaces, head_at[first], head_at[first + 1], score_end
 
 
 def _numbers(

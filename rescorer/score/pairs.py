@@ -14,6 +14,7 @@ from operator import ne
 import numpy as np
 
 from rescorer.constants import UNK_ID
+from rescorer.io.columns import ChunkColumns
 from rescorer.io.table import split_tokens
 from rescorer.vocab import KEY_BYTES, Vocab
 
@@ -96,17 +97,27 @@ def _encode_plain(
 
 
 def _encode_in(
-    vocab: Vocab, buf: np.ndarray, spaces: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    vocab: Vocab,
+    buf: np.ndarray,
+    spaces: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    bounds: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What :func:`_encode_plain` gives, for the P plain phrases buf[starts[i]:ends[i]] (none
     empty, each followed by a space) of ``buf`` (uint8, KEY_BYTES readable bytes after every
     phrase), ``spaces`` (S,) ascending: every space in buf, or at least those inside the
-    phrases and after each."""
+    phrases and after each. ``bounds``: where known, the index in ``spaces`` of each phrase's
+    first space and of the one after it (P,) each (else found with searchsorted)."""
     num_phrases = len(starts)
     if not num_phrases:
         return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32)
-    lo = np.searchsorted(spaces, starts)  # (P,) the spaces of each phrase: lo..hi
-    counts = np.searchsorted(spaces, ends) - lo + 1  # (P,) tokens: spaces inside, and one
+    lo, hi = bounds
+    if lo is None:
+        lo = np.searchsorted(spaces, starts)  # (P,) the spaces of each phrase: lo..hi
+    if hi is None:
+        hi = np.searchsorted(spaces, ends)  # (P,)
+    counts = hi - lo + 1  # (P,) tokens: spaces inside, and one
     ends_at = np.cumsum(counts)  # (P,) where each phrase's tokens end
     first = ends_at - counts  # (P,) each phrase's first token
     num_tokens = int(ends_at[-1])
@@ -149,16 +160,27 @@ def encode_spans(
     tgt_vocab: Vocab,
     text: np.ndarray,
     spans: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    columns: ChunkColumns | None = None,
 ) -> tuple[GroupedPairs, np.ndarray]:
     """:func:`encode_columns` of a chunk's plain phrases where they lie in its bytes ``text``
     (uint8): ``spans`` = (source starts, source ends, target starts, target ends), (N,) each,
-    every phrase followed by a space in ``text`` (of " ||| "), as split_columns found them."""
+    every phrase followed by a space in ``text`` (of " ||| "), as split_columns found them.
+    With ``columns`` (split_columns' result for ``text``), its spaces are not found again."""
     src_start, src_end, tgt_start, tgt_end = spans
     new = ~_same_as_previous(text, src_start, src_end)  # (N,) the pair starts a run of its source
     buf = np.concatenate((text, np.zeros(KEY_BYTES, dtype=np.uint8)))  # keys read past the end
-    spaces = np.flatnonzero(text == SPACE)  # (S,)
-    src_ids, src_off, _ = _encode_in(src_vocab, buf, spaces, src_start[new], src_end[new])
-    tgt_ids, tgt_off, unk = _encode_in(tgt_vocab, buf, spaces, tgt_start, tgt_end)
+    src_bounds: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    tgt_bounds = src_bounds
+    if columns is not None and columns.spaces is not None:
+        spaces, src_sep, tgt_sep = columns.spaces, columns.src_sep, columns.tgt_sep
+        assert src_sep is not None and tgt_sep is not None
+        # " ||| " holds two spaces: a target's first space is two after its source's end
+        src_bounds, tgt_bounds = (None, src_sep[new]), (src_sep + 2, tgt_sep)
+    else:
+        spaces = np.flatnonzero(text == SPACE)  # (S,)
+    src = _encode_in(src_vocab, buf, spaces, src_start[new], src_end[new], src_bounds)
+    tgt_ids, tgt_off, unk = _encode_in(tgt_vocab, buf, spaces, tgt_start, tgt_end, tgt_bounds)
+    src_ids, src_off, _ = src
     pair_src = np.cumsum(new, dtype=np.int64) - 1  # (N,)
     return GroupedPairs(src_ids, src_off, pair_src, tgt_ids, tgt_off), unk
 

@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 
 from rescorer.constants import LOGP_FLOOR
 from rescorer.io.columns import (
+    _valid_utf8,
     column_texts,
     insert_at,
     insert_prob_columns,
     prob_texts,
     split_columns,
 )
-from rescorer.io.table import format_prob
+from rescorer.io.table import format_prob, parse_raw_line
 
 BUDGET = settings(max_examples=200, deadline=None, derandomize=True)
 
@@ -102,3 +103,66 @@ def test_insert_prob_columns_on_the_real_slice(models: int, penalty: bool) -> No
     lines = list(map(b" ".join, zip(*per_model, strict=True)))
     expected = insert_at(data, columns.score_ends.tolist(), lines)
     assert insert_prob_columns(data, columns.score_ends, logp, unk if penalty else None) == expected
+
+
+# ------------------------------------------------------------- split_columns' cheaper passes
+@BUDGET
+@given(st.binary(max_size=60), st.binary(max_size=8))
+def test_the_utf8_check_is_decode(data: bytes, tail: bytes) -> None:
+    """_valid_utf8 decodes only the runs of bytes over 127: the same verdict as decoding the
+    whole (truncated, overlong, surrogate and out-of-range sequences, ASCII inside a run)."""
+    for chunk in (data, data + tail, "d\u00e9j\u00e0 \u20ac\U0001f600 ".encode() + data):
+        try:
+            chunk.decode("utf-8")
+            valid = True
+        except UnicodeDecodeError:
+            valid = False
+        assert _valid_utf8(chunk, np.frombuffer(chunk, dtype=np.uint8)) == valid
+
+
+BAD_UTF8 = [b"\xc3", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80"]
+
+
+@pytest.mark.parametrize("bad", BAD_UTF8)
+def test_a_bad_sequence_anywhere_goes_line_by_line(bad: bytes) -> None:
+    good = "\u00e9t\u00e9 ||| summer \u00e0 ||| 0.5\n".encode()
+    for data in (good + b"a" + bad + b" ||| b ||| 1\n", good + b"a ||| b" + bad + b" ||| 1\n"):
+        assert split_columns(good * 3, 1) is not None
+        assert split_columns(data, 1) is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a ||| b ||| 1 ||| x",
+        b"a ||| b ||| 1 ||| ",
+        b"a ||| b ||| 1 |||",
+        b"a ||| b ||| 1 ||",
+        b"a ||| b ||| 1",
+        b"a ||| b ||| 1\nc ||| d ||| 2 |||",
+        b"a ||| b |||",
+        b"a ||| b ||| ",
+        b"a ||| b ||||| 1",
+        b"a |||| b ||| 1",
+        b"a ||| b ||| 1\n",
+    ],
+)
+def test_separators_at_the_end_of_a_chunk_are_the_line_parsers(data: bytes) -> None:
+    """A separator read as 8 bytes at a time (the chunk padded with zeros) is found exactly
+    where the line parser finds one, up to the chunk's last byte."""
+    columns = split_columns(data, 1, keep_spaces=True)
+    raw_lines = data.split(b"\n")
+    if raw_lines[-1] == b"":
+        raw_lines.pop()
+    entries = [parse_raw_line(raw, i + 1, 1) for i, raw in enumerate(raw_lines)]
+    if columns is None:
+        return
+    assert all(not isinstance(e, str) for e in entries)
+    assert columns.lines == raw_lines
+    for raw, cut, entry in zip(raw_lines, columns.cuts, entries, strict=True):
+        assert not isinstance(entry, str)
+        assert raw[cut:] == entry.rest.encode("utf-8")
+    assert columns.spaces is not None and columns.src_sep is not None
+    assert columns.tgt_sep is not None
+    np.testing.assert_array_equal(columns.spaces[columns.src_sep], columns.src_ends)
+    np.testing.assert_array_equal(columns.spaces[columns.tgt_sep], columns.tgt_ends)
