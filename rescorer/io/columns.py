@@ -117,7 +117,7 @@ def split_columns(
         empty = np.zeros(0, dtype=np.int64)
         return ChunkColumns(data, empty, empty, empty, empty, empty)
     starts = np.concatenate(([0], ends[:-1] + 1))  # (N,)
-    fields = _fields(text, starts, ends)
+    fields = _fields(text, starts, ends, b"  " in data)
     if fields is None:
         return None
     spaces, src_sep, tgt_sep, score_end = fields
@@ -150,14 +150,14 @@ def _valid_utf8(data: bytes, text: np.ndarray) -> bool:
 
 
 def _fields(
-    text: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    text: np.ndarray, starts: np.ndarray, ends: np.ndarray, doubled: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``):
     every space of the chunk, (S,), the index in it of each line's source end and target end,
     (N,) each, and each score field's end, (N,); or None where a line is not plain: fewer
     than three fields, three on some lines and more on others, an empty phrase or one with a
     space at either end or two in a row, a phrase of over MAX_PHRASE_TOKENS bytes, a line of
-    over MAX_LINE_BYTES."""
+    over MAX_LINE_BYTES. ``doubled``: whether text may hold two spaces in a row."""
     n = len(text)
     spaces = np.flatnonzero(text == SPACE)  # (S,) every space, found once
     # Which spaces start a separator (one that fits in text), as indices into spaces
@@ -186,8 +186,9 @@ def _fields(
     edges = np.concatenate((starts, src_end - 1, tgt_start, tgt_end - 1))
     if (padded[edges] == SPACE).any():
         return None  # a phrase starting or ending with a space
-    doubles = spaces[:-1][np.diff(spaces) == 1]  # (D,) a space with a space after it
-    if len(doubles):  # two spaces in a row in a phrase (not in the score field or after)
+    # Two spaces in a row in a phrase (not in the score field or after); rare: memchr first
+    doubles = spaces[:-1][np.diff(spaces) == 1] if doubled else spaces[:0]  # (D,)
+    if len(doubles):
         line = np.searchsorted(starts, doubles, side="right") - 1
         if (doubles < tgt_end[line]).any():
             return None
