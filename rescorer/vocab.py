@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -159,7 +160,10 @@ _MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)  # k 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
 _EMPTY = np.uint64(0xFFFF << 32)  # an empty slot's length and id: a length no key has
 _ID_BITS = np.uint64(0xFFFFFFFF)
-VECTOR_PROBES = 2  # slots tried with numpy; a token whose word lies further (rare) uses the dict
+_LOW_HALF = 0 if sys.byteorder == "little" else 1  # a uint64's low half, as two int32
+VECTOR_PROBES = (
+    2  # slots tried with numpy (at least 1); a token whose word lies further (rare) uses the dict
+)
 
 
 def byte_keys(
@@ -172,8 +176,9 @@ def byte_keys(
     words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
     low = words[starts]
     low &= _MASKS[np.minimum(lens, 8)]
-    high = words[starts + 8]
-    high &= _MASKS[np.clip(lens - 8, 0, 8)]
+    high = np.zeros(len(starts), dtype=np.uint64)  # most words have 8 bytes or fewer
+    longer = np.flatnonzero(lens > 8)
+    high[longer] = words[starts[longer] + 8] & _MASKS[np.minimum(lens[longer] - 8, 8)]
     mixed = high * _MIX[1]
     mixed ^= low
     mixed ^= lens.astype(np.uint64)
@@ -217,25 +222,31 @@ class ByteTable:
     def lookup(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
         """(T,) int32 the id of each token buf[starts[i]:starts[i]+lens[i]], -1 if none;
         ``buf`` (uint8) has KEY_BYTES readable bytes after every start."""
-        found = np.full(len(starts), -1, dtype=np.int32)
         low, high, mixed = byte_keys(buf, starts, lens)
         tag = lens.astype(np.uint64) << np.uint64(32)  # (T,) what a slot's length reads
-        todo = np.arange(len(starts))  # (R,) tokens not yet found nor missing
-        slot = (mixed >> self.shift).astype(np.int64)  # (R,)
-        for _ in range(VECTOR_PROBES):
+        slot = (mixed >> self.shift).astype(np.int64)  # (T,)
+        meta = self.meta[slot]
+        length = meta & ~_ID_BITS
+        hit = length == tag
+        hit &= self.low[slot] == low
+        hit &= self.high[slot] == high
+        found = np.where(hit, meta.view(np.int32)[_LOW_HALF::2], np.int32(-1))  # the ids
+        todo = np.flatnonzero(~hit & (length != _EMPTY))  # (R,) another word there: further
+        slot = slot[todo]  # (R,)
+        for _ in range(VECTOR_PROBES - 1):
+            slot = (slot + 1) & (len(self.meta) - 1)
             meta = self.meta[slot]
             length = meta & ~_ID_BITS
-            hit = length == tag
-            hit &= self.low[slot] == low
-            hit &= self.high[slot] == high
+            hit = length == tag[todo]
+            hit &= self.low[slot] == low[todo]
+            hit &= self.high[slot] == high[todo]
             found[todo[hit]] = meta[hit] & _ID_BITS
-            more = ~hit & (length != _EMPTY)  # another word there: the next slot
-            todo, slot = todo[more], (slot[more] + 1) & (len(self.meta) - 1)
-            low, high, tag = low[more], high[more], tag[more]
+            further = ~hit & (length != _EMPTY)
+            todo, slot = todo[further], slot[further]
         # The few left (a long probe sequence), and a key longer than KEY_BYTES (no slot)
         rest = todo
         if self.has_long:
-            rest = np.union1d(rest, np.flatnonzero(lens > KEY_BYTES))
+            rest = np.concatenate((rest, np.flatnonzero(lens > KEY_BYTES)))
         for t, s, n in zip(rest.tolist(), starts[rest].tolist(), lens[rest].tolist(), strict=True):
             found[t] = self.index.get(buf[s : s + n].tobytes(), -1)
         return found
