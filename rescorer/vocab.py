@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from rescorer.constants import (
     EOS_SYMBOL,
@@ -92,6 +95,11 @@ class Vocab:
         """UTF-8 word -> id of the shortlist's words, for bulk lookups of undecoded tokens."""
         return {word.encode("utf-8"): i for word, i in self._index.items()}
 
+    @functools.cached_property
+    def byte_table(self) -> ByteTable:
+        """:attr:`byte_index` as a numpy hash table, for whole chunks of tokens at once."""
+        return ByteTable(self.byte_index)
+
     def encode_eos(self, tokens: Sequence[str]) -> list[int]:
         """Ids of ``tokens`` followed by EOS (what the encoder reads and the decoder predicts)."""
         ids = self.encode(tokens)
@@ -145,6 +153,103 @@ class Vocab:
         """The ``size - 2`` most frequent tokens; ties in code-point order."""
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return cls(words=tuple(tok for tok, _ in ranked[: size - FIRST_WORD_ID]), size=size)
+
+
+KEY_BYTES = 16  # a word of up to 16 bytes is its own key in a ByteTable: two uint64 and a length
+_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)  # k low bytes
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+_EMPTY = np.uint64(0xFFFF << 32)  # an empty slot's length and id: a length no key has
+_ID_BITS = np.uint64(0xFFFFFFFF)
+_LOW_HALF = 0 if sys.byteorder == "little" else 1  # a uint64's low half, as two int32
+VECTOR_PROBES = (
+    2  # slots tried with numpy (at least 1); a token whose word lies further (rare) uses the dict
+)
+
+
+def byte_keys(
+    buf: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each token buf[starts[i]:starts[i]+lens[i]] (T,) as its key: its first and second 8
+    bytes (little-endian, zero past the token), and its hash, (T,) uint64 each. ``buf``
+    (uint8) has KEY_BYTES readable bytes after every start."""
+    # Every byte offset of buf read as a uint64 (unaligned): one gather per key word
+    words = np.ndarray((len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    low = words[starts]
+    low &= _MASKS[np.minimum(lens, 8)]
+    high = np.zeros(len(starts), dtype=np.uint64)  # most words have 8 bytes or fewer
+    longer = np.flatnonzero(lens > 8)
+    high[longer] = words[starts[longer] + 8] & _MASKS[np.minimum(lens[longer] - 8, 8)]
+    mixed = high * _MIX[1]
+    mixed ^= low
+    mixed ^= lens.astype(np.uint64)
+    mixed *= _MIX[0]  # the top bits depend on every bit: they pick the slot
+    return low, high, mixed
+
+
+class ByteTable:
+    """An open-addressing hash table (linear probing) of byte strings -> ids, looked up for
+    many tokens at once with numpy, where ``dict.get`` costs a bytes object and a hash per
+    token. A word of up to KEY_BYTES bytes is its own key (its bytes and its length), so a
+    hit is an exact match; longer words (rare), and tokens not settled by VECTOR_PROBES
+    slots, go through the dict."""
+
+    def __init__(self, index: dict[bytes, int]) -> None:
+        self.index = index
+        short = {word: i for word, i in index.items() if len(word) <= KEY_BYTES}
+        self.has_long = len(short) < len(index)
+        bits = max(4, (4 * len(short)).bit_length())  # at most a quarter full
+        self.shift = np.uint64(64 - bits)
+        size = 1 << bits
+        buf = np.frombuffer(b"".join(short) + bytes(KEY_BYTES), dtype=np.uint8)
+        lens = np.fromiter(map(len, short), np.int64, len(short))
+        low, high, mixed = byte_keys(buf, np.cumsum(lens) - lens, lens)
+        taken = [-1] * size  # the word in each slot, the most frequent first (the lowest ids)
+        for k, home in enumerate((mixed >> self.shift).tolist()):
+            slot = home
+            while taken[slot] >= 0:
+                slot = (slot + 1) % size
+            taken[slot] = k
+        at = np.array([slot for slot, k in enumerate(taken) if k >= 0], dtype=np.int64)
+        which = np.array([k for k in taken if k >= 0], dtype=np.int64)
+        ids = np.fromiter(short.values(), np.int64, len(short))
+        # A slot: the key's two words, and its length (high 32 bits) and id (low 32 bits)
+        self.low = np.zeros(size, dtype=np.uint64)
+        self.high = np.zeros(size, dtype=np.uint64)
+        self.meta = np.full(size, _EMPTY, dtype=np.uint64)
+        self.low[at], self.high[at] = low[which], high[which]
+        self.meta[at] = ((lens[which] << 32) | ids[which]).astype(np.uint64)
+
+    def lookup(self, buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """(T,) int32 the id of each token buf[starts[i]:starts[i]+lens[i]], -1 if none;
+        ``buf`` (uint8) has KEY_BYTES readable bytes after every start."""
+        low, high, mixed = byte_keys(buf, starts, lens)
+        tag = lens.astype(np.uint64) << np.uint64(32)  # (T,) what a slot's length reads
+        slot = (mixed >> self.shift).astype(np.int64)  # (T,)
+        meta = self.meta[slot]
+        length = meta & ~_ID_BITS
+        hit = length == tag
+        hit &= self.low[slot] == low
+        hit &= self.high[slot] == high
+        found = np.where(hit, meta.view(np.int32)[_LOW_HALF::2], np.int32(-1))  # the ids
+        todo = np.flatnonzero(~hit & (length != _EMPTY))  # (R,) another word there: further
+        slot = slot[todo]  # (R,)
+        for _ in range(VECTOR_PROBES - 1):
+            slot = (slot + 1) & (len(self.meta) - 1)
+            meta = self.meta[slot]
+            length = meta & ~_ID_BITS
+            hit = length == tag[todo]
+            hit &= self.low[slot] == low[todo]
+            hit &= self.high[slot] == high[todo]
+            found[todo[hit]] = meta[hit] & _ID_BITS
+            further = ~hit & (length != _EMPTY)
+            todo, slot = todo[further], slot[further]
+        # The few left (a long probe sequence), and a key longer than KEY_BYTES (no slot)
+        rest = todo
+        if self.has_long:
+            rest = np.concatenate((rest, np.flatnonzero(lens > KEY_BYTES)))
+        for t, s, n in zip(rest.tolist(), starts[rest].tolist(), lens[rest].tolist(), strict=True):
+            found[t] = self.index.get(buf[s : s + n].tobytes(), -1)
+        return found
 
 
 def build_vocabs(

@@ -8,7 +8,7 @@ else, which is then parsed line by line there. :func:`column_texts` formats a ch
 log-probabilities as table's ``format_prob``/``format_logp`` would, and
 :func:`insert_columns` splices them in at the cuts (what ``PhraseEntry.line_with_columns``
 gives). :func:`insert_prob_columns` does both for the "prob" column with numpy over the
-chunk (:func:`g_texts`: ``%g`` byte for byte).
+chunk (:mod:`rescorer.io.gformat`: ``%g`` byte for byte).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from itertools import chain, repeat
 import numpy as np
 
 from rescorer.constants import FIELD_SEP_B, LOGP_FLOOR
+from rescorer.io.gformat import G_WIDTH, prob_texts
+from rescorer.io.gformat import g_texts as g_texts  # where the tests and benchmarks take it
 from rescorer.io.table import MAX_LINE_BYTES, MAX_PHRASE_TOKENS, format_score
 
 
@@ -35,6 +37,11 @@ class ChunkColumns:
     score_ends: np.ndarray  # (N,) int64 where each line's score field ends in data
     src_ends: np.ndarray  # (N,) int64 where each line's source phrase ends (at " ||| ")
     tgt_ends: np.ndarray  # (N,) int64 where each line's target phrase ends (at " ||| ")
+    # What encoding the phrases reuses (split_columns found them): every space of data, (S,)
+    # int64, and the index in it of each line's src_ends and tgt_ends, (N,) int64 each
+    spaces: np.ndarray | None = None
+    src_sep: np.ndarray | None = None
+    tgt_sep: np.ndarray | None = None
 
     @property
     def tgt_starts(self) -> np.ndarray:
@@ -79,10 +86,13 @@ _CLASS[[43, 45]] = SIGN
 _CLASS[46] = DOT
 _CLASS[[101, 69]] = EXP
 _CLASS[[SPACE, NEWLINE]] = BOUNDARY
+_CLASS_BYTES = _CLASS.tobytes()  # the same, for bytes.translate
 MAX_NUMBER_BYTES = 30  # a longer number goes line by line (the exact path takes it)
 
 
-def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
+def split_columns(
+    data: bytes, num_scores: int | None, keep_spaces: bool = False
+) -> ChunkColumns | None:
     """The lines of ``data`` (whole lines; the last may lack its newline) split into columns
     with numpy over the chunk's bytes at once instead of :func:`parse_raw_line` per line.
 
@@ -90,15 +100,16 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
     promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
     phrases with runs of spaces, a bad or missing score, a number of over 30 characters,
     another score count than ``num_scores``, lines with and without fields after the scores);
-    the caller then parses line by line, which also names the bad line.
+    the caller then parses line by line, which also names the bad line. With
+    ``keep_spaces`` the result keeps where the chunk's spaces are (for
+    :func:`rescorer.score.pairs.encode_spans`, which else finds them again; kept unused, they
+    cost more than they save: a worker's memory is best given back early).
     """
     if any(b in data for b in _CAREFUL_BYTES):
         return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
     text = np.frombuffer(data, dtype=np.uint8)
+    if not _valid_utf8(data, text):
+        return None
     ends = np.flatnonzero(text == NEWLINE)  # (N,) each line's newline
     if not data.endswith(b"\n"):
         ends = np.append(ends, len(data))  # the last line, unterminated
@@ -106,27 +117,54 @@ def split_columns(data: bytes, num_scores: int | None) -> ChunkColumns | None:
         empty = np.zeros(0, dtype=np.int64)
         return ChunkColumns(data, empty, empty, empty, empty, empty)
     starts = np.concatenate(([0], ends[:-1] + 1))  # (N,)
-    fields = _fields(text, starts, ends)
+    fields = _fields(text, starts, ends, b"  " in data)
     if fields is None:
         return None
-    src_end, tgt_end, score_end = fields
+    spaces, src_sep, tgt_sep, score_end = fields
+    src_end, tgt_end = spaces[src_sep], spaces[tgt_sep]
     if not _numbers(text, tgt_end + len(FIELD_SEP_B), score_end, num_scores):
         return None
-    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
+    if not keep_spaces:
+        return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end)
+    return ChunkColumns(data, starts, ends, score_end, src_end, tgt_end, spaces, src_sep, tgt_sep)
+
+
+def _valid_utf8(data: bytes, text: np.ndarray) -> bool:
+    """Whether ``data`` (``text``, its bytes) is valid UTF-8, decoding only its bytes over
+    127: a multi-byte sequence is made of such bytes alone, so the whole is valid exactly when
+    each run of them is; the runs are decoded at once, an ASCII space between each two."""
+    if data.isascii():
+        return True
+    high = np.flatnonzero(text >= 0x80)  # (H,)
+    new_run = np.ones(len(high), dtype=np.int64)  # (H,) 1 where a run starts
+    new_run[1:] = np.diff(high) > 1
+    runs = np.empty(len(high) + int(new_run.sum()), dtype=np.uint8)  # a space, a run, ...
+    at = np.arange(len(high)) + np.cumsum(new_run)  # (H,) each byte's place in runs
+    runs[at] = text[high]
+    runs[at[new_run == 1] - 1] = SPACE
+    try:
+        runs.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _fields(
-    text: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``),
-    or None where a line is not plain: fewer than three fields, three on some lines and more
-    on others, an empty phrase or one with a space at either end or two in a row, a phrase of
-    over MAX_PHRASE_TOKENS bytes, a line of over MAX_LINE_BYTES."""
+    text: np.ndarray, starts: np.ndarray, ends: np.ndarray, doubled: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Where each line's source, target and score fields end (``line.split(" ||| ", 3)``):
+    every space of the chunk, (S,), the index in it of each line's source end and target end,
+    (N,) each, and each score field's end, (N,); or None where a line is not plain: fewer
+    than three fields, three on some lines and more on others, an empty phrase or one with a
+    space at either end or two in a row, a phrase of over MAX_PHRASE_TOKENS bytes, a line of
+    over MAX_LINE_BYTES. ``doubled``: whether text may hold two spaces in a row."""
     n = len(text)
     spaces = np.flatnonzero(text == SPACE)  # (S,) every space, found once
-    head = spaces[: np.searchsorted(spaces, n - 4)]  # a separator's first byte, in there
-    for k in range(1, 5):
-        head = head[text[head + k] == _SEP[k]]
+    # Which spaces start a separator (one that fits in text), as indices into spaces
+    head_at = np.flatnonzero(text[spaces[: np.searchsorted(spaces, n - 4)] + 1] == _SEP[1])
+    for k in range(2, 5):
+        head_at = head_at[text[spaces[head_at] + k] == _SEP[k]]
+    head = spaces[head_at]  # (H,) where each separator starts
     if len(head) > 1 and np.diff(head).min() < len(FIELD_SEP_B):
         return None  # overlapping separators (" ||| ||| "): bytes.split's own rule decides
     first = np.searchsorted(head, starts)  # (N,) each line's first separator
@@ -148,12 +186,13 @@ def _fields(
     edges = np.concatenate((starts, src_end - 1, tgt_start, tgt_end - 1))
     if (padded[edges] == SPACE).any():
         return None  # a phrase starting or ending with a space
-    doubles = spaces[:-1][np.diff(spaces) == 1]  # (D,) a space with a space after it
-    if len(doubles):  # two spaces in a row in a phrase (not in the score field or after)
+    # Two spaces in a row in a phrase (not in the score field or after); rare: memchr first
+    doubles = spaces[:-1][np.diff(spaces) == 1] if doubled else spaces[:0]  # (D,)
+    if len(doubles):
         line = np.searchsorted(starts, doubles, side="right") - 1
         if (doubles < tgt_end[line]).any():
             return None
-    return src_end, tgt_end, score_end
+    return spaces, head_at[first], head_at[first + 1], score_end
 
 
 def _numbers(
@@ -163,14 +202,14 @@ def _numbers(
     count with None) separated by single spaces, each as the fast path has always read it:
     [-+]? then digits with an optional '.' and digits, or '.' and digits, then an optional
     [eE][-+]? and one or two digits (a number float() reads as a finite value)."""
-    # The fields and the byte after each (a newline, or the space of " ||| "), in one array
-    # that starts with a newline: runs of bytes out, in, out, ..., out.
-    padded = np.append(text, np.uint8(NEWLINE))
-    cuts = np.empty(2 * len(field_start) + 2, dtype=np.int64)
-    cuts[0], cuts[-1] = 0, len(padded)
-    cuts[1:-1:2], cuts[2:-1:2] = field_start, field_end + 1
-    inside = np.repeat(np.arange(len(cuts) - 1) % 2 == 1, np.diff(cuts))
-    classes = np.concatenate(([BOUNDARY], _CLASS[padded[inside]]))  # (B,)
+    # The fields and the byte after each (a newline, or the space of " ||| "), gathered in one
+    # array after a newline, each byte as its class: runs of numbers between boundaries
+    lens = field_end - field_start + 1  # (N,) each field and the byte after it
+    seg = np.cumsum(lens) - lens  # (N,) where each one goes
+    at = np.arange(int(seg[-1] + lens[-1])) + np.repeat(field_start - seg, lens)  # (B-1,)
+    padded = text if field_end[-1] < len(text) else np.append(text, np.uint8(NEWLINE))
+    gathered = padded[at].tobytes().translate(_CLASS_BYTES)
+    classes = np.frombuffer(bytes((BOUNDARY,)) + gathered, dtype=np.uint8)  # (B,)
     if (classes == OTHER).any():
         return False
     bounds = np.flatnonzero(classes == BOUNDARY)  # (T+1,) before each number, after the last
@@ -178,7 +217,7 @@ def _numbers(
     if (gaps == 1).any() or (gaps > MAX_NUMBER_BYTES + 1).any():
         return False  # an empty number (two spaces in a row, a space at either end), a long one
     if num_scores is not None:
-        after = np.cumsum(field_end - field_start + 1)  # (N,) each field's end in ``classes``
+        after = seg + lens  # (N,) each field's end in ``classes``
         per_line = np.diff(np.searchsorted(bounds, after), prepend=0)  # (N,) numbers per line
         if (per_line != num_scores).any():
             return False
@@ -256,70 +295,7 @@ def insert_at(data: bytes, cuts: Sequence[int], texts: Sequence[bytes]) -> bytes
     )
 
 
-G_WIDTH = 13  # the longest text of "%g": "-1.23457e-308"
-_POW10 = 10.0 ** np.arange(-10, 60)  # _POW10[k + 10] = 10**k
-_MIN_EXP, _MAX_EXP = -45, 5  # the decimal exponents g_texts writes itself
-# A row's bytes are picked from its "alphabet": its six digits, '0', '.', 'e', '-', the two
-# digits of its exponent; which ones, in which places, depends only on the exponent e and the
-# count of significant digits (1-6): a layout per (e, count), made once.
-_ZERO, _DOT, _E, _MINUS, _TENS, _ONES = range(6, 12)
-
-
-def _layout(e: int, nz: int) -> list[int]:
-    """Where each byte of ``f"{v:g}"`` comes from in the alphabet, for a value with decimal
-    exponent ``e`` and ``nz`` significant digits."""
-    digits = list(range(nz))
-    if e < -4:  # scientific: d[.ddddd]e-XX
-        return [0, *([_DOT, *digits[1:]] if nz > 1 else []), _E, _MINUS, _TENS, _ONES]
-    if e < 0:  # 0.000ddd
-        return [_ZERO, _DOT, *[_ZERO] * (-e - 1), *digits]
-    whole = list(range(e + 1))  # e+1 digits, then the rest after a point, if any
-    return whole + ([_DOT, *digits[e + 1 :]] if nz > e + 1 else [])
-
-
-def _layouts() -> tuple[np.ndarray, np.ndarray]:
-    """Every layout, (K, G_WIDTH) alphabet indices (padded) and (K,) lengths; layout
-    (e - _MIN_EXP) * 6 + nz - 1."""
-    table = [_layout(e, nz) for e in range(_MIN_EXP, _MAX_EXP + 1) for nz in range(1, 7)]
-    index = np.zeros((len(table), G_WIDTH), dtype=np.intp)
-    for k, layout in enumerate(table):
-        index[k, : len(layout)] = layout
-    return index, np.array([len(layout) for layout in table], dtype=np.int64)
-
-
-_LAYOUT, _LAYOUT_LEN = _layouts()
-
-
-def g_texts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``f"{v:g}"`` of each value (N,) float64 as rows of ASCII bytes (N, G_WIDTH) uint8 and
-    their lengths (N,), made with numpy instead of one Python call per value; byte for byte
-    what Python writes (a value whose sixth digit's rounding is too close to call in float64,
-    or one outside [1e-44, 1e5), is written by Python itself)."""
-    safe = (values >= 1e-44) & (values < 1e5)  # (N,) else Python writes it
-    v = np.where(safe, values, 1.0)
-    e = np.floor(np.log10(v)).astype(np.int64)  # (N,) the decimal exponent, maybe one off
-    x = v * _POW10[15 - e]  # (N,) six digits before the point, if e is right
-    e += (x >= 1e6).astype(np.int64) - (x < 1e5).astype(np.int64)
-    e = np.clip(e, _MIN_EXP, _MAX_EXP)
-    x = v * _POW10[15 - e]
-    digits = np.rint(x)  # the rounding of the exact value unless x is too near a half
-    safe &= np.abs(x - np.floor(x) - 0.5) > 1e-6
-    safe &= (x >= 1e5) & (digits < 1e6)  # 999999.5 and up: the exponent moves
-    d = np.where(safe, digits, 1e5).astype(np.int64)  # (N,) 100000..999999
-    alphabet = np.empty((len(values), 12), dtype=np.uint8)  # (N,12)
-    alphabet[:, :6] = (d[:, None] // (10 ** np.arange(5, -1, -1))) % 10 + 48
-    alphabet[:, _ZERO : _MINUS + 1] = np.frombuffer(b"0.e-", dtype=np.uint8)
-    alphabet[:, _TENS] = 48 + (-e) // 10 % 10
-    alphabet[:, _ONES] = 48 + (-e) % 10
-    zeros = np.cumprod(alphabet[:, 5::-1] == 48, axis=1).sum(axis=1)  # (N,) trailing zeros
-    layout = (e - _MIN_EXP) * 6 + 5 - zeros  # (N,)
-    rows = np.take_along_axis(alphabet, _LAYOUT[layout], axis=1)  # (N, G_WIDTH)
-    lens = _LAYOUT_LEN[layout]
-    for i in np.flatnonzero(~safe).tolist():  # Python's own text, where numpy cannot promise it
-        text = f"{values[i]:g}".encode("ascii")
-        rows[i, : len(text)] = np.frombuffer(text[:G_WIDTH], dtype=np.uint8)
-        lens[i] = len(text)
-    return rows, lens
+_COLUMN = np.arange(G_WIDTH + 2)  # column numbers of a row of inserted text
 
 
 def insert_prob_columns(
@@ -327,26 +303,32 @@ def insert_prob_columns(
 ) -> bytes:
     """``insert_at`` of the "prob" columns: at each cut (N,) " " + ``format_prob`` of each
     model's log-probability (N,M), then with ``unk`` (N,) " " + the word penalty, as
-    :func:`column_texts` writes them, with numpy over the chunk (:func:`g_texts`)."""
+    :func:`column_texts` writes them, with numpy over the chunk (:func:`prob_texts`)."""
     n = len(cuts)
     if n == 0:
         return data
-    pieces = []  # (N,W) rows of ASCII bytes and (N,) their lengths, each after a space
-    for k in range(logp.shape[1]):
-        floored = map(max, logp[:, k].tolist(), repeat(LOGP_FLOOR))
-        pieces.append(g_texts(np.fromiter(map(math.exp, floored), np.float64, n)))
+    pieces = [prob_texts(logp[:, k]) for k in range(logp.shape[1])]  # (N,W) rows, (N,) lens
     if unk is not None:
         table = [format_score(math.exp(k)).encode("ascii") for k in range(int(unk.max()) + 1)]
-        width = max(map(len, table))
-        rows = np.zeros((len(table), width), dtype=np.uint8)
+        rows = np.zeros((len(table), max(map(len, table))), dtype=np.uint8)
         for i, text in enumerate(table):
             rows[i, : len(text)] = np.frombuffer(text, dtype=np.uint8)
         pieces.append((rows[unk], np.fromiter(map(len, table), np.int64, len(table))[unk]))
-    spaces = np.full((n, 1), SPACE, dtype=np.uint8)
-    grid = np.hstack([part for rows, _ in pieces for part in (spaces, rows)])  # (N,W')
-    keep = np.hstack([np.arange(rows.shape[1] + 1) <= lens[:, None] for rows, lens in pieces])
+    # Each line's new bytes: a space and a piece's row, for every piece, in a grid (N,W')
+    # whose ``keep`` marks the bytes that are written
+    width = sum(rows.shape[1] + 1 for rows, _ in pieces)
+    grid = np.empty((n, width), dtype=np.uint8)
+    keep = np.empty((n, width), dtype=bool)
+    per_line = np.zeros(n, dtype=np.int64)  # (N,)
+    col = 0
+    for rows, lens in pieces:
+        w = rows.shape[1] + 1
+        grid[:, col] = SPACE
+        grid[:, col + 1 : col + w] = rows
+        np.less_equal(_COLUMN[:w], lens[:, None], out=keep[:, col : col + w])
+        per_line += lens + 1
+        col += w
     inserted = grid[keep]  # (T,) each line's bytes, line after line
-    per_line = keep.sum(axis=1)  # (N,)
     at = np.repeat(cuts, per_line) + np.arange(len(inserted))  # (T,) their places in out
     out = np.empty(len(data) + len(inserted), dtype=np.uint8)
     from_data = np.ones(len(out), dtype=bool)

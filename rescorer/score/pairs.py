@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
+from itertools import compress
 from operator import ne
 
 import numpy as np
 
 from rescorer.constants import UNK_ID
+from rescorer.io.columns import ChunkColumns
 from rescorer.io.table import split_tokens
-from rescorer.vocab import Vocab
+from rescorer.vocab import KEY_BYTES, Vocab
+
+SPACE = 32  # the byte between a phrase's tokens
 
 
 @dataclass
@@ -85,50 +88,53 @@ def _encode_plain(
     """Ids with EOS (flat, int32), offsets (P+1,) int64 and the out-of-shortlist tokens of
     each phrase (P,) int32, for P plain phrases (tokens separated by single spaces, as
     split_columns checked), all at once."""
-    if not phrases:
-        return _encode_joined(vocab, b"", np.zeros(0, np.int64))
-    lens = np.fromiter(map(len, phrases), np.int64, len(phrases)) + 1  # (P,) with a space
-    return _encode_joined(vocab, b" ".join(phrases) + b" ", np.cumsum(lens) - 1)
+    joined = b" ".join(phrases) + b" " if phrases else b""
+    buf = np.frombuffer(joined + bytes(KEY_BYTES), dtype=np.uint8)  # (B+16,)
+    spaces = np.flatnonzero(buf[: len(joined)] == SPACE)  # (T,) each token's end
+    lens = np.fromiter(map(len, phrases), np.int64, len(phrases))  # (P,)
+    ends = np.cumsum(lens + 1) - 1  # (P,) where each phrase's space is
+    return _encode_in(vocab, buf, spaces, ends - lens, ends)
 
 
-def _encode_joined(
-    vocab: Vocab, joined: bytes, phrase_ends: np.ndarray
+def _encode_in(
+    vocab: Vocab,
+    buf: np.ndarray,
+    spaces: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    bounds: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What :func:`_encode_plain` gives, for ``joined``: every plain phrase followed by one
-    space, ``phrase_ends`` (P,) where each phrase's space is."""
-    if not len(phrase_ends):
+    """What :func:`_encode_plain` gives, for the P plain phrases buf[starts[i]:ends[i]] (none
+    empty, each followed by a space) of ``buf`` (uint8, KEY_BYTES readable bytes after every
+    phrase), ``spaces`` (S,) ascending: every space in buf, or at least those inside the
+    phrases and after each. ``bounds``: where known, the index in ``spaces`` of each phrase's
+    first space and of the one after it (P,) each (else found with searchsorted)."""
+    num_phrases = len(starts)
+    if not num_phrases:
         return np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32)
-    tokens = joined.split(b" ")  # (T+1,) tokens of all phrases, then the empty rest
-    tokens.pop()
-    # -1 marks a token outside the shortlist
-    words = np.fromiter(map(vocab.byte_index.get, tokens, repeat(-1)), np.int32, len(tokens))
-    spaces = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == 32)  # (T,) token ends
-    lens = np.diff(np.searchsorted(spaces, phrase_ends, side="right"), prepend=0)  # (P,)
-    num_phrases = len(phrase_ends)
+    lo, hi = bounds
+    if lo is None:
+        lo = np.searchsorted(spaces, starts)  # (P,) the spaces of each phrase: lo..hi
+    if hi is None:
+        hi = np.searchsorted(spaces, ends)  # (P,)
+    counts = hi - lo + 1  # (P,) tokens: spaces inside, and one
+    ends_at = np.cumsum(counts)  # (P,) where each phrase's tokens end
+    first = ends_at - counts  # (P,) each phrase's first token
+    num_tokens = int(ends_at[-1])
+    # Every token ends at a space: those inside a phrase and the one after it (ends)
+    tok_ends = spaces[np.arange(num_tokens) + np.repeat(lo - first, counts)]  # (T,)
+    tok_starts = np.empty(num_tokens, dtype=np.int64)  # (T,)
+    tok_starts[1:] = tok_ends[:-1] + 1
+    tok_starts[first] = starts
+    words = vocab.byte_table.lookup(buf, tok_starts, tok_ends - tok_starts)  # -1: unknown
     off = np.zeros(num_phrases + 1, dtype=np.int64)
-    np.cumsum(lens + 1, out=off[1:])  # each phrase and its EOS
-    ids = np.empty(off[-1], dtype=np.int32)
-    is_eos = np.zeros(off[-1], dtype=bool)
-    is_eos[off[1:] - 1] = True
-    ids[is_eos] = vocab.eos_id
+    np.add(ends_at, np.arange(1, num_phrases + 1), out=off[1:])  # each phrase and its EOS
+    ids = np.full(off[-1], vocab.eos_id, dtype=np.int32)
     unknown = words < 0  # (T,)
-    ids[~is_eos] = np.where(unknown, UNK_ID, words)
-    word_starts = off[:-1] - np.arange(num_phrases)  # (P,) first token of each phrase
-    unk = np.add.reduceat(unknown.astype(np.int32), word_starts).astype(np.int32)  # (P,)
+    words[unknown] = UNK_ID
+    ids[np.arange(num_tokens) + np.repeat(np.arange(num_phrases), counts)] = words
+    unk = np.add.reduceat(unknown.astype(np.int32), first).astype(np.int32)  # (P,)
     return ids, off, unk
-
-
-def _gather_spans(
-    text: np.ndarray, starts: np.ndarray, ends: np.ndarray
-) -> tuple[bytes, np.ndarray]:
-    """The spans text[starts[i]:ends[i]+1] (ascending, apart; each ends with a space at
-    ends[i]) joined, and where each one's space is in the result: one copy of the bytes, not
-    one bytes object per phrase."""
-    lens = ends - starts + 1  # (P,) each span with its space
-    phrase_ends = np.cumsum(lens) - 1  # (P,) where each span's space goes
-    at = np.arange(int(phrase_ends[-1]) + 1 if len(lens) else 0)  # (B,) the joined bytes
-    at += np.repeat(starts - (phrase_ends + 1 - lens), lens)  # ... where they are in text
-    return text[at].tobytes(), phrase_ends
 
 
 def _same_as_previous(text: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -154,16 +160,27 @@ def encode_spans(
     tgt_vocab: Vocab,
     text: np.ndarray,
     spans: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    columns: ChunkColumns | None = None,
 ) -> tuple[GroupedPairs, np.ndarray]:
     """:func:`encode_columns` of a chunk's plain phrases where they lie in its bytes ``text``
     (uint8): ``spans`` = (source starts, source ends, target starts, target ends), (N,) each,
-    every phrase followed by a space in ``text`` (of " ||| "), as split_columns found them."""
+    every phrase followed by a space in ``text`` (of " ||| "), as split_columns found them.
+    With ``columns`` (split_columns' result for ``text``), its spaces are not found again."""
     src_start, src_end, tgt_start, tgt_end = spans
     new = ~_same_as_previous(text, src_start, src_end)  # (N,) the pair starts a run of its source
-    src_ids, src_off, _ = _encode_joined(
-        src_vocab, *_gather_spans(text, src_start[new], src_end[new])
-    )
-    tgt_ids, tgt_off, unk = _encode_joined(tgt_vocab, *_gather_spans(text, tgt_start, tgt_end))
+    buf = np.concatenate((text, np.zeros(KEY_BYTES, dtype=np.uint8)))  # keys read past the end
+    src_bounds: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+    tgt_bounds = src_bounds
+    if columns is not None and columns.spaces is not None:
+        spaces, src_sep, tgt_sep = columns.spaces, columns.src_sep, columns.tgt_sep
+        assert src_sep is not None and tgt_sep is not None
+        # " ||| " holds two spaces: a target's first space is two after its source's end
+        src_bounds, tgt_bounds = (None, src_sep[new]), (src_sep + 2, tgt_sep)
+    else:
+        spaces = np.flatnonzero(text == SPACE)  # (S,)
+    src = _encode_in(src_vocab, buf, spaces, src_start[new], src_end[new], src_bounds)
+    tgt_ids, tgt_off, unk = _encode_in(tgt_vocab, buf, spaces, tgt_start, tgt_end, tgt_bounds)
+    src_ids, src_off, _ = src
     pair_src = np.cumsum(new, dtype=np.int64) - 1  # (N,)
     return GroupedPairs(src_ids, src_off, pair_src, tgt_ids, tgt_off), unk
 
