@@ -35,6 +35,7 @@ sitting compares both with the same script.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import multiprocessing
 import os
@@ -182,6 +183,10 @@ def stages(
     if max_lines is not None:
         chunks = [(c, n) for c, n in chunks if c.first_line <= max_lines]
     init_worker(src_vocab, tgt_vocab)
+    with contextlib.suppress(ImportError):  # as a worker runs them: freed memory kept
+        from rescorer.score.stages import keep_freed_memory
+
+        keep_freed_memory()
     rows = []
     lines = sum(chunk.data.count(b"\n") for chunk, _ in chunks)
     t = time.perf_counter()
@@ -190,7 +195,8 @@ def stages(
     rows.append(("main process", 1, lines / (time.perf_counter() - t), 0.0))
     for workers in range(1, max_workers + 1):
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers, initializer=init_worker, initargs=(src_vocab, tgt_vocab)) as pool:
+        start = (src_vocab, tgt_vocab, True)  # in the pool, as score starts its workers
+        with ctx.Pool(workers, initializer=init_worker, initargs=start) as pool:
             pool.map(_stage_worker, chunks[:workers])  # start-up and imports, not timed
             # As score --workers N runs them, through the same chunk loop: parse in the pool,
             # the results to the main process, format in the pool, write in order.
