@@ -184,7 +184,7 @@ def stages(
         chunks = [(c, n) for c, n in chunks if c.first_line <= max_lines]
     init_worker(src_vocab, tgt_vocab)
     with contextlib.suppress(ImportError):  # as a worker runs them: freed memory kept
-        from rescorer.score.stages import keep_freed_memory
+        from rescorer.io.shared import keep_freed_memory
 
         keep_freed_memory()
     rows = []

@@ -43,6 +43,7 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
+from rescorer.io.shared import keep_freed_memory
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
 from rescorer.job.record import run_key as record_run_key
@@ -285,6 +286,7 @@ class _Run:
             return Inline()
         # Started with SIGINT ignored, which a new interpreter inherits through exec and
         # keeps: a Ctrl-C while a worker still imports cannot interrupt it either.
+        keep_freed_memory()  # this process copies each chunk in and its results out
         handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             return multiprocessing.get_context("spawn").Pool(

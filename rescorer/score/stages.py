@@ -5,7 +5,6 @@ torch here: workers start without it."""
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import signal
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from rescorer.io.columns import (
     split_columns,
 )
 from rescorer.io.outputs import gzip_member
-from rescorer.io.shared import SharedText, as_bytes
+from rescorer.io.shared import SharedText, as_bytes, keep_freed_memory
 from rescorer.io.table import parse_raw_line, split_tokens
 from rescorer.score.pairs import (
     GroupedPairs,
@@ -74,23 +73,6 @@ def init_worker(
     if in_pool:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         keep_freed_memory()
-
-
-def keep_freed_memory() -> None:
-    """glibc's malloc keeps the blocks a chunk frees for the next chunk: by default it hands
-    blocks of 128 KiB and more back to the system, and every chunk faulted its pages in again
-    (3,360 page faults a 1 MiB chunk, about 2 us each; parse and format 1.27x faster at
-    1c5e99a without them). A worker's memory stays bounded by its largest chunk. Not glibc:
-    nothing."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(M_MMAP_THRESHOLD, 256 << 20)  # blocks up to 256 MiB from the heap
-        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)  # the heap shrinks past 1 GiB free only
-    except (OSError, AttributeError):
-        pass
-
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
 @dataclass

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import subprocess
-import sys
 from dataclasses import fields
 
 import numpy as np
@@ -170,32 +168,3 @@ def test_a_worker_plans_each_chunk_for_the_scorer(slice_chunk: Chunk) -> None:
         assert len(plan.arrays) == len(again.arrays) > 0 and plan.work == again.work
         assert all(np.array_equal(a, b) for a, b in zip(plan.arrays, again.arrays, strict=True))
     assert parse_chunk(slice_chunk, 4, "t").plans == []  # without: the scorer plans
-
-
-KEEP = """
-import resource, sys
-import numpy as np
-from rescorer.score.stages import keep_freed_memory
-if sys.argv[1] == "keep":
-    keep_freed_memory()
-def faults():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-np.ones(5 << 20).sum()  # 40 MiB once before counting
-before = faults()
-for _ in range(10):  # a large chunk's temporaries, freed and made again
-    np.ones(5 << 20).sum()
-print(faults() - before)
-"""
-
-
-def test_a_worker_keeps_freed_memory_for_the_next_chunk() -> None:
-    """A worker's temporaries come from memory it freed, not fresh pages faulted in one by
-    one (glibc hands large blocks back to the system by default: each 40 MiB here is 10,240
-    pages to fault in again)."""
-    counts = {}
-    for mode in ("default", "keep"):
-        done = subprocess.run([sys.executable, "-c", KEEP, mode], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        counts[mode] = int(done.stdout)
-    # (fewer than 10,240 a block where the kernel backs it with huge pages)
-    assert counts["default"] >= 10 and counts["keep"] * 10 < counts["default"], counts
