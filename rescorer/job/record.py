@@ -220,8 +220,19 @@ def run_key(table: str, regular: bool, config: Any, model_dirs: Sequence[str]) -
         # One model: its folder and hash; several: lists, in order.
         "model_dir": _one_or_list([os.path.abspath(folder) for folder in model_dirs]),
         "model": _one_or_list([model_fingerprint(folder) for folder in model_dirs]),
-        "config": {k: v for k, v in asdict(config).items() if k not in NOT_IN_RUN_KEY},
+        "config": {
+            k: v
+            for k, v in asdict(config).items()
+            if k not in NOT_IN_RUN_KEY and ADDED_LATER.get(k, _NONE) != v
+        },
     }
+
+
+_NONE = object()
+# Options added after progress records were first written, with their defaults: a run that
+# keeps the default leaves them out of its key, so a record written before them still resumes
+# (score --capture auto runs the exact shapes on a CPU, as before it existed).
+ADDED_LATER: dict[str, Any] = {"capture": "auto"}
 
 
 def _one_or_list(values: list[Any]) -> Any:

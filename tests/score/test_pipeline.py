@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -538,6 +539,28 @@ def test_resume_checks_what_its_record_says(
     with pytest.raises(RescorerError, match=message):
         resume(table, models / "m", out)
     assert not out.exists()
+
+
+def test_a_record_from_before_capture_still_resumes(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--capture came after progress records: a run with its default leaves it out of the
+    record's key, as records written before it do, so they resume (they were refused, options
+    differing); a resume asking --capture on is refused (its scores may differ in the last
+    bits on a GPU)."""
+    table = tmp_path / "pt.gz"
+    table.write_bytes(SLICE.read_bytes())
+    out = tmp_path / "out.txt"
+    interrupt_after_checkpoints(monkeypatch, table, model_dir, out)
+    record = json.loads(Path(f"{out}.partial.json").read_text())
+    assert "capture" not in record["run"]["config"] and "chunk_bytes" in record["run"]["config"]
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, resume=True)
+    with pytest.raises(RescorerError, match="capture"):
+        score_table(str(table), str(model_dir), str(out), replace(config, capture="on"))
+    score_table(str(table), str(model_dir), str(out), config)
+    whole = tmp_path / "whole.txt"
+    score_table(str(table), str(model_dir), str(whole), replace(config, resume=False))
+    assert out.read_bytes() == whole.read_bytes()
 
 
 def test_a_rerun_without_resume_refuses_to_discard_the_interrupted_run(
