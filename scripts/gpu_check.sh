@@ -137,6 +137,20 @@ export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 say() { printf '%s\n' "$*" | tee -a "$md"; }
 note() { printf '== %s\n' "$*" | tee -a "$log" >&2; }
 run_logged() { note "$*"; "$@" >>"$log" 2>&1; }
+run_pytest() {  # NAME ARGS...: pytest ARGS in one process (-o addopts=: no xdist workers, which
+    # the GPU machine may lack); its summary line said, its failures listed, its output logged
+    local name=$1 rc last
+    shift
+    note "pytest $*"
+    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= "$@") >"$work/$name.txt" 2>&1
+    rc=$?
+    cat "$work/$name.txt" >>"$log"
+    last=$(grep -E '(passed|failed|skipped|error|deselected)' "$work/$name.txt" | tail -n 1)
+    say "\`pytest $*\` (exit $rc): ${last:-no summary, see the log}"
+    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
+        grep -E '^(FAILED|ERROR)' "$work/$name.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
+    fi
+}
 
 # ------------------------------------------------------------------ the package and its needs
 deps='import torch, numpy, click, isal, safetensors, tqdm, rescorer.score.pipeline'
@@ -244,20 +258,9 @@ section_tests() {
     say "#### The gpu tests"
     say ""
     read -r -a targets <<<"${GPU_CHECK_TESTS:--m gpu tests}"
-    note "pytest ${targets[*]}"
-    # In one process (-o addopts=: no xdist workers, which the GPU machine may lack).
-    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= "${targets[@]}") \
-        >"$work/pytest.txt" 2>&1
-    local rc=$?
-    cat "$work/pytest.txt" >>"$log"
-    local last
-    last=$(grep -E '(passed|failed|skipped|error|deselected)' "$work/pytest.txt" | tail -n 1)
-    say "\`pytest ${targets[*]}\` (exit $rc): ${last:-no summary, see the log}"
+    run_pytest pytest "${targets[@]}"
     if [ "$device" != cuda ]; then
         say "(no CUDA device: the gpu tests skip themselves)"
-    fi
-    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
-        grep -E '^(FAILED|ERROR)' "$work/pytest.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
     fi
 }
 
@@ -607,18 +610,9 @@ section_capture() {
     fi
     local tests="${GPU_CHECK_CAPTURE_TESTS-tests/train/test_capture_gpu.py}"
     [ -n "$tests" ] || return
-    note "pytest $tests"
-    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= $tests) \
-        >"$work/capture-tests.txt" 2>&1
-    local rc=$?
-    cat "$work/capture-tests.txt" >>"$log"
-    local last
-    last=$(grep -E '(passed|failed|skipped|error)' "$work/capture-tests.txt" | tail -n 1)
     say ""
-    say "\`pytest $tests\` (exit $rc): ${last:-no summary, see the log}"
-    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
-        grep -E '^(FAILED|ERROR)' "$work/capture-tests.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
-    fi
+    # shellcheck disable=SC2086  # pytest's arguments, one word each
+    run_pytest capture-tests $tests
 }
 
 section_graphs() {
@@ -643,19 +637,9 @@ section_graphs() {
     fi
     tests="${GPU_CHECK_GRAPHS_TESTS-tests/score/test_gpu.py -k captured}"
     [ -n "$tests" ] || return
-    note "pytest $tests"
-    # shellcheck disable=SC2086  # pytest's arguments, one word each
-    (cd "$root" && "$py" -m pytest -q -p no:cacheprovider -o addopts= $tests) \
-        >"$work/graphs-tests.txt" 2>&1
-    local rc=$?
-    cat "$work/graphs-tests.txt" >>"$log"
-    local last
-    last=$(grep -E '(passed|failed|skipped|error|deselected)' "$work/graphs-tests.txt" | tail -n 1)
     say ""
-    say "\`pytest $tests\` (exit $rc): ${last:-no summary, see the log}"
-    if [ $rc -ne 0 ] && [ $rc -ne 5 ]; then
-        grep -E '^(FAILED|ERROR)' "$work/graphs-tests.txt" | head -n 20 | sed 's/^/    /' | tee -a "$md"
-    fi
+    # shellcheck disable=SC2086  # pytest's arguments, one word each
+    run_pytest graphs-tests $tests
 }
 
 section_ttq() {
