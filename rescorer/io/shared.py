@@ -83,12 +83,12 @@ def as_bytes(data: bytes | SharedText) -> bytes:
 
 
 def output_into(
-    slot: SharedText | None, func: Callable[..., bytes], args: tuple[Any, ...]
+    slot: SharedText, func: Callable[..., bytes], args: tuple[Any, ...]
 ) -> bytes | SharedText:
     """``func(*args)`` (a format stage, in a worker) written into ``slot``, whose chunk it has
-    read: the handle of the output, or the output's bytes where it does not fit (or no slot)."""
+    read: the handle of the output, or the output's bytes where it does not fit."""
     data = func(*args)
-    if slot is None or len(data) > slot.room:
+    if len(data) > slot.room:
         return data
     _buf(_segment(slot.name))[: len(data)] = data
     return SharedText(slot.name, len(data), slot.room)

@@ -40,8 +40,9 @@ def stream_chunks(
     collected, with ``config.overlap``), format in the pool, write in order, record progress
     by time; ``mark`` is told when the input's last chunk is parsed and submitted (the steady
     state ends) and when all is written (the drain)."""
-    loop = _Loop(chunks, pool, work, output, config, stats, progress, phase)
-    loop.num_scores, loop.gz_level, loop.name = num_scores, gz_level, name
+    loop = _Loop(
+        chunks, pool, work, output, config, num_scores, gz_level, name, stats, progress, phase
+    )
     with loop.slots if loop.slots is not None else contextlib.nullcontext():
         loop.read_ahead()
         while loop.parsing:
@@ -77,15 +78,17 @@ class _Loop:
         work: ChunkWork,
         output: Output,
         config: JobConfig,
+        num_scores: int | None,
+        gz_level: int | None,
+        name: str,
         stats: JobStats,
         progress: Callable[[], None],
         phase: Phase,
     ) -> None:
+        """:func:`stream_chunks`'s arguments."""
         self.chunks, self.pool, self.work, self.output = chunks, pool, work, output
+        self.num_scores, self.gz_level, self.name = num_scores, gz_level, name
         self.stats, self.progress, self.phase = stats, progress, phase
-        self.num_scores: int | None = None
-        self.gz_level: int | None = None
-        self.name = ""
         workers, chunk_bytes = config.workers, config.chunk_bytes
         assert isinstance(workers, int) and chunk_bytes is not None
         self.workers = workers
