@@ -25,19 +25,17 @@ import time
 import numpy as np
 import torch
 from bench_score import DEFAULT_TABLE, gemm_peak, model_macs, sync
-from benchlib import cpu_name, git_commit, write_slice
+from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
 
 from rescorer.device import autocast, resolve_device
 from rescorer.io.table import read_table
-from rescorer.model.checkpoint import load_model_dir, save_model_dir
-from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.model.checkpoint import load_model_dir
 from rescorer.score.config import batch_tokens_for
 from rescorer.score.graphs import bucket_plan
 from rescorer.score.pairs import GroupedPairs, encode_pairs
 from rescorer.score.plan import plan_chunk
 from rescorer.score.scorer import Scorer
 from rescorer.score.trees import Work
-from rescorer.vocab import build_vocabs
 
 GPU_CHUNK_LINES = 140_000  # about a GPU chunk of 16 MiB of the en-fr table (score/config.py)
 
@@ -62,14 +60,7 @@ def model_folder(args: argparse.Namespace, tmp: str) -> str:
     """``--model``, or the paper's sizes with random weights and the table's shortlists."""
     if args.model:
         return str(args.model)
-    folder = os.path.join(tmp, "model")
-    pairs = ((e.src, e.tgt) for e in read_table(args.table))
-    src_vocab, tgt_vocab = build_vocabs(pairs, 15000, 15000)
-    torch.manual_seed(0)
-    model = EncoderDecoder(ModelConfig())
-    init_weights_(model)
-    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": "bench_graphs.py"})
-    return folder
+    return paper_model_dir(args.table, os.path.join(tmp, "model"), "bench_graphs.py")
 
 
 def peak_of(device: torch.device, precision: str, n: int) -> float:

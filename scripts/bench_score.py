@@ -35,21 +35,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from benchlib import cpu_name, git_commit, write_slice
+from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
 
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.io.chunks import iter_chunks
 from rescorer.io.inputs import open_binary
 from rescorer.io.table import read_table
-from rescorer.model.checkpoint import load_model_dir, save_model_dir
-from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.model.checkpoint import load_model_dir
+from rescorer.model.encdec import ModelConfig
 from rescorer.score.config import ScoreConfig, chunk_bytes_for
 from rescorer.score.pairs import token_batches
 from rescorer.score.pipeline import score_table
 from rescorer.score.scorer import Scorer, score_pairs_straightforward
 from rescorer.score.stages import init_worker, parse_chunk
 from rescorer.score.trees import Work
-from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
@@ -158,13 +157,7 @@ def main() -> None:
     n_lines = write_slice(args.table, args.lines, table, cycle=True)
     model_dir = args.model
     if model_dir is None:  # the paper's sizes, random N(0, 0.01)/orthogonal weights
-        model_dir = os.path.join(tmp, "model")
-        pairs = ((e.src, e.tgt) for e in read_table(args.table))
-        src_vocab, tgt_vocab = build_vocabs(pairs, 15000, 15000)
-        torch.manual_seed(0)
-        model = EncoderDecoder(ModelConfig())
-        init_weights_(model)
-        save_model_dir(model_dir, model, src_vocab, tgt_vocab, {"made_by": "bench_score.py"})
+        model_dir = paper_model_dir(args.table, os.path.join(tmp, "model"), "bench_score.py")
     if args.compare_pipeline:
         compare_pipeline(args, table, model_dir, device, precision)
         return

@@ -49,3 +49,21 @@ def write_slice(source: str, lines: int, path: str, *, cycle: bool = False) -> i
             if not cycle or written == before:
                 break
     return written
+
+
+def paper_model_dir(table: str, folder: str, made_by: str) -> str:
+    """A model folder at the paper's sizes with random weights (N(0, 0.01)/orthogonal, seed 0)
+    and 15,000-word shortlists of ``table``: what the GPU benchmarks score with."""
+    import torch
+
+    from rescorer.io.table import read_table
+    from rescorer.model.checkpoint import save_model_dir
+    from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+    from rescorer.vocab import build_vocabs
+
+    src_vocab, tgt_vocab = build_vocabs(((e.src, e.tgt) for e in read_table(table)), 15000, 15000)
+    torch.manual_seed(0)
+    model = EncoderDecoder(ModelConfig())
+    init_weights_(model)
+    save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": made_by})
+    return folder
