@@ -27,8 +27,8 @@ import ctypes
 import mmap
 import os
 import pickle
-from collections.abc import Callable
-from multiprocessing import shared_memory
+from collections.abc import Callable, Sized
+from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
 OUT_OF_BAND = 4096  # a result's buffers of at least this many bytes go in the slot
@@ -47,8 +47,30 @@ def _segment(name: str) -> shared_memory.SharedMemory:
     """The segment ``name``: this process's own, or attached once (a worker's)."""
     segment = _segments.get(name)
     if segment is None:
-        segment = _segments[name] = shared_memory.SharedMemory(name)
+        segment = _segments[name] = _attach(name)
     return segment
+
+
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Another process's segment, left out of the resource tracker: its owner alone registers
+    and unlinks it. Before Python 3.13 attaching registered it too, and a worker still
+    attaching while a failing run unlinked its segments registered a name already gone: the
+    tracker then warned of a leak at exit (and a process outside the pool's tracker unlinked
+    the segment when it ended, under its owner's feet)."""
+    try:
+        return shared_memory.SharedMemory(name, track=False)  # type: ignore[call-arg]
+    except TypeError:  # before 3.13: no track argument
+        pass
+    register = resource_tracker.register
+    resource_tracker.register = _not_tracked
+    try:
+        return shared_memory.SharedMemory(name)
+    finally:
+        resource_tracker.register = register
+
+
+def _not_tracked(name: Sized, rtype: str) -> None:
+    """resource_tracker.register's stand-in while a worker attaches (:func:`_attach`)."""
 
 
 class SharedText:

@@ -136,3 +136,22 @@ def test_a_worker_keeps_freed_memory_for_the_next_chunk() -> None:
         counts[mode] = int(done.stdout)
     # (fewer than 10,240 a block where the kernel backs it with huge pages)
     assert counts["default"] >= 10 and counts["keep"] * 10 < counts["default"], counts
+
+
+def test_a_process_that_reads_a_slot_leaves_it_to_its_owner() -> None:
+    """Only the segment's owner registers it with the resource tracker. A worker attaching
+    while a failing run unlinked its slots registered a name already gone (a leak warning at
+    exit, seen with a reader closing the pipe); a process with a tracker of its own unlinked
+    the segment when it ended."""
+    with Slots(4096, 1) as slots:
+        slot = slots.put(b"abc")
+        assert slot is not None
+        code = (
+            "from rescorer.io.shared import SharedText; "
+            f"print(SharedText({slot.name!r}, 3, 4096).tobytes())"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert done.returncode == 0 and done.stdout.strip() == "b'abc'", done.stderr
+        assert "leaked" not in done.stderr and "resource_tracker" not in done.stderr, done.stderr
+        assert (SHM / slot.name.lstrip("/")).exists()  # still there for its owner
+        assert slot.tobytes() == b"abc"
