@@ -1,7 +1,8 @@
 """The documents stay usable (issue 60): every relative link of every Markdown file resolves,
 every `rescorer CMD` the README shows exists, the README stays short, and the code stays in
 pieces a reader can hold (no function of rescorer/ over 80 lines, no module over 400). And they
-stay true (issue 64): `score-nbest` runs as the README and docs/commands.md write it."""
+stay true (issue 64): `score-nbest` runs as the README and docs/commands.md write it, and `merge`
+examples use `-o`."""
 
 from __future__ import annotations
 
@@ -240,3 +241,18 @@ def test_the_documents_say_how_to_decode_for_score_nbest(doc: str) -> None:
     decoding = [line for line in code_lines(ROOT / doc) if "-n-best-list" in line]
     assert decoding, f"{doc} shows no moses -n-best-list command"
     assert all("-include-segmentation-in-n-best" in line for line in decoding), decoding
+
+
+# ----------------------------------------------------------------------- merge as it is written now
+def test_merge_examples_name_their_output_with_o() -> None:
+    """Every `rescorer merge` in the documents' code blocks gives its output with -o (issue 64:
+    the Slurm README still showed the older `merge OUT PART...`)."""
+    old = []
+    for path in markdown_files():
+        text = path.read_text(encoding="utf-8")
+        for block in FENCE.finditer(text):
+            for line in block.group(0).replace("\\\n", " ").splitlines():
+                for form in re.findall(r"rescorer merge\b[^|;&]*", line):
+                    if not re.search(r"(?<!\S)(?:-o|--output)(?:\s|=)", form):
+                        old.append(f"{path.relative_to(ROOT)}: {form.strip()}")
+    assert not old, "\n".join(old)
