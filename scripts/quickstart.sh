@@ -29,8 +29,8 @@ verdict = (
 )
 print(f"== Is it good? Validation perplexity {best:.1f} against a unigram model's {unigram:.1f}: "
       f"{verdict}. A 2,500-update model of 24k pairs is a smoke test, not one to tune Moses with: "
-      "on the whole en-fr table a hidden-256 model reaches 10.8 after 16,400 updates (about 40 "
-      "minutes on 2 CPU cores; docs/training.md, 'How long to train').")
+      "on the whole en-fr table a hidden-256 model reached 10.8 after 16,407 updates (an hour on "
+      "2 CPU cores shared with other work; docs/training.md, 'How long to train').")
 PY
 echo "== rescorer score"
 rescorer score "$sample" -m "$out/model" -o "$out/phrase-table.rnn.gz" --word-penalty

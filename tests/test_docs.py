@@ -1,8 +1,8 @@
 """The documents stay usable (issue 60): every relative link of every Markdown file resolves,
 every `rescorer CMD` the README shows exists, the README stays short, and the code stays in
 pieces a reader can hold (no function of rescorer/ over 80 lines, no module over 400). And they
-stay true (issue 64): `score-nbest` runs as the README and docs/commands.md write it, and `merge`
-examples use `-o`."""
+stay true (issue 64): `score-nbest` runs as the README and docs/commands.md write it, every
+figure the README quotes is in the document that owns it, and `merge` examples use `-o`."""
 
 from __future__ import annotations
 
@@ -241,6 +241,97 @@ def test_the_documents_say_how_to_decode_for_score_nbest(doc: str) -> None:
     decoding = [line for line in code_lines(ROOT / doc) if "-n-best-list" in line]
     assert decoding, f"{doc} shows no moses -n-best-list command"
     assert all("-include-segmentation-in-n-best" in line for line in decoding), decoding
+
+
+# ----------------------------------------------------- every figure the README quotes, owned once
+# Each part of the README that quotes measurements, and the one document that owns them: a
+# figure quoted there must be in its owner (which names the dated sitting it comes from).
+FIGURE_OWNERS = {
+    "## Does it help?": "EXPERIMENTS.md",
+    "## Speed": "BENCHMARKS.md",
+    "- **How long to train.**": "docs/training.md",
+}
+# A figure: a number with its sign (+0.12, -0.05, ±0.9), thousands commas, decimals and a unit of
+# x or % (1.81x, 56%); not part of a word (H100, fp32) or a date.
+FIGURE = re.compile(r"(?<![\w.,+\-±])[+\-±]?\d+(?:,\d{3})*(?:\.\d+)?(?:x|%)?(?!\w|[.,]\d)")
+DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+
+
+def readme_part(text: str, start: str) -> str:
+    """The README's section (from its heading to the next) or bullet (to the next bullet, heading
+    or blank line) that begins with ``start``."""
+    at = text.index(start)
+    if start.startswith("#"):
+        end = re.compile(r"^## ", re.M).search(text, at + len(start))
+    else:
+        end = re.compile(r"^(?:- |#|$)", re.M).search(text, at + len(start))
+    return text[at : end.start() if end else len(text)]
+
+
+def quoted_figures(part: str) -> list[str]:
+    """The figures of a part of the README: its prose, without link targets, code or dates."""
+    part = re.sub(r"\]\([^)]*\)", "]", prose(part))
+    return FIGURE.findall(DATE.sub("", part))
+
+
+def has_figure(text: str, figure: str) -> bool:
+    return re.search(r"(?<![\d.,+\-±])" + re.escape(figure) + r"(?!\d|[.,]\d)", text) is not None
+
+
+def test_figures_are_found_as_figures() -> None:
+    part = "moved it by -0.05 to +0.09 ([2026-11-27](docs/x.md)), on an H100 at 4,927 pairs/s, 1.8x"
+    assert quoted_figures(part) == ["-0.05", "+0.09", "4,927", "1.8x"]
+    assert has_figure("from -0.05 to +0.09.", "+0.09") and not has_figure("+0.095", "+0.09")
+    assert not has_figure("0.09", "+0.09") and not has_figure("1,342", "342")
+
+
+@pytest.mark.parametrize("start", sorted(FIGURE_OWNERS))
+def test_every_figure_the_readme_quotes_is_in_its_owner(start: str) -> None:
+    """A figure quoted in two places drifts (issue 64: the README's +0.09 was in no table of
+    EXPERIMENTS.md): each one the README quotes must be in the document that owns it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    owner = FIGURE_OWNERS[start]
+    text = (ROOT / owner).read_text(encoding="utf-8")
+    figures = quoted_figures(readme_part(readme, start))
+    assert figures, f"no figure in the README's {start!r}"
+    missing = sorted({f for f in figures if not has_figure(text, f)})
+    assert not missing, f"the README's {start!r} quotes {missing}, which {owner} does not have"
+
+
+def mert_comparisons(folders: tuple[str, ...]) -> list[dict[str, float]]:
+    """Every MERT comparison of a system with its baseline in side-by-side.md (the rows the
+    committed results.json files give), in the given work folders: its delta, its interval's
+    upper end and what it could see. Batch MIRA's rows and the (f)-against-(b) rows are left out."""
+    path = ROOT / "docs" / "results" / "table1-3rd" / "side-by-side.md"
+    found, system = [], ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 11 or cells[0].startswith("↳"):
+            continue  # not a row of the table, or (f) against (b)
+        system = cells[0] or system  # a blank first cell: the system above, in another folder
+        if cells[2] not in folders or system.startswith("(a)") or "MIRA" in system:
+            continue
+        upper = float(cells[6].rstrip("†").strip("[]").split(",")[1])
+        found.append({"delta": float(cells[5]), "upper": upper, "see": float(cells[7])})
+    return found
+
+
+def span(values: list[float]) -> str:
+    return f"{min(values):+.2f} to {max(values):+.2f}"
+
+
+def test_experiments_ranges_are_side_by_sides() -> None:
+    """EXPERIMENTS.md's ranges are those of the comparisons it names in side-by-side.md (issue
+    64: en-fr's "could see" was given as four different ranges)."""
+    text = " ".join((ROOT / "EXPERIMENTS.md").read_text(encoding="utf-8").split())
+    help_ = mert_comparisons(("help",))
+    en_fr = mert_comparisons(("en-fr (2nd edition)", "en-fr (f)"))
+    assert (len(help_), len(en_fr)) == (7, 8)
+    assert "seven MERT comparisons" in text and "eight MERT comparisons" in text
+    assert f"moved it by {span([c['delta'] for c in help_])}" in text
+    assert f"could have seen a true gain of {span([c['see'] for c in help_])}" in text
+    assert max(c["upper"] for c in help_) < 0.33 and "no interval reaches +0.33" in text
+    assert f"could only have seen {span([c['see'] for c in en_fr])}" in text
 
 
 # ----------------------------------------------------------------------- merge as it is written now
