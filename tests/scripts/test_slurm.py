@@ -272,8 +272,8 @@ def test_score_array_with_a_cancelled_and_requeued_task_merges_to_the_single_run
     assert 0 < second < in_shard, "the requeued task resumes: it scores only what was left"
     merged = tmp_path / "merged.gz"
     proc = subprocess.run(
-        [sys.executable, "-m", "rescorer", "merge", str(merged), "--manifest-glob",
-         str(tmp_path / "pt.*-of-3.gz.manifest.json")],
+        [sys.executable, "-m", "rescorer", "merge", "--manifest-glob",
+         str(tmp_path / "pt.*-of-3.gz.manifest.json"), "-o", str(merged)],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
