@@ -205,6 +205,23 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
     return torch.load(out / TRAIN_STATE_FILE, weights_only=True)["model"]
 
 
+def test_resume_says_where_it_resumes_before_reading_the_table(
+    tmp_path: Path, sample_table: Path
+) -> None:
+    """Issue 64, item 6: --resume said where it resumes only after reading, counting and
+    encoding the table and building the model (minutes on a real table); now the line comes
+    first, once."""
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 7})
+    train(str(sample_table), tmp_path / "m", TINY, cfg)
+    lines: list[str] = []
+    more = TrainConfig(**{**cfg.to_dict(), "max_updates": 9, "quiet": False})
+    train(str(sample_table), tmp_path / "m", TINY, more, resume=True, echo=lines.append)
+    said = [i for i, line in enumerate(lines) if "resuming at update 7 (" in line]
+    reading = next(i for i, line in enumerate(lines) if "encoding the pairs" in line)
+    assert len(said) == 1 and said[0] < reading, lines
+    assert "pairs seen, best validation perplexity " in lines[said[0]], lines[said[0]]
+
+
 def test_resume_gives_the_same_weights_as_one_run(tmp_path: Path, sample_table: Path) -> None:
     cfg = FAST
     whole = train(
