@@ -46,8 +46,9 @@ class ScoreConfig:
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
-    capture: str = "auto"  # the steps at bucketed shapes as CUDA graphs: "auto" (on a GPU), "on",
-    # "off" (rescorer/score/graphs.py; on a CPU "on" runs the bucketed shapes eagerly)
+    capture: str = "auto"  # the steps at bucketed shapes as CUDA graphs: "auto" (off, until the
+    # GPU tests pass on a GPU), "on", "off" (rescorer/score/graphs.py; on a CPU "on" runs the
+    # bucketed shapes eagerly)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
     resume: bool = False
     compresslevel: int = DEFAULT_GZIP_LEVEL

@@ -139,10 +139,10 @@ class RunSetup:
             size, why = auto_batch_size(self.device.type)
             self.cfg = cfg = replace(cfg, batch_size=size)
             batch = f"batch {size} ({why})"
-        self.capture = capture_mode(cfg.capture, self.device, self.world.distributed, cfg.profile)
+        self.capture = capture_mode(cfg.capture, self.device)
         self.say(
             f"rescorer train: device {self.device}, {self.threads.describe()}; {batch};"
-            f" {describe_mode(self.capture, cfg.capture)}"
+            f" {describe_mode(self.capture, cfg.capture, self.device)}"
         )
         shapes = training_shapes(
             model_cfg.hidden_size,
