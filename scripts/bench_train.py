@@ -167,7 +167,7 @@ def main() -> None:
                 optim = ClippedAdadelta(torch_optim, compiled=compiled == "yes")
             n_pairs = n_tokens = n_src = 0
             if capture != "off":
-                mode = capture_mode(capture, device, distributed=False, profile=False)
+                mode = capture_mode(capture, device)
                 seconds, n_pairs, n_tokens, n_src = time_captured(
                     StaticUpdate(model, torch_optim, 1.0, precision, batch_size, mode, kernels),
                     pairs, lengths, bounds, args.warmup, args.updates,

@@ -85,8 +85,8 @@ def parse_workers(value: str) -> int | str:
     default=SCORE.capture,
     show_default=True,
     help="Run each level of the prefix trees and each readout block at a few bucketed row "
-    "counts, each replayed as a CUDA graph (on); auto: on for a CUDA device, off on a CPU "
-    "(on a CPU, on runs the bucketed shapes without graphs; same scores).",
+    "counts, each replayed as a CUDA graph (on); auto: off on every device until the GPU tests "
+    "have passed on a GPU (on a CPU, on runs the bucketed shapes without graphs; same scores).",
 )
 @chunk_bytes_option
 @click.option(

@@ -210,8 +210,8 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
     show_default=True,
     help="The whole update (forward, backward, clip, Adadelta) at fixed shapes, batches bucketed"
     " by length, replayed as a CUDA graph (on), or through torch.compile(mode='reduce-overhead')"
-    " (compile); auto: on for one CUDA device, off on a CPU (on a CPU, on runs the fixed-shape"
-    " update without a graph). Said in the first line.",
+    " (compile); auto: off on every device until the GPU tests have passed on a GPU (on a CPU,"
+    " on runs the fixed-shape update without a graph). Said in the first line.",
 )
 @click.option(
     "--log-every",

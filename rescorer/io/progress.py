@@ -46,16 +46,17 @@ class Progress:
         self.tty = self.enabled and self.stream.isatty()
         self.start = self.last = time.monotonic()
         self.first_fraction: float | None = None
-        self.bar: Any = None
-        if self.tty:
-            from tqdm import tqdm
+        self.bar: Any = None  # drawn at the first update, below the lines said before it
 
-            self.bar = tqdm(
-                total=100.0,
-                file=self.stream,
-                dynamic_ncols=True,
-                bar_format="{l_bar}{bar}| {n:.1f}% [{elapsed}<{remaining}{postfix}]",
-            )
+    def _draw_bar(self) -> Any:
+        from tqdm import tqdm
+
+        return tqdm(
+            total=100.0,
+            file=self.stream,
+            dynamic_ncols=True,
+            bar_format="{l_bar}{bar}| {n:.1f}% [{elapsed}<{remaining}{postfix}]",
+        )
 
     def update(self, done: int, fraction: float | None) -> None:
         if not self.enabled:
@@ -64,7 +65,9 @@ class Progress:
         if self.first_fraction is None and fraction is not None:
             self.first_fraction = fraction  # where this run started (a resume starts midway)
         rate = done / max(now - self.start, 1e-9)
-        if self.bar is not None:
+        if self.tty:
+            if self.bar is None:
+                self.bar = self._draw_bar()
             if fraction is not None:
                 self.bar.update(100 * fraction - self.bar.n)
             self.bar.set_postfix_str(f"{done:,} {self.unit}, {rate:,.0f}/s", refresh=False)

@@ -46,8 +46,9 @@ class ScoreConfig:
     chunk_bytes: int | None = None  # input bytes per chunk; None: by device (chunk_bytes_for)
     workers: int | str = 0  # parse/format worker processes; 0 = in the main process; "auto"
     compile: str = "auto"  # torch.compile the steps and readout: "yes", "no", "auto" (big tables)
-    capture: str = "auto"  # the steps at bucketed shapes as CUDA graphs: "auto" (on a GPU), "on",
-    # "off" (rescorer/score/graphs.py; on a CPU "on" runs the bucketed shapes eagerly)
+    capture: str = "auto"  # the steps at bucketed shapes as CUDA graphs: "auto" (off, until the
+    # GPU tests pass on a GPU), "on", "off" (rescorer/score/graphs.py; on a CPU "on" runs the
+    # bucketed shapes eagerly)
     shard: tuple[int, int] | None = None  # (K, N): the K-th (1-based) of N shards
     resume: bool = False
     compresslevel: int = DEFAULT_GZIP_LEVEL
@@ -182,10 +183,16 @@ def batch_tokens_for(
 
 
 def want_compile(choice: str, table: str) -> bool:
-    """``auto`` compiles for input files of at least 4 MiB: compiling costs tens of seconds once
-    and pays off after some ten thousand pairs."""
+    """``auto`` compiles for input files of at least 4 MiB of text, decompressed (issue 64: a
+    4.1 MB gzip file of 17.8 MB was not compiled): compiling costs tens of seconds once and
+    pays off after some ten thousand pairs."""
+    from rescorer.io.inputs import gzip_text_size
+
     if choice not in ("auto", "yes", "no"):
         raise RescorerError(f"--compile {choice!r}: expected auto, yes or no")
     if choice != "auto":
         return choice == "yes"
-    return table != "-" and os.path.isfile(table) and os.path.getsize(table) >= COMPILE_MIN_BYTES
+    if table == "-" or not os.path.isfile(table):
+        return False
+    size = os.path.getsize(table)  # a gzip file this large holds at least as much text
+    return size >= COMPILE_MIN_BYTES or (gzip_text_size(table) or 0) >= COMPILE_MIN_BYTES

@@ -112,8 +112,8 @@ def score_table(
             scorers, sides, config, stats, coverage, model_dirs, display_name(table), phase
         )
         steps = ""  # the CPU's default, the exact shapes, goes unsaid
-        if scorers[0].capture or config.capture != "auto":
-            steps = f", {describe_capture(scorers[0].capture, config.capture)}"
+        if scorers[0].capture or config.capture != "auto" or device.type == "cuda":
+            steps = f", {describe_capture(scorers[0].capture, config.capture, device)}"
         opening = [f"rescorer score: {device}, {precision}, {threads.describe()}, {why}{steps}"]
         compiling = _compiling(opening) if compile_ else None
         job.run(

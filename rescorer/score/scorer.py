@@ -16,8 +16,8 @@ once each, every pair pointing at its source. The fast path does each piece of w
 Steps 1 to 4 are planned on the host and run on the device by
 :class:`~rescorer.score.trees.PrefixTreePath` (rescorer/score/trees.py), which :class:`Scorer`
 extends; this module holds the scorer itself, the unshared paths below and the overlap with the
-host. On a GPU (``capture``) the levels and readout blocks run at bucketed row counts on static
-buffers, each shape captured once as a CUDA graph and replayed (rescorer/score/graphs.py).
+host. On a GPU with ``capture="on"`` the levels and readout blocks run at bucketed row counts on
+static buffers, each shape captured once as a CUDA graph and replayed (rescorer/score/graphs.py).
 
 ``share_prefixes=False`` encodes every source token by token, and ``share_targets=False``
 runs the earlier decoder instead of step 3: pairs sorted by target length in token-bounded
@@ -42,7 +42,7 @@ path, the default; tests/score/test_gpu.py runs ``submit`` under CUDA's sync deb
    to refill (already complete when the caller collected that chunk's scores first, as the
    pipeline does: a buffer is refilled two chunks later);
 3. with ``--profile``, every phase starts and ends with one (rescorer/score/profile.py);
-4. with ``--capture`` (the default on a GPU), capturing a step's bucketed shape as a CUDA graph,
+4. with ``--capture on`` (a GPU's opt-in), capturing a step's bucketed shape as a CUDA graph,
    the first time that shape comes (rescorer/score/graphs.py: a few dozen times, in the first
    chunks); a replay never waits.
 
@@ -159,9 +159,9 @@ class Scorer(PrefixTreePath):
         ``in_flight``: chunks submitted and not yet collected that have staging buffers of
         their own on a GPU (more wait for the oldest one's scores). ``capture`` (``score
         --capture``): the fast path's levels and readout blocks at bucketed row counts on
-        static buffers, replayed as CUDA graphs (rescorer/score/graphs.py); auto: on a CUDA
-        device, and off elsewhere, where the exact row counts run as before; on a CPU ``on``
-        runs the bucketed shapes eagerly (the tests' way to check them)."""
+        static buffers, replayed as CUDA graphs (rescorer/score/graphs.py); auto: off on every
+        device (the exact row counts, as before) until the GPU tests have passed on a GPU; on
+        a CPU ``on`` runs the bucketed shapes eagerly (the tests' way to check them)."""
         bound_kernel_caches()
         self.model = model
         self.device = next(model.parameters()).device

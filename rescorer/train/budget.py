@@ -29,8 +29,11 @@ class BudgetedRun(RunSetup):
 
     loop_start = 0.0  # when the updates started (time.monotonic())
     first_update = 0  # the update this invocation started at
-    first_pairs = 0  # the pairs seen before it
-    checkpoint_cost: float | None = None  # the last validation and save, seconds
+    # (time, update, pairs seen) when this invocation's first update ended: the rates that
+    # price the reserve start there, leaving out the first update's compile (issue 64)
+    steady: tuple[float, int, int] | None = None
+    checkpoint_cost: float | None = None  # the last validation and save, seconds (measured)
+    checkpointed = 0  # the update of the last checkpoint
     gave_up = False  # --max-time ran out in the first update's compile
 
     # one update on the pairs of ``index`` (the loop's, loop.py): pairs, tokens, loss or None
@@ -66,17 +69,49 @@ class BudgetedRun(RunSetup):
                 " for training (--vocab DIR, from rescorer vocab, skips the counting pass)"
             )
 
-    def out_of_time(self, pairs_seen: int) -> bool:
-        """Whether --max-time is spent, the final checkpoint's cost kept in reserve."""
-        assert self.cfg.max_time is not None
+    def steady_from_here(self) -> None:
+        """The first update of this invocation is done: the rates start now."""
+        self.steady = (time.monotonic(), self.run_state.update, self.run_state.pairs_seen)
+
+    def leave_out(self, seconds: float) -> None:
+        """Leave ``seconds`` (a validation's) out of the steady rates."""
+        if self.steady is not None:
+            self.steady = (self.steady[0] + seconds, *self.steady[1:])
+
+    def reserve(self) -> float | None:
+        """Seconds to keep before the next update: that update and the final checkpoint (its
+        last measured cost, else an estimate), both priced at the rate of the updates after
+        this invocation's first (None before the second: no rate yet without the compile)."""
+        if self.steady is None or self.run_state.update == self.steady[1]:
+            return None
+        since, update, pairs = self.steady
+        seconds = max(time.monotonic() - since, 1e-9)
+        rate = (self.run_state.pairs_seen - pairs) / seconds  # pairs/s
+        per_update = seconds / (self.run_state.update - update)
+        return checkpoint_reserve(self.checkpoint_cost, len(self.data.valid), rate) + per_update
+
+    def out_of_time(self) -> bool:
+        """Whether --max-time is spent, the next update and the final checkpoint kept in
+        reserve."""
         if self.gave_up:  # the first update ran into the deadline
             return True
-        done = pairs_seen - self.first_pairs
-        rate = done / max(time.monotonic() - self.loop_start, 1e-9)
-        reserve = (
-            checkpoint_reserve(self.checkpoint_cost, len(self.data.valid), rate) if done else 0
+        left = self.budget_left()
+        assert left is not None
+        reserve = self.reserve()
+        return left <= (reserve or 0.0)
+
+    def reserve_to_measure(self) -> bool:
+        """Whether to validate now, so that the reserve is the final checkpoint's measured cost:
+        the estimate says stop and no checkpoint was timed yet (issue 64: a reserve priced at
+        the first update's rate, its compile included, stopped every run after one update).
+        A right estimate costs at most one validation more (this one is then the final one,
+        or nearly), a wrong one no longer ends a run with most of its budget left."""
+        return (
+            self.cfg.max_time is not None
+            and self.checkpoint_cost is None
+            and self.run_state.update > self.checkpointed
+            and self.out_of_time()
         )
-        return self.budget_elapsed() + reserve >= self.cfg.max_time
 
     def first_compiled_step(self, index: np.ndarray) -> tuple[int, int, float | None] | None:
         """The first update, which compiles, under a deadline: --compile auto gives up compiling

@@ -63,7 +63,8 @@ class TrainConfig:
     direction: str = FORWARD  # forward: p(target | source); inverse: p(source | target)
     vocab: str | None = None  # a folder of ``rescorer vocab``: its shortlists, not counted again
     profile: bool = False  # time the updates' phases and print where the time went
-    capture: str = "auto"  # the update at fixed shapes as a CUDA graph: auto | on | off | compile
+    capture: str = "auto"  # the update at fixed shapes as a CUDA graph: auto (off) | on | off
+    # | compile
 
     # Fields that must not change when a run is resumed (they fix the data and the optimiser).
     IDENTITY = (

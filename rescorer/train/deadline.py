@@ -7,8 +7,11 @@ and the final validation and save. Three pieces keep it:
 - :class:`Deadline`: while a stage that reports nothing runs (the passes over the data, a first
   compile), an interval timer (SIGALRM, the main thread only) raises :class:`OutOfTime` at the
   deadline, even inside a blocked read (a slow pipe, a stalled file system);
-- the loop stops early enough for the final checkpoint (validation and save), whose cost it
-  measures (:func:`checkpoint_reserve`);
+- the loop stops early enough for the next update and the final checkpoint (validation and
+  save), priced at the rate of the updates after the first (whose compile would make a
+  validation of thousands of pairs look like an hour: issue 64); before it stops on that
+  estimate it validates once to measure the checkpoint's cost, and stops on the measurement
+  (:func:`checkpoint_reserve`, rescorer/train/budget.py);
 - ``--compile auto`` gives up compiling when the first compile runs far past its announced
   time (:data:`COMPILE_GIVE_UP`), and trains eagerly.
 """
@@ -23,6 +26,9 @@ from types import FrameType, TracebackType
 #: an idle CPU, minutes on a busy one: issue 59 saw 17 minutes at load 5), or after half of
 #: what is left of --max-time, whichever comes first; then the updates run eagerly.
 COMPILE_GIVE_UP = 240.0
+
+#: The reserve for the final checkpoint is its measured cost times this, and a second.
+RESERVE_MARGIN = 1.25
 
 #: The setup (reading, counting, encoding, building) is said to have taken most of --max-time
 #: beyond this share of it.
@@ -79,11 +85,12 @@ def compile_give_up(budget_left: float | None) -> float:
 
 
 def checkpoint_reserve(measured: float | None, valid_pairs: int, pairs_per_s: float) -> float:
-    """Seconds to keep for the final checkpoint: the last one's measured cost, else an estimate
-    (scoring a validation pair costs less than training on one: the training rate bounds it),
-    plus a second for the save."""
+    """Seconds to keep for the final checkpoint: the last one's measured cost, a quarter more
+    and a second (a busy machine's jitter), else an estimate at ``pairs_per_s``, the training
+    rate measured without the first update's compile (scoring a validation pair costs less
+    than training on one: the training rate bounds it), plus a second for the save."""
     if measured is not None:
-        return measured
+        return RESERVE_MARGIN * measured + 1.0
     if pairs_per_s <= 0:
         return 1.0
     return valid_pairs / pairs_per_s + 1.0

@@ -146,7 +146,7 @@ class _Trainer(BudgetedRun):
         cfg, run = self.cfg, self.run_state
         if cfg.max_updates is not None and run.update >= cfg.max_updates:
             return "max-updates"
-        if cfg.max_time is not None and self.out_of_time(run.pairs_seen):
+        if cfg.max_time is not None and self.out_of_time():
             return "max-time"
         if cfg.patience is not None and run.bad_validations >= cfg.patience:
             return "patience"
@@ -172,7 +172,6 @@ class _Trainer(BudgetedRun):
 
     def _run(self) -> TrainResult:
         cfg, run = self.cfg, self.run_state
-        last_checkpoint = run.update
         # Two windows: the log record's (every --log-every updates) and the progress line's
         # (also every --progress-every seconds). Each holds pairs, tokens, summed NLL and its
         # start; the time a validation takes is left out of both rates.
@@ -182,7 +181,8 @@ class _Trainer(BudgetedRun):
         self.first_update = run.update
         self.phases = TrainPhases(self.device) if cfg.profile else None
         self.static = self.make_static()
-        self.first_pairs, self.checkpoint_cost, self.gave_up = run.pairs_seen, None, False
+        self.steady, self.checkpoint_cost, self.gave_up = None, None, False
+        self.checkpointed = run.update
         self.setup_warning()
         self.say(
             "rescorer train: starting the updates"
@@ -203,6 +203,8 @@ class _Trainer(BudgetedRun):
         stopped_by = ""
         with _StopFlag() as stop:
             for index in self.batches():
+                if self.reserve_to_measure():
+                    self.timed_checkpoint()
                 stopped_by = self.world.stop_reason(self.stop_reason(stop), self.device)
                 if stopped_by:
                     break
@@ -210,19 +212,24 @@ class _Trainer(BudgetedRun):
                     continue  # --max-time ran out while compiling: stop
                 self.report()
                 if run.update % cfg.valid_every == 0:
-                    t_valid = time.monotonic()
-                    self.checkpoint()
-                    last_checkpoint = run.update
-                    spent = self.checkpoint_cost = time.monotonic() - t_valid
-                    self.log_w[3] += spent
-                    self.line_w[3] += spent
-            if run.update > last_checkpoint or not self.model_dir.has_weights():
+                    self.timed_checkpoint()
+            if run.update > self.checkpointed or not self.model_dir.has_weights():
                 self.checkpoint()
             elif self.world.is_main:
                 save_state(self.state_path, self.model, self.optim, run)
             self.world.barrier()  # the model directory is complete for every rank
         self.world.stop()
         return self.finish(stopped_by, stop)
+
+    def timed_checkpoint(self) -> None:
+        """A checkpoint, its cost measured (the --max-time reserve) and left out of the rates."""
+        t0 = time.monotonic()
+        self.checkpoint()
+        self.checkpointed = self.run_state.update
+        spent = self.checkpoint_cost = time.monotonic() - t0
+        self.log_w[3] += spent
+        self.line_w[3] += spent
+        self.leave_out(spent)
 
     def timed_update(self, index: np.ndarray) -> bool:
         """One update on ``index``, counted in the run state and both windows (the first one
@@ -259,6 +266,8 @@ class _Trainer(BudgetedRun):
         run.train_seconds += time.monotonic() - t0
         for w in (self.log_w, self.line_w):
             w[0], w[1], w[2] = w[0] + n_pairs, w[1] + n_tokens, w[2] + (loss or 0.0)
+        if first:
+            self.steady_from_here()
         return True
 
     def report(self) -> None:

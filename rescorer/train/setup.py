@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,6 +86,7 @@ class RunSetup:
             self.say = lambda msg: None
         self._check_folder(resume)
         self._choose_device(model_cfg, resume)
+        saved = self._saved_state() if resume else None
         try:
             with Deadline(self.budget_left(), "setup"):
                 self._load_data(source, model_cfg, resume)
@@ -99,8 +101,8 @@ class RunSetup:
             ) from None
         self.run_state = RunState()
         self.saved_update = 0  # the update of the training state on disk
-        if resume:
-            self._resume()
+        if saved is not None:
+            self._resume(saved)
         else:
             self._create(model_cfg, command_line)
 
@@ -137,10 +139,10 @@ class RunSetup:
             size, why = auto_batch_size(self.device.type)
             self.cfg = cfg = replace(cfg, batch_size=size)
             batch = f"batch {size} ({why})"
-        self.capture = capture_mode(cfg.capture, self.device, self.world.distributed, cfg.profile)
+        self.capture = capture_mode(cfg.capture, self.device)
         self.say(
             f"rescorer train: device {self.device}, {self.threads.describe()}; {batch};"
-            f" {describe_mode(self.capture, cfg.capture)}"
+            f" {describe_mode(self.capture, cfg.capture, self.device)}"
         )
         shapes = training_shapes(
             model_cfg.hidden_size,
@@ -181,9 +183,24 @@ class RunSetup:
         # Clip and Adadelta's step in one pass per parameter, compiled with the steps.
         self.update = ClippedAdadelta(self.optim, compiled=compiled, guard=guard)
 
-    def _resume(self) -> None:
-        """The saved weights, optimiser and run state; the resumption in the provenance."""
+    def _saved_state(self) -> dict[str, Any]:
+        """The state of the run to resume, said before the data are read (on a large table
+        minutes before the first update)."""
         saved = load_state(self.state_path, self.device)
+        run = RunState(**saved["run"])
+        self.say(
+            f"rescorer train: resuming at update {run.update:,} ({run.pairs_seen:,} pairs seen"
+            + (
+                f", best validation perplexity {run.best_valid_ppl:.2f}"
+                if run.best_valid_ppl is not None
+                else ""
+            )
+            + f") from {self.state_path}"
+        )
+        return saved
+
+    def _resume(self, saved: dict[str, Any]) -> None:
+        """The saved weights, optimiser and run state; the resumption in the provenance."""
         self.model.load_state_dict(saved["model"])
         self.optim.load_state_dict(saved["optimizer"])
         self.run_state = RunState(**saved["run"])
@@ -196,10 +213,6 @@ class RunSetup:
         if self.world.is_main:
             self.model_dir.update_provenance(self.provenance)
             self.model_dir.update_train_config(self.cfg.to_dict())
-        self.say(
-            f"rescorer train: resuming at update {self.run_state.update:,}"
-            f" (epoch {self.run_state.pairs_seen / len(self.data.train):.2f})"  # as progress
-        )
 
     def _create(self, model_cfg: ModelConfig, command_line: list[str] | None) -> None:
         """A new run's provenance, and its model folder (no weights until the first

@@ -1,13 +1,20 @@
 """Progress lines off a terminal for filter, combine and train (issue 14, item 1; score's own
-test is in tests/score/test_pipeline.py). stderr is a file here, as under nohup or Slurm."""
+test is in tests/score/test_pipeline.py). stderr is a file here, as under nohup or Slurm;
+on a terminal, a bar (score and train)."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
+import os
+import pty
 import re
+import select
 import statistics
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -102,6 +109,55 @@ def test_train_rates_leave_out_validation(big_table: Path, tmp_path: Path) -> No
     # the last log record by the time since the validation, 11x to 36x too high here.
     after = {u: rates[u] for u in range(11, 41, 5)}
     assert all(rate < 8 * yardstick for rate in after.values()), (yardstick, after)
+
+
+def on_a_terminal(args: list[str]) -> list[str]:
+    """What ``rescorer ARGS`` writes to a terminal (stdout and stderr on a pseudo-terminal of
+    120 columns), line by line; a bar's redraws stay in its line, after their carriage
+    returns."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rescorer", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    out = b""
+    try:
+        while select.select([main], [], [], 600)[0]:  # a hang guard, not a speed limit
+            try:
+                block = os.read(main, 1 << 16)
+            except OSError:  # EIO: the command ended and its side of the terminal closed
+                break
+            if not block:
+                break
+            out += block
+    finally:
+        os.close(main)
+    assert proc.wait(timeout=60) == 0, out.decode("utf-8", "replace")[-3000:]
+    return out.decode("utf-8").split("\r\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["score", "train"])
+def test_on_a_terminal_the_bar_comes_below_the_lines_said_before_it(
+    command: str, big_table: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 64, item 6: score drew its progress bar before its first line, and the line ran
+    on after the bar ('\\r  0%|...| 0.0% [00:00<?]rescorer score: cpu, fp32, ...'). A bar is
+    now drawn at the first progress it shows, on a line of its own."""
+    if command == "score":
+        args = ["score", str(big_table), "-m", str(tiny_model_dir), "-o", str(tmp_path / "o.gz"),
+                "--ignore-coverage"]  # fmt: skip
+    else:
+        args = tiny_train(big_table, tmp_path, updates=2, valid_every=1000)
+    lines = on_a_terminal([*args, "--device", "cpu", "--progress-every", "30"])
+    assert lines[0].startswith(f"rescorer {command}: "), lines[:3]
+    bars = [line for line in lines if "%|" in line]
+    assert bars, lines
+    assert all(line.startswith("\r") and "rescorer" not in line for line in bars), bars
 
 
 # The paper's analyses (issue 27, item 7): each stage of a long run says where it is.

@@ -17,10 +17,12 @@ from conftest import SLICE
 from rescorer.cli import cli
 from rescorer.score.config import (
     AUTO_WORKERS_MAX,
+    COMPILE_MIN_BYTES,
     ScoreConfig,
     batch_tokens_for,
     input_chunks,
     resolve_workers,
+    want_compile,
 )
 from rescorer.score.pipeline import score_table
 from rescorer.score.profile import PHASES, STRETCHES
@@ -76,6 +78,26 @@ def test_input_chunks_counts_the_decompressed_text(tmp_path: Path) -> None:
     text = gzip.decompress(SLICE.read_bytes())
     assert input_chunks(str(SLICE), 1000) == -(-len(text) // 1000)  # gzip: its text, not its file
     assert input_chunks("-", 1000) is None and input_chunks(str(tmp_path / "none"), 1000) is None
+
+
+def test_compile_auto_goes_by_the_decompressed_size(tmp_path: Path) -> None:
+    """Issue 64, item 6: --compile auto's 4 MiB was the file's size, so a 4.1 MB gzip file of
+    17.8 MB was not compiled. Now 4 MiB of text compile, compressed or not."""
+    text = gzip.decompress(SLICE.read_bytes())
+    sizes = {"big": COMPILE_MIN_BYTES, "small": COMPILE_MIN_BYTES - 1}
+    for name, size in sizes.items():
+        data = (text * (size // len(text) + 1))[:size]
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / f"{name}.gz").write_bytes(gzip.compress(data, mtime=0))
+    assert (tmp_path / "big.gz").stat().st_size < COMPILE_MIN_BYTES // 4
+    assert want_compile("auto", str(tmp_path / "big.gz")) and want_compile(
+        "auto", str(tmp_path / "big")
+    )
+    assert not want_compile("auto", str(tmp_path / "small.gz"))
+    assert not want_compile("auto", str(tmp_path / "small")) and not want_compile("auto", "-")
+    assert want_compile("yes", str(tmp_path / "small")) and not want_compile(
+        "no", str(tmp_path / "big")
+    )
 
 
 @pytest.mark.parametrize("value", ["x", "-1", "1.5"])

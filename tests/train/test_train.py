@@ -205,6 +205,23 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
     return torch.load(out / TRAIN_STATE_FILE, weights_only=True)["model"]
 
 
+def test_resume_says_where_it_resumes_before_reading_the_table(
+    tmp_path: Path, sample_table: Path
+) -> None:
+    """Issue 64, item 6: --resume said where it resumes only after reading, counting and
+    encoding the table and building the model (minutes on a real table); now the line comes
+    first, once."""
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 7})
+    train(str(sample_table), tmp_path / "m", TINY, cfg)
+    lines: list[str] = []
+    more = TrainConfig(**{**cfg.to_dict(), "max_updates": 9, "quiet": False})
+    train(str(sample_table), tmp_path / "m", TINY, more, resume=True, echo=lines.append)
+    said = [i for i, line in enumerate(lines) if "resuming at update 7 (" in line]
+    reading = next(i for i, line in enumerate(lines) if "encoding the pairs" in line)
+    assert len(said) == 1 and said[0] < reading, lines
+    assert "pairs seen, best validation perplexity " in lines[said[0]], lines[said[0]]
+
+
 def test_resume_gives_the_same_weights_as_one_run(tmp_path: Path, sample_table: Path) -> None:
     cfg = FAST
     whole = train(
@@ -545,20 +562,28 @@ def test_a_first_compile_is_said_kept_alive_and_charged_to_max_time(
     done = next(i for i, line in enumerate(fake.lines) if "first update done" in line)
     assert start < beat < done, fake.lines
     assert "(compiling, counted in --max-time)" in fake.lines[done]
-    assert re.search(r"first update done \(1[67]m\d\ds in, 100% of the --max-time budget\)",
-                     fake.lines[done]), fake.lines[done]  # fmt: skip
+    done_at = re.search(r"first update done \((\d+)m(\d\d)s in, 100% of the --max-time budget\)",
+                        fake.lines[done])  # fmt: skip
+    assert done_at and 60 * int(done_at[1]) + int(done_at[2]) >= 1000, fake.lines[done]
 
 
 def test_compile_auto_gives_up_a_compile_far_past_its_time_and_trains_eagerly(
     tmp_path: Path, sample_table: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 59, item 1: a first compile of 17 minutes on a busy machine. --compile auto now
-    gives up past COMPILE_GIVE_UP (here 2 s; the first kernel call hangs for a minute, as a
-    compile that will not end) and trains eagerly: the same weights as --compile no."""
+    gives up past COMPILE_GIVE_UP (here 2 s; the first kernel call hangs, as a compile that
+    will not end, for two minutes and ten times what the run takes here with --compile no:
+    issue 68, a slow machine keeps the margin) and trains eagerly: the same weights as
+    --compile no."""
     import rescorer.train.config as config
     import rescorer.train.deadline as deadline
     import rescorer.train.setup as setup
 
+    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 3, "quiet": False, "compile": "auto"})
+    eager_cfg = TrainConfig(**{**cfg.to_dict(), "compile": "no", "quiet": True})
+    t0 = time.monotonic()
+    train(str(sample_table), tmp_path / "no", TINY, eager_cfg)
+    hang = 120 + 10 * (time.monotonic() - t0)
     fake = FakeCompile()
     fake.heard.set()  # its first call need not wait for a "still compiling" line
     real_kernels = fake.__call__
@@ -571,7 +596,7 @@ def test_compile_auto_gives_up_a_compile_far_past_its_time_and_trains_eagerly(
         def readout(*args: object) -> object:
             calls[0] += 1
             if calls[0] == 1:
-                time.sleep(60)  # interrupted by the deadline
+                time.sleep(hang)  # interrupted by the deadline
             return first(*args)
 
         return kernels._replace(readout=readout)  # type: ignore[attr-defined]
@@ -579,16 +604,13 @@ def test_compile_auto_gives_up_a_compile_far_past_its_time_and_trains_eagerly(
     monkeypatch.setattr(setup, "compile_kernels", hanging_kernels)
     monkeypatch.setattr(config, "COMPILE_MIN_PAIRS", 1)  # auto compiles this small table
     monkeypatch.setattr(deadline, "COMPILE_GIVE_UP", 2.0)
-    cfg = TrainConfig(**{**FAST.to_dict(), "max_updates": 3, "quiet": False, "compile": "auto"})
     t0 = time.monotonic()
     result = train(str(sample_table), tmp_path / "auto", TINY, cfg, echo=fake.say)
-    assert time.monotonic() - t0 < 50  # not the minute of the hanging "compile"
+    assert time.monotonic() - t0 < hang  # not the hanging "compile"
     assert (result.updates, result.stopped_by) == (3, "max-updates"), fake.lines
     warning = [line for line in fake.lines if "warning: compiling the first update" in line]
     assert len(warning) == 1 and "ran past 0m02s" in warning[0], fake.lines
     assert "continuing without compiling, as --compile no" in warning[0]
-    eager_cfg = TrainConfig(**{**cfg.to_dict(), "compile": "no", "quiet": True})
-    train(str(sample_table), tmp_path / "no", TINY, eager_cfg)
     a = load_model_dir(tmp_path / "auto")[0].state_dict()
     b = load_model_dir(tmp_path / "no")[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
