@@ -61,6 +61,7 @@ TORCH_FREE = [
     "rescorer.io.check",
     "rescorer.job.shards",
     "rescorer.job.stream",
+    "rescorer.job.pool",
     "rescorer.job.merge",
     "rescorer.vocab",
     "rescorer.cpus",

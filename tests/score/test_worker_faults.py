@@ -1,0 +1,145 @@
+"""``score --workers`` meets the faults of a cluster node (issue 65), in real processes: a worker
+killed by the OOM killer, a /dev/shm that refuses, the whole process group killed by Slurm's
+time limit. Each run ends within seconds, with the bytes of a run that met no fault."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SLICE
+from faults import descendants
+
+from rescorer.io.table import read_table
+from rescorer.model.checkpoint import save_model_dir
+from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
+from rescorer.vocab import build_vocabs
+
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+LINES = gzip.decompress(SLICE.read_bytes()).decode("utf-8").splitlines()
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc and /dev/shm: Linux")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny model, a table of 20 copies of the slice (source phrases distinct per copy: a
+    run of a few seconds, still going when a test kills part of it) and one uninterrupted
+    ``--workers 2`` run's output."""
+    folder = tmp_path_factory.mktemp("worker-faults")
+    torch.manual_seed(0)
+    pairs = [(e.src, e.tgt) for e in read_table(str(SLICE))]
+    src_vocab, tgt_vocab = build_vocabs(pairs, 300, 300)
+    model = EncoderDecoder(ModelConfig(300, 300, hidden_size=16, embed_size=8, maxout_units=8))
+    init_weights_(model)
+    save_model_dir(folder / "model", model, src_vocab, tgt_vocab, {"made_by": __file__})
+    big = folder / "big.gz"
+    text = "".join(f"{i:02d}{line}\n" for i in range(20) for line in LINES)
+    big.write_bytes(gzip.compress(text.encode("utf-8")))
+    paths = {"model": folder / "model", "big": big, "whole": folder / "whole.gz"}
+    subprocess.run([*score_command(paths), "-o", str(paths["whole"])], check=True, env=ONE_THREAD)
+    return paths
+
+
+def score_command(paths: dict[str, Path], table: str = "big") -> list[str]:
+    return [sys.executable, "-m", "rescorer", "score", str(paths[table]), "-m",
+            str(paths["model"]), "--device", "cpu", "--precision", "fp32", "--workers", "2",
+            "--chunk-bytes", "8192", "--checkpoint-every", "0.02", "-q"]  # fmt: skip
+
+
+def start_and_wait_for_progress(command: list[str], out: Path) -> subprocess.Popen[str]:
+    """``command`` started in its own process group, returned once its progress record says
+    that some thousands of lines are written (its workers run)."""
+    proc = subprocess.Popen(
+        [*command, "-o", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ONE_THREAD,
+        start_new_session=True,
+    )
+    record = Path(f"{out}.partial.json")
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if record.exists() and json.loads(record.read_text() or "{}").get("next_line", 0) > 3000:
+            return proc
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"the run ended or made no progress before the fault: {proc.communicate()[1]}")
+
+
+def workers_of(pid: int) -> list[int]:
+    """The pool's worker processes below ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for child in descendants(pid)[1:]:
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            found.append(child)
+    return found
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_the_run_with_one_line_and_resume_finishes_it(
+    tmp_path: Path, run: dict[str, Path]
+) -> None:
+    """The OOM killer's SIGKILL to one worker: the run used to wait forever for the chunk the
+    worker held (a multiprocessing.Pool starts another worker and forgets the task). Now: exit 1
+    within seconds, one line naming the signal, OUT.partial kept, and --resume ends with the
+    bytes of an uninterrupted run."""
+    command, out = score_command(run), tmp_path / "out.gz"
+    proc = start_and_wait_for_progress(command, out)
+    workers = workers_of(proc.pid)
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=60)  # a hang, not a speed limit
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"still running 60 s after a worker was killed: {proc.communicate()[1]}")
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert f"worker process {workers[0]}" in lines[0] and "SIGKILL" in lines[0], err
+    assert f"{out}.partial" in lines[0] and "--resume" in lines[0], err
+    assert Path(f"{out}.partial").exists() and not out.exists()
+    subprocess.run([*command, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
+    assert out.read_bytes() == run["whole"].read_bytes()
+
+
+@pytest.mark.slow
+def test_the_workers_of_a_killed_main_process_end_too(tmp_path: Path, run: dict[str, Path]) -> None:
+    """The OOM killer's SIGKILL to the main process alone: its workers end within seconds
+    (an executor's workers hold both ends of its task pipe and used to wait for a task
+    forever, the resource tracker, holding the slots, with them)."""
+    proc = start_and_wait_for_progress(score_command(run), tmp_path / "out.gz")
+    workers = workers_of(proc.pid)
+    assert len(workers) == 2, workers
+    proc.kill()
+    proc.wait()  # not its stderr's end: the workers hold that pipe too
+    assert proc.stderr is not None
+    proc.stderr.close()
+    deadline = time.monotonic() + 60  # a hang, not a speed limit
+    while time.monotonic() < deadline and any(running(pid) for pid in workers):
+        time.sleep(0.1)
+    alive = [pid for pid in workers if running(pid)]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "workers still running 60 s after their main process was killed"
+
+
+def running(pid: int) -> bool:
+    """Process ``pid`` exists and has not ended (a zombie has, its parent not yet told)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
