@@ -226,13 +226,9 @@ class Slots:
         self._failed = True
         if self.refused is None:
             return
-        free = ""
-        with contextlib.suppress(OSError):
-            st = os.statvfs("/dev/shm")
-            free = f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB free"
         self.refused(
             f"no shared memory for another {self.size / (1 << 20):,.1f} MiB slot "
-            f"({exc.strerror}{free} in /dev/shm, {len(self._made)} slots made): the chunks "
+            f"({exc.strerror}{shm_room()}, {len(self._made)} slots made): the chunks "
             "that find no slot cross to the workers through pipes, which is slower; a container "
             "needs more shared memory (docker run --shm-size)"
         )
@@ -251,6 +247,17 @@ class Slots:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def shm_room() -> str:
+    """/dev/shm's room in words, to follow a reason: ``", 12 MiB free in /dev/shm"`` (``", 0
+    MiB, 0 files free"`` where no inode is left either), or "" where it cannot be read."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return ""
+    files = "" if st.f_favail or not st.f_files else ", 0 files"
+    return f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB{files} free in /dev/shm"
 
 
 def keep_freed_memory() -> None:

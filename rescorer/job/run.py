@@ -42,7 +42,7 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.io.shared import keep_freed_memory
+from rescorer.io.shared import keep_freed_memory, shm_room
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
 from rescorer.job.pool import Inline, Pool, Workers, ready
@@ -200,6 +200,7 @@ class _Run:
         self.output, self.resume, self.fresh = output, resume, fresh
         self.shard_range, self.phase, self.mark = shard_range, phase, mark
         self.written = False  # a chunk has been written
+        self.notes: list[str] = []  # said after the opening lines (unless --quiet)
         self.name = display_name(job.table)
         self.meter = InputMeter()
         # The decompressed size, where the gzip trailer tells it: the decompressing thread reads
@@ -286,11 +287,16 @@ class _Run:
     def _start_pool(self) -> Pool:
         """The worker processes (``config.workers``), or the work's start in this process."""
         work = self.work
-        if self.config.workers <= 0:
-            work.init_worker(*work.init_args)
-            return Inline()
-        keep_freed_memory()  # this process copies each chunk in and its results out
-        return Workers(self.config.workers, work.init_worker, (*work.init_args, True))
+        if self.config.workers > 0:
+            try:
+                pool = Workers(self.config.workers, work.init_worker, (*work.init_args, True))
+            except (OSError, NotImplementedError, ImportError) as exc:
+                self.notes.append(_no_pool(exc))  # the same bytes, without workers
+            else:
+                keep_freed_memory()  # this process copies each chunk in and its results out
+                return pool
+        work.init_worker(*work.init_args)
+        return Inline()
 
     def _chunks_through(
         self,
@@ -367,6 +373,8 @@ class _Run:
             uneven = shard_note(self.shard_range, self.config.chunk_bytes, self.config.shard)
             if uneven:
                 _say(f"rescorer {self.job.command}: note: {uneven}")
+        for note in self.notes:
+            _say(f"rescorer {self.job.command}: note: {note}")
 
     def _stopped(self, cause: str, first: str) -> tuple[RescorerError, bool]:
         """The error a run stopped by ``cause`` (a full disk, a dead worker) ends with, and
@@ -385,6 +393,18 @@ class _Run:
             f"{cause}; {out}.partial keeps what its record vouches for: {first}run "
             "the same command with --resume to finish it"
         ), True
+
+
+def _no_pool(exc: BaseException) -> str:
+    """Why a run has no workers although asked for some: the system refused the pool (its
+    semaphores live in /dev/shm: read-only, full or out of inodes in some containers and batch
+    systems)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"no worker pool: /dev/shm refused its semaphores ({reason}{shm_room()}), so this run "
+        "parses and formats in its own process (--workers 0), which is slower; a container "
+        "needs a writable /dev/shm with room (docker run --shm-size)"
+    )
 
 
 def _say(text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import SLICE
-from faults import descendants
+from faults import descendants, private_dev_shm
 
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import save_model_dir
@@ -113,6 +114,34 @@ def test_a_killed_worker_ends_the_run_with_one_line_and_resume_finishes_it(
     assert Path(f"{out}.partial").exists() and not out.exists()
     subprocess.run([*command, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
     assert out.read_bytes() == run["whole"].read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["read-only", "full", "out of inodes"])
+def test_a_dev_shm_that_refuses_runs_without_workers_with_one_note(
+    tmp_path: Path, run: dict[str, Path], kind: str
+) -> None:
+    """A container's or a batch system's /dev/shm that refuses the pool's semaphores: the run
+    used to die with an OSError traceback before the first chunk. Now: no workers, one note
+    saying why, and the bytes of a run with workers."""
+    prefix = private_dev_shm(kind)
+    if isinstance(prefix, str):
+        pytest.skip(prefix)
+    table = tmp_path / "table.gz"  # a slice's worth: this run has no workers
+    table.write_bytes(gzip.compress("".join(f"{line}\n" for line in LINES).encode("utf-8")))
+    command = [c for c in score_command({**run, "table": table}, "table") if c != "-q"]
+    subprocess.run([*command, "-o", str(tmp_path / "with.gz")], check=True, env=ONE_THREAD)
+    done = subprocess.run(
+        [*prefix, *command, "-o", str(tmp_path / "without.gz")],
+        capture_output=True,
+        text=True,
+        env=ONE_THREAD,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    notes = [ln for ln in done.stderr.splitlines() if re.search(r"\bnote\b", ln)]
+    assert len(notes) == 1 and "/dev/shm" in notes[0] and "--workers 0" in notes[0], done.stderr
+    assert (tmp_path / "with.gz").read_bytes() == (tmp_path / "without.gz").read_bytes()
 
 
 @pytest.mark.slow
