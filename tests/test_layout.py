@@ -58,6 +58,7 @@ TORCH_FREE = [
     "rescorer.io.chunks",
     "rescorer.io.gformat",
     "rescorer.io.shared",
+    "rescorer.io.shm",
     "rescorer.io.check",
     "rescorer.job.shards",
     "rescorer.job.stream",

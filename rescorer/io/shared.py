@@ -17,7 +17,9 @@ the same: a chunk larger than a slot (one source phrase over many chunks' worth 
 output larger than its slot (and result arrays beyond the second region: they cross in the
 pickle), or no room in /dev/shm (each segment's space is reserved when it is
 made, so a full tmpfs is a fallback here and not a SIGBUS later). Segments are unlinked when the
-run ends; a killed run's are unlinked by multiprocessing's resource tracker. No torch here.
+run ends; a killed run's are unlinked by multiprocessing's resource tracker, or, where it was
+killed too, by a later run: their names say whose they are (:mod:`rescorer.io.shm`). No torch
+here.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import pickle
 from collections.abc import Callable, Sized
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
+
+from rescorer.io.shm import owner, shm_room
 
 OUT_OF_BAND = 4096  # a result's buffers of at least this many bytes go in the slot
 ALIGN = 64
@@ -207,7 +211,9 @@ class Slots:
         if self._failed or len(self._made) >= self.count:
             return None
         try:
-            segment = shared_memory.SharedMemory(create=True, size=self.size)
+            made_by = owner()  # a name that says whose it is, where /dev/shm is a folder
+            name = made_by.name() if made_by is not None else None
+            segment = shared_memory.SharedMemory(name, create=True, size=self.size)
         except OSError as exc:
             self._refuse(exc)
             return None
@@ -247,17 +253,6 @@ class Slots:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def shm_room() -> str:
-    """/dev/shm's room in words, to follow a reason: ``", 12 MiB free in /dev/shm"`` (``", 0
-    MiB, 0 files free"`` where no inode is left either), or "" where it cannot be read."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return ""
-    files = "" if st.f_favail or not st.f_files else ", 0 files"
-    return f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB{files} free in /dev/shm"
 
 
 def keep_freed_memory() -> None:

@@ -7,6 +7,9 @@ dies (the OOM killer's SIGKILL on a cluster node), the executor fails every task
 for the lost task forever (issue 65). The job then ends with :meth:`Workers.death`'s words,
 which name the worker and its signal.
 
+Its semaphores are named after this process (:func:`rescorer.io.shm.semaphores_named`), so
+that a later run finds and removes them where this one is killed with its resource tracker.
+
 Workers are spawned, not forked (the main process holds torch's threads), with SIGINT ignored:
 a new interpreter inherits that through exec and keeps it, so a Ctrl-C, which the terminal
 sends to the whole process group, reaches the main process alone, also while a worker still
@@ -25,6 +28,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
+
+from rescorer.io.shm import semaphores_named
 
 __all__ = ["Inline", "Pool", "Workers", "ready"]
 
@@ -72,9 +77,10 @@ class Workers:
     def __init__(
         self, count: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
     ) -> None:
-        self._executor = ProcessPoolExecutor(
-            count, mp_context=_Spawn(), initializer=_start, initargs=(initializer, initargs)
-        )
+        with semaphores_named():  # whose they are, for a later run where this one is killed
+            self._executor = ProcessPoolExecutor(
+                count, mp_context=_Spawn(), initializer=_start, initargs=(initializer, initargs)
+            )
         self._ended: dict[int, int | None] = {}  # pid -> exit code, once the pool is shut down
 
     def submit(self, func: Callable[..., Any], *args: Any) -> Future[Any]:

@@ -42,7 +42,8 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.io.shared import keep_freed_memory, shm_room
+from rescorer.io.shared import keep_freed_memory
+from rescorer.io.shm import remove_dead, shm_room
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
 from rescorer.job.pool import Inline, Pool, Workers, ready
@@ -248,6 +249,7 @@ class _Run:
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
             num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: chunk 1
+            remove_dead()  # what runs killed with their resource tracker left in /dev/shm
             pool = self._start_pool()
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
                 pool.submit(ready).result()

@@ -4,6 +4,7 @@ time limit. Each run ends within seconds, with the bytes of a run that met no fa
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -114,6 +115,40 @@ def test_a_killed_worker_ends_the_run_with_one_line_and_resume_finishes_it(
     assert Path(f"{out}.partial").exists() and not out.exists()
     subprocess.run([*command, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
     assert out.read_bytes() == run["whole"].read_bytes()
+
+
+def shm_names_mapped(pid: int) -> set[str]:
+    """The /dev/shm files (slots, semaphores) that process ``pid`` and its children have mapped
+    (a semaphore's maker maps it under a temporary name: its workers under its own)."""
+    names = set()
+    for process in descendants(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{process}/maps").read_text().splitlines():
+                fields = line.split(maxsplit=5)
+                path = fields[5] if len(fields) == 6 else ""
+                if path.startswith("/dev/shm/") and not path.endswith("(deleted)"):
+                    names.add(path[len("/dev/shm/") :])
+    return names
+
+
+@pytest.mark.slow
+def test_a_killed_process_group_leaves_nothing_in_dev_shm_once_resumed(
+    tmp_path: Path, run: dict[str, Path]
+) -> None:
+    """Slurm's time limit: SIGKILL to the whole process group, multiprocessing's resource
+    tracker included, which would have removed the run's slots and semaphores. They used to
+    stay in /dev/shm for good (7-8 slots and 6 semaphores a run, --resume or not); now the
+    next run removes those of runs that are gone."""
+    command, out = score_command(run), tmp_path / "out.gz"
+    proc = start_and_wait_for_progress(command, out)
+    left = shm_names_mapped(proc.pid)
+    assert any(name.startswith("sem.") for name in left), left  # the pool's semaphores
+    assert any(not name.startswith("sem.") for name in left), left  # and slots
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    subprocess.run([*command, "-o", str(out), "--resume"], check=True, env=ONE_THREAD)
+    assert out.read_bytes() == run["whole"].read_bytes()
+    assert not [name for name in left if Path("/dev/shm", name).exists()]
 
 
 @pytest.mark.slow
