@@ -1,4 +1,4 @@
-"""Whose files in /dev/shm are whose (issue 65).
+"""Whose files in /dev/shm are whose, and how much room the slots may take (issue 65).
 
 A ``--workers`` run keeps files in /dev/shm: its shared-memory slots (:mod:`rescorer.io.shared`)
 and the semaphores of its pool's queues. When the run ends they are unlinked, and when its
@@ -144,3 +144,56 @@ def shm_room() -> str:
         return ""
     files = "" if st.f_favail or not st.f_files else ", 0 files"
     return f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB{files} free in /dev/shm"
+
+
+def free_memory(
+    meminfo: str = "/proc/meminfo",
+    cgroup_root: str = "/sys/fs/cgroup",
+    proc_cgroup: str = "/proc/self/cgroup",
+    shm: str = SHM,
+) -> int | None:
+    """The bytes of shared memory this process could still take: the least of the machine's
+    available memory (MemAvailable), the room under its cgroup's memory limits, which a tmpfs
+    page counts against (v2: its own cgroup's and its ancestors'; v1: its own and the root's, a
+    container's own), and /dev/shm's free space (a tmpfs may be sized larger than the memory);
+    None where none of them is known."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open(meminfo, encoding="ascii") as f:
+            line = next(ln for ln in f if ln.startswith("MemAvailable:"))
+        found.append(int(line.split()[1]) * 1024)
+    found += _cgroup_room(cgroup_root, proc_cgroup)
+    with contextlib.suppress(OSError):
+        st = os.statvfs(shm)
+        found.append(st.f_bavail * st.f_frsize)
+    return min(found) if found else None
+
+
+def _cgroup_room(root: str, proc_cgroup: str) -> list[int]:
+    """limit - usage for each memory limit over this process's cgroup."""
+    try:
+        with open(proc_cgroup, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    pairs = []
+    for line in lines:
+        number, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if number == "0" and controllers == "":  # v2: every level up to the root
+            parts = [p for p in path.split("/") if p]
+            for depth in range(len(parts), -1, -1):
+                folder = os.path.join(root, *parts[:depth])
+                pairs.append((f"{folder}/memory.max", f"{folder}/memory.current"))
+        elif "memory" in controllers.split(","):  # v1: its own, and the root (a container's)
+            for folder in (os.path.join(root, "memory", path.lstrip("/")), f"{root}/memory"):
+                pairs.append((f"{folder}/memory.limit_in_bytes", f"{folder}/memory.usage_in_bytes"))
+    room = []
+    for limit_file, usage_file in pairs:
+        with contextlib.suppress(OSError, ValueError):
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            if limit == "max" or int(limit) >= 1 << 60:  # no limit (v1 says so with 2^63)
+                continue
+            with open(usage_file, encoding="ascii") as f:
+                room.append(max(0, int(limit) - int(f.read().strip())))
+    return room

@@ -1,6 +1,6 @@
 """Whose files in /dev/shm are whose (rescorer/io/shm.py): a run's names carry its owner's
 prefix and a lock that ends with the owner, so a later run removes the files of runs that are
-gone and only those."""
+gone and only those; and the room the slots may take."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rescorer.io.shared import Slots
-from rescorer.io.shm import SHM, Owner, owner, remove_dead, semaphores_named
+from rescorer.io.shm import SHM, Owner, free_memory, owner, remove_dead, semaphores_named
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="flock, /proc and /dev/shm")
 
@@ -75,3 +75,42 @@ def test_the_pool_semaphores_and_the_slots_carry_the_owner_prefix() -> None:
     with Slots(4096, 1) as slots:
         slot = slots.put(b"abc")
         assert slot is not None and slot.name.startswith(f"{made.prefix}-")
+
+
+def test_the_slots_take_at_most_half_the_memory_left(tmp_path: Path) -> None:
+    """A /dev/shm larger than the memory would take all of it: fewer slots than the chunks in
+    flight, said once; the rest crosses through pipes."""
+    notes: list[str] = []
+    with Slots(4096, 10, notes.append, memory=7 * 4096) as slots:
+        assert slots.count == 3
+        made = [slots.put(b"x") for _ in range(4)]
+        assert [s is not None for s in made] == [True, True, True, False]
+    assert len(notes) == 1 and "3 of the 10" in notes[0], notes
+
+
+def test_free_memory_is_the_least_of_the_machine_the_cgroups_and_dev_shm(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n")
+    root = tmp_path / "cgroup"
+    job, step = root / "job", root / "job" / "step"
+    step.mkdir(parents=True)
+    (job / "memory.max").write_text("3000000000\n")  # a parent's limit counts too
+    (job / "memory.current").write_text("1000000000\n")
+    (step / "memory.max").write_text("max\n")
+    (step / "memory.current").write_text("900000000\n")
+    proc_cgroup = tmp_path / "self-cgroup"
+    proc_cgroup.write_text("0::/job/step\n")
+    shm = str(tmp_path)  # a real file system's free space: far more than 2 GB here
+    if os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize < 3_000_000_000:
+        pytest.skip("the temporary folder has too little room for this case")
+    assert free_memory(str(meminfo), str(root), str(proc_cgroup), shm) == 2_000_000_000
+    proc_cgroup.write_text("0::/elsewhere\n")  # no limit: the machine's
+    assert free_memory(str(meminfo), str(root), str(proc_cgroup), shm) == 4_096_000_000
+    v1 = root / "memory" / "slurm" / "job_7"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text("1500000000\n")
+    (v1 / "memory.usage_in_bytes").write_text("500000000\n")
+    proc_cgroup.write_text("4:memory:/slurm/job_7\n3:cpu,cpuacct:/slurm/job_7\n")
+    assert free_memory(str(meminfo), str(root), str(proc_cgroup), shm) == 1_000_000_000
+    missing = str(tmp_path / "none")
+    assert free_memory(missing, missing, missing, missing) is None
