@@ -194,10 +194,9 @@ def stages(
         pass
     rows.append(("main process", 1, lines / (time.perf_counter() - t), 0.0))
     for workers in range(1, max_workers + 1):
-        ctx = multiprocessing.get_context("spawn")
         start = (src_vocab, tgt_vocab, True)  # in the pool, as score starts its workers
-        with ctx.Pool(workers, initializer=init_worker, initargs=start) as pool:
-            pool.map(_stage_worker, chunks[:workers])  # start-up and imports, not timed
+        with start_pool(workers, init_worker, start) as pool:
+            warm(pool, _stage_worker, chunks[:workers])  # start-up and imports, not timed
             # As score --workers N runs them, through the same chunk loop: parse in the pool,
             # the results to the main process, format in the pool, write in order.
             seconds, cpu = run_loop(table, pool, StagesWork(), workers, max_lines)
@@ -270,6 +269,25 @@ class StagesWork(NoopWork):
         return format_chunk, _format_args(parsed), parsed.lines_in
 
 
+def start_pool(workers: int, initializer: Any, initargs: tuple[Any, ...]) -> Any:
+    """Worker processes as score starts them: rescorer.job.pool's, a multiprocessing Pool in
+    the code before issue 65 (its chunk loop calls apply_async)."""
+    try:
+        from rescorer.job.pool import Workers
+    except ImportError:
+        return multiprocessing.get_context("spawn").Pool(workers, initializer, initargs)
+    return Workers(workers, initializer, initargs)
+
+
+def warm(pool: Any, func: Any, items: list[Any]) -> None:
+    """``func`` on each of ``items`` in ``pool``: the workers started and their imports done."""
+    if hasattr(pool, "submit"):
+        for future in [pool.submit(func, item) for item in items]:
+            future.result()
+    else:
+        pool.map(func, items)
+
+
 def table_lines(table: str) -> int:
     """The lines of ``table``, decompressed."""
     with open_binary(table) as stream:
@@ -307,10 +325,9 @@ def run_loop(
 
 def noop_ceiling(table: str, workers: int, repeat: int) -> None:
     """Part 3 of the module docstring: lines/s of score's chunk loop with no-op stages."""
-    ctx = multiprocessing.get_context("spawn")
     times, lines = [], table_lines(table)
-    with ctx.Pool(workers) as pool:
-        pool.map(_noop_format, [b""] * workers)  # started and warm: not timed
+    with start_pool(workers, _noop_init, ()) as pool:
+        warm(pool, _noop_format, [b""] * workers)  # started and warm: not timed
         for _ in range(repeat):
             times.append(run_loop(table, pool, NoopWork(), workers, None))
     best, cpu = min(times)

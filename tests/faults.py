@@ -231,3 +231,26 @@ def _kill_tree(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(OSError):
         proc.kill()
     proc.communicate()
+
+
+# ----------------------------------------------------------------------- a private /dev/shm
+SHM_KINDS = {  # the tmpfs mounted on /dev/shm, then what fills it
+    "read-only": ("ro,size=1m", ""),
+    "full": ("size=64k", "head -c 1m /dev/zero > /dev/shm/filler 2>/dev/null; "),
+    "out of inodes": ("nr_inodes=1,size=1m", ""),  # the root folder takes the one inode
+}
+
+
+def private_dev_shm(kind: str) -> list[str] | str:
+    """The argv prefix that runs a command with a /dev/shm of its own of ``kind`` (SHM_KINDS):
+    a tmpfs mounted in a new mount namespace (``unshare -m``, root on Linux), which no other
+    process sees; or, where none can be made, the reason."""
+    if not (_can_mount() and shutil.which("unshare")):
+        return "a private /dev/shm needs root, mount and unshare (Linux)"
+    options, fill = SHM_KINDS[kind]
+    script = f'mount -t tmpfs -o {options} tmpfs /dev/shm && {fill}exec "$@"'
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"no private /dev/shm here (unshare -m, mount): {probe.stderr.strip()}"
+    return prefix

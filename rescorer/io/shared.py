@@ -16,8 +16,11 @@ Where no slot can be had, the chunk's bytes cross through the pipe as before, an
 the same: a chunk larger than a slot (one source phrase over many chunks' worth of lines), an
 output larger than its slot (and result arrays beyond the second region: they cross in the
 pickle), or no room in /dev/shm (each segment's space is reserved when it is
-made, so a full tmpfs is a fallback here and not a SIGBUS later). Segments are unlinked when the
-run ends; a killed run's are unlinked by multiprocessing's resource tracker. No torch here.
+made, so a full tmpfs is a fallback here and not a SIGBUS later). The slots take at most half
+the memory the run could still take (:func:`~rescorer.io.shm.free_memory`: a /dev/shm may be
+larger than the memory). Segments are unlinked when the run ends; a killed run's are unlinked
+by multiprocessing's resource tracker, or, where it was killed too, by a later run: their
+names say whose they are (:mod:`rescorer.io.shm`). No torch here.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import pickle
 from collections.abc import Callable, Sized
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
+
+from rescorer.io.shm import free_memory, owner, shm_room
 
 OUT_OF_BAND = 4096  # a result's buffers of at least this many bytes go in the slot
 ALIGN = 64
@@ -171,7 +176,8 @@ class Slots:
     """The main process's slots: at most ``count`` segments, each ``capacity`` bytes for a
     chunk and its output, then ``results`` bytes for its parse result's arrays, made as the
     run needs them (:meth:`put`), reused once freed (:meth:`free`), unlinked by
-    :meth:`close`."""
+    :meth:`close`. Fewer where they would take more than half of ``memory`` (None: the
+    memory this process could still take, :func:`~rescorer.io.shm.free_memory`)."""
 
     def __init__(
         self,
@@ -179,15 +185,26 @@ class Slots:
         count: int,
         refused: Callable[[str], None] | None = None,
         results: int = 0,
+        memory: int | None = None,
     ) -> None:
-        """``refused`` is told once, in words, if the system refuses a segment."""
+        """``refused`` is told once, in words, if there is room for fewer slots than
+        ``count`` or the system refuses a segment."""
         self.capacity = -(-capacity // ALIGN) * ALIGN
         self.size = -(-(self.capacity + results) // mmap.PAGESIZE) * mmap.PAGESIZE
-        self.count = count
         self.refused = refused
         self._free: list[str] = []
         self._made: list[str] = []
         self._failed = False  # /dev/shm refused a segment: no more are tried
+        memory = free_memory() if memory is None else memory
+        self.count = count
+        if memory is not None and memory // 2 // self.size < count:
+            self.count = memory // 2 // self.size
+            self._say(
+                f"shared memory for {self.count} of the {count} chunks in flight "
+                f"({self.size / (1 << 20):,.1f} MiB each; the slots take at most half of the "
+                f"{memory / (1 << 20):,.0f} MiB of memory this run could still take): the "
+                "others cross to the workers through pipes, which is slower"
+            )
 
     def put(self, data: bytes) -> SharedText | None:
         """``data`` in a free slot, or None (too large, every slot in use, no room)."""
@@ -207,7 +224,9 @@ class Slots:
         if self._failed or len(self._made) >= self.count:
             return None
         try:
-            segment = shared_memory.SharedMemory(create=True, size=self.size)
+            made_by = owner()  # a name that says whose it is, where /dev/shm is a folder
+            name = made_by.name() if made_by is not None else None
+            segment = shared_memory.SharedMemory(name, create=True, size=self.size)
         except OSError as exc:
             self._refuse(exc)
             return None
@@ -224,18 +243,18 @@ class Slots:
 
     def _refuse(self, exc: OSError) -> None:
         self._failed = True
-        if self.refused is None:
-            return
-        free = ""
-        with contextlib.suppress(OSError):
-            st = os.statvfs("/dev/shm")
-            free = f", {st.f_bavail * st.f_frsize / (1 << 20):,.0f} MiB free"
-        self.refused(
+        self._say(
             f"no shared memory for another {self.size / (1 << 20):,.1f} MiB slot "
-            f"({exc.strerror}{free} in /dev/shm, {len(self._made)} slots made): the chunks "
+            f"({exc.strerror}{shm_room()}, {len(self._made)} slots made): the chunks "
             "that find no slot cross to the workers through pipes, which is slower; a container "
             "needs more shared memory (docker run --shm-size)"
         )
+
+    def _say(self, text: str) -> None:
+        """``text`` to ``refused``, the first time only."""
+        if self.refused is not None:
+            self.refused(text)
+            self.refused = None
 
     def close(self) -> None:
         """Every segment made unlinked (workers still holding one keep their mapping)."""

@@ -17,8 +17,8 @@ both are. A command states what it does with one chunk (a :class:`ChunkWork`) an
    ``checkpoint_every`` seconds (:mod:`~rescorer.job.output`). With ``overlap``, chunk k+1 is
    submitted before chunk k is collected, so the device works while the host parses and formats;
 5. at the end the shard's manifest (:mod:`~rescorer.job.shards`) and ``OUT.partial`` renamed
-   to OUT; interrupted or on a full disk, ``OUT.partial`` and its record stay for ``--resume``;
-   after any other error nothing is left.
+   to OUT; interrupted, on a full disk or when a worker dies (:mod:`~rescorer.job.pool`),
+   ``OUT.partial`` and its record stay for ``--resume``; after any other error nothing is left.
 
 Memory is bounded by ``chunk_bytes`` times the chunks in flight (at most ``MAX_AHEAD_BYTES``
 being parsed, two on the device, ``workers`` being formatted), never by the table. No torch
@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, BinaryIO
 
 from rescorer.errors import RescorerError
@@ -44,12 +43,14 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.io.shared import keep_freed_memory
+from rescorer.io.shm import remove_dead, shm_room
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
+from rescorer.job.pool import Inline, Pool, Workers, ready
 from rescorer.job.record import run_key as record_run_key
 from rescorer.job.shards import complete_manifest, finished_shard, shard_manifest
 from rescorer.job.stats import JobStats
-from rescorer.job.stream import Inline, first_num_scores, num_scores_of, ready, stream_chunks
+from rescorer.job.stream import first_num_scores, num_scores_of, stream_chunks
 from rescorer.job.work import ChunkWork, Phase, nothing
 
 __all__ = ["ChunkWork", "Phase", "StreamedJob", "first_num_scores", "nothing"]
@@ -200,6 +201,7 @@ class _Run:
         self.output, self.resume, self.fresh = output, resume, fresh
         self.shard_range, self.phase, self.mark = shard_range, phase, mark
         self.written = False  # a chunk has been written
+        self.notes: list[str] = []  # said after the opening lines (unless --quiet)
         self.name = display_name(job.table)
         self.meter = InputMeter()
         # The decompressed size, where the gzip trailer tells it: the decompressing thread reads
@@ -225,7 +227,7 @@ class _Run:
     ) -> None:
         """Every chunk through ``work``, then OUT.partial renamed to OUT (module docstring)."""
         job, config, stats, output = self.job, self.config, self.stats, self.output
-        pool: Any = Inline()
+        pool: Pool = Inline()
         progress = Progress(
             f"rescorer {job.command} {self.name}",
             self.work.unit,
@@ -247,9 +249,10 @@ class _Run:
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
             num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: chunk 1
+            remove_dead()  # what runs killed with their resource tracker left in /dev/shm
             pool = self._start_pool()
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
-                pool.apply_async(ready, ()).get()
+                pool.submit(ready).result()
             self.mark("worker start")
             self._chunks_through(pool, num_scores, opening, report)
             ok = True
@@ -260,13 +263,18 @@ class _Run:
             if not exc.disk_full or output.direct:
                 raise
             # a full disk: what the record vouches for goes on after --resume
-            error, interrupted = self._disk_full(exc)
+            error, interrupted = self._stopped(str(exc), "free space, then ")
+            raise error from exc
+        except BrokenProcessPool as exc:  # a worker died (the OOM killer): its chunks are lost
+            assert isinstance(pool, Workers)
+            if output.direct:
+                raise RescorerError(f"{pool.death()}; output to stdout cannot be resumed") from exc
+            error, interrupted = self._stopped(pool.death(), "")
             raise error from exc
         finally:
             beat.stop()
             progress.close()
             (pool.close if ok else pool.terminate)()
-            pool.join()
             if ok and manifest is not None:
                 manifest = complete_manifest(manifest, stats, device)
             try:
@@ -278,28 +286,23 @@ class _Run:
                 self.mark("final rename")
         stats.seconds = time.monotonic() - t0
 
-    def _start_pool(self) -> Any:
+    def _start_pool(self) -> Pool:
         """The worker processes (``config.workers``), or the work's start in this process."""
         work = self.work
-        if self.config.workers <= 0:
-            work.init_worker(*work.init_args)
-            return Inline()
-        # Started with SIGINT ignored, which a new interpreter inherits through exec and
-        # keeps: a Ctrl-C while a worker still imports cannot interrupt it either.
-        keep_freed_memory()  # this process copies each chunk in and its results out
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return multiprocessing.get_context("spawn").Pool(
-                self.config.workers,
-                initializer=work.init_worker,
-                initargs=(*work.init_args, True),
-            )
-        finally:
-            signal.signal(signal.SIGINT, handler)
+        if self.config.workers > 0:
+            try:
+                pool = Workers(self.config.workers, work.init_worker, (*work.init_args, True))
+            except (OSError, NotImplementedError, ImportError) as exc:
+                self.notes.append(_no_pool(exc))  # the same bytes, without workers
+            else:
+                keep_freed_memory()  # this process copies each chunk in and its results out
+                return pool
+        work.init_worker(*work.init_args)
+        return Inline()
 
     def _chunks_through(
         self,
-        pool: Any,
+        pool: Pool,
         num_scores: int | None,
         opening: Sequence[str],
         report: Callable[[], None],
@@ -372,23 +375,38 @@ class _Run:
             uneven = shard_note(self.shard_range, self.config.chunk_bytes, self.config.shard)
             if uneven:
                 _say(f"rescorer {self.job.command}: note: {uneven}")
+        for note in self.notes:
+            _say(f"rescorer {self.job.command}: note: {note}")
 
-    def _disk_full(self, exc: WriteError) -> tuple[RescorerError, bool]:
-        """The error a full disk ends the run with, and whether OUT.partial is kept (where a
-        record vouches for it)."""
+    def _stopped(self, cause: str, first: str) -> tuple[RescorerError, bool]:
+        """The error a run stopped by ``cause`` (a full disk, a dead worker) ends with, and
+        whether OUT.partial is kept (where a record vouches for it); ``first``: what to do
+        before the command is run again."""
         output, out = self.output, self.job.out
         with contextlib.suppress(WriteError):  # a disk still full: the last record stands
             output.checkpoint()
         if output.recorded is None and self.fresh:  # no record: nothing would resume
             return RescorerError(
-                f"{exc}; no progress record had been written yet (one is written every "
-                "--checkpoint-every seconds), so nothing is kept to resume: free space, then run "
+                f"{cause}; no progress record had been written yet (one is written every "
+                f"--checkpoint-every seconds), so nothing is kept to resume: {first}run "
                 "the same command again"
             ), False
         return RescorerError(
-            f"{exc}; {out}.partial keeps what its record vouches for: free space, then run "
+            f"{cause}; {out}.partial keeps what its record vouches for: {first}run "
             "the same command with --resume to finish it"
         ), True
+
+
+def _no_pool(exc: BaseException) -> str:
+    """Why a run has no workers although asked for some: the system refused the pool (its
+    semaphores live in /dev/shm: read-only, full or out of inodes in some containers and batch
+    systems)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"no worker pool: /dev/shm refused its semaphores ({reason}{shm_room()}), so this run "
+        "parses and formats in its own process (--workers 0), which is slower; a container "
+        "needs a writable /dev/shm with room (docker run --shm-size)"
+    )
 
 
 def _say(text: str) -> None:

@@ -1,7 +1,7 @@
-"""The chunk loop of a streamed job (:mod:`rescorer.job.run`): parse ahead in the workers,
-submit to the device in input order, format in the workers, write in order
-(:func:`stream_chunks`); the pool's stand-in without workers (:class:`Inline`), and the score
-count every line must have (:func:`first_num_scores`). No torch here."""
+"""The chunk loop of a streamed job (:mod:`rescorer.job.run`): parse ahead in the workers
+(:mod:`rescorer.job.pool`), submit to the device in input order, format in the workers, write
+in order (:func:`stream_chunks`); and the score count every line must have
+(:func:`first_num_scores`). No torch here."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import contextlib
 import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from rescorer.errors import InputError
@@ -17,6 +18,7 @@ from rescorer.io.inputs import iter_raw_lines, open_binary
 from rescorer.io.shared import SharedText, Slots, loaded, output_into, result_into
 from rescorer.io.table import parse_raw_line
 from rescorer.job.output import Output
+from rescorer.job.pool import Inline, Pool
 from rescorer.job.shards import chain_sha256
 from rescorer.job.stats import MAX_AHEAD_BYTES, JobStats
 from rescorer.job.work import ChunkWork, JobConfig, Parsed, Phase, nothing
@@ -24,7 +26,7 @@ from rescorer.job.work import ChunkWork, JobConfig, Parsed, Phase, nothing
 
 def stream_chunks(
     chunks: Iterator[Chunk],
-    pool: Any,
+    pool: Pool,
     work: ChunkWork,
     output: Output,
     config: JobConfig,
@@ -48,7 +50,7 @@ def stream_chunks(
         while loop.parsing:
             with phase("parse"):
                 waiting, slot = loop.parsing.popleft()
-                parsed: Parsed = loaded(waiting.get())
+                parsed: Parsed = loaded(waiting.result())
             loop.read_ahead()
             if parsed.bad and config.skip_bad_lines is None:
                 lineno, message, _ = parsed.bad[0]
@@ -74,7 +76,7 @@ class _Loop:
     def __init__(
         self,
         chunks: Iterator[Chunk],
-        pool: Any,
+        pool: Pool,
         work: ChunkWork,
         output: Output,
         config: JobConfig,
@@ -94,9 +96,9 @@ class _Loop:
         self.workers = workers
         # Chunks being parsed at once: enough to keep the workers busy, at most MAX_AHEAD_BYTES.
         self.ahead = max(2, min(2 * workers, MAX_AHEAD_BYTES // chunk_bytes))
-        self.parsing: deque[tuple[Any, SharedText | None]] = deque()
+        self.parsing: deque[tuple[Future[Any], SharedText | None]] = deque()
         self.working: deque[tuple[Any, Parsed, SharedText | None]] = deque()  # not collected
-        self.formatting: deque[tuple[Any, Parsed, int, SharedText | None]] = deque()
+        self.formatting: deque[tuple[Future[Any], Parsed, int, SharedText | None]] = deque()
         self.digest = config.shard is not None  # a shard's manifest vouches for its bytes
         # In flight at once, at most: parsing, working, formatting, and one read ahead.
         self.slots = _slots(pool, work, config, self.ahead + 2 + max(1, workers) + 2)
@@ -113,11 +115,11 @@ class _Loop:
                 slot = slots.put(chunk.data) if slots is not None else None
                 args = (chunk, self.num_scores, self.name, self.digest)
                 if slot is None:
-                    self.parsing.append((pool.apply_async(work.parse, args), None))
+                    self.parsing.append((pool.submit(work.parse, *args), None))
                     continue
                 # The bytes cross in shared memory; the result's arrays come back there too.
                 args = (Chunk(chunk.offset, chunk.first_line, b"", slot), *args[1:])
-                self.parsing.append((pool.apply_async(result_into, (slot, work.parse, args)), slot))
+                self.parsing.append((pool.submit(result_into, slot, work.parse, args), slot))
 
     def collect(self) -> None:
         """The oldest submitted chunk's results (waiting for the device only here) go to
@@ -126,19 +128,19 @@ class _Loop:
         func, args, lines_out = self.work.collect(pending, parsed, self.gz_level)
         with self.phase("format"):
             if slot is not None:  # the output comes back in the chunk's slot
-                result = self.pool.apply_async(output_into, (slot, func, args))
+                result = self.pool.submit(output_into, slot, func, args)
             else:
-                result = self.pool.apply_async(func, args)
+                result = self.pool.submit(func, *args)
         self.formatting.append((result, parsed, lines_out, slot))
         self.write_ready(limit=max(1, self.workers))
 
     def write_ready(self, limit: int) -> None:
         """The formatted chunks written in order: all but ``limit``, and any done already."""
         formatting, output, stats, phase = self.formatting, self.output, self.stats, self.phase
-        while len(formatting) > limit or (formatting and formatting[0][0].ready()):
+        while len(formatting) > limit or (formatting and formatting[0][0].done()):
             result, parsed, lines_out, slot = formatting.popleft()
             with phase("format"):
-                data = result.get()
+                data = result.result()
             with phase("write"):
                 _write(output, data, [raw for _, _, raw in parsed.bad])
             if slot is not None and self.slots is not None:
@@ -149,7 +151,7 @@ class _Loop:
             self.progress()
 
 
-def _slots(pool: Any, work: ChunkWork, config: JobConfig, in_flight: int) -> Slots | None:
+def _slots(pool: Pool, work: ChunkWork, config: JobConfig, in_flight: int) -> Slots | None:
     """Shared-memory slots for the chunks in flight, where a pool of worker processes runs a
     work whose stages take them (:mod:`rescorer.io.shared`); None otherwise. A note on stderr
     (but with --quiet) if the system refuses one."""
@@ -188,37 +190,6 @@ def _count(stats: JobStats, parsed: Parsed, lines_out: int, name: str) -> None:
         stats.range_sha256 = chain_sha256(stats.range_sha256, parsed.chunk_sha256)
     for lineno, message, _ in parsed.bad[: max(0, 5 - len(stats.bad_examples))]:
         stats.bad_examples.append(f"{name}:{lineno}: {message}")
-
-
-def ready() -> None:
-    """A task that returns once a worker runs it (has started)."""
-
-
-class Inline:
-    """The subset of a multiprocessing Pool used here, run in the calling process."""
-
-    def apply_async(self, func: Callable[..., Any], args: tuple[Any, ...]) -> _Done:
-        return _Done(func(*args))
-
-    def close(self) -> None:
-        pass
-
-    def terminate(self) -> None:
-        pass
-
-    def join(self) -> None:
-        pass
-
-
-class _Done:
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def get(self) -> Any:
-        return self.value
-
-    def ready(self) -> bool:
-        return True
 
 
 def first_num_scores(path: str) -> int | None:

@@ -121,3 +121,26 @@ def test_no_room_in_dev_shm_says_so_once_and_changes_no_byte(
     notes = [ln for ln in capsys.readouterr().err.splitlines() if "shared memory" in ln]
     assert len(notes) == 1 and "2 slots made" in notes[0], notes
     assert (tmp_path / "a.gz").read_bytes() == (tmp_path / "b.gz").read_bytes()
+
+
+def test_a_pool_the_system_refuses_means_no_workers_one_note_and_the_same_bytes(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The pool's semaphores live in /dev/shm too: where it refuses them (read-only, full),
+    the run goes on without workers and says so once (tests/score/test_worker_faults.py
+    meets a real such /dev/shm where the test may mount one)."""
+    from rescorer.job import run
+
+    config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, workers=2)
+    score_table(str(SLICE), str(model_dir), str(tmp_path / "a.gz"), config)
+    capsys.readouterr()
+
+    def refused(*args: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(run, "Workers", refused)
+    score_table(str(SLICE), str(model_dir), str(tmp_path / "b.gz"), config)
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "note" in ln]
+    assert len(notes) == 1 and "Read-only file system" in notes[0], notes
+    assert "--workers 0" in notes[0] and "/dev/shm" in notes[0]
+    assert (tmp_path / "a.gz").read_bytes() == (tmp_path / "b.gz").read_bytes()

@@ -1,0 +1,161 @@
+"""The worker processes a streamed job parses and formats its chunks in (:class:`Workers`), and
+their stand-in in the calling process (:class:`Inline`). No torch here.
+
+A ``concurrent.futures.ProcessPoolExecutor``, not a ``multiprocessing.Pool``: when a worker
+dies (the OOM killer's SIGKILL on a cluster node), the executor fails every task in flight with
+``BrokenProcessPool``, where a Pool started another worker and left the main process waiting
+for the lost task forever (issue 65). The job then ends with :meth:`Workers.death`'s words,
+which name the worker and its signal.
+
+Its semaphores are named after this process (:func:`rescorer.io.shm.semaphores_named`), so
+that a later run finds and removes them where this one is killed with its resource tracker.
+
+Workers are spawned, not forked (the main process holds torch's threads), with SIGINT ignored:
+a new interpreter inherits that through exec and keeps it, so a Ctrl-C, which the terminal
+sends to the whole process group, reaches the main process alone, also while a worker still
+imports. A worker ends when the main process does, however it ends (:func:`_start`): the
+executor's workers hold both ends of its task pipe, so the main process's death left them
+waiting for a task forever, and multiprocessing's resource tracker with them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import Any
+
+from rescorer.io.shm import semaphores_named
+
+__all__ = ["Inline", "Pool", "Workers", "ready"]
+
+
+class _Worker(SpawnProcess):
+    """A spawned worker process, started with SIGINT ignored (module docstring)."""
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            super().start()  # only the main thread may set a handler (the job's thread is it)
+            return
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            super().start()
+        finally:
+            signal.signal(signal.SIGINT, handler)
+
+
+class _Spawn(SpawnContext):
+    """The spawn context, its processes :class:`_Worker`\\ s."""
+
+    Process = _Worker
+
+
+def _start(initializer: Callable[..., None], initargs: tuple[Any, ...]) -> None:
+    """A worker's start: ``initializer(*initargs)``, and a thread that ends the worker when
+    the main process ends (module docstring)."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        watch = threading.Thread(target=_end_with, args=(parent,), name="main-watch", daemon=True)
+        watch.start()
+    initializer(*initargs)
+
+
+def _end_with(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()  # returns when the parent's end of a pipe closes: when it ends
+    os._exit(1)
+
+
+class Workers:
+    """``count`` worker processes, each started with ``initializer(*initargs)``, spawned as
+    the first tasks come. Raises OSError where the system refuses the pool's semaphores (a
+    read-only or full /dev/shm), NotImplementedError or ImportError where it has none."""
+
+    def __init__(
+        self, count: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
+    ) -> None:
+        with semaphores_named():  # whose they are, for a later run where this one is killed
+            self._executor = ProcessPoolExecutor(
+                count, mp_context=_Spawn(), initializer=_start, initargs=(initializer, initargs)
+            )
+        self._ended: dict[int, int | None] = {}  # pid -> exit code, once the pool is shut down
+
+    def submit(self, func: Callable[..., Any], *args: Any) -> Future[Any]:
+        """``func(*args)`` in a worker. Raises BrokenProcessPool once a worker has died, as
+        the futures of the tasks in flight then do."""
+        return self._executor.submit(func, *args)
+
+    def close(self) -> None:
+        """Every task done, the workers ended."""
+        self._shut_down(kill=False)
+
+    def terminate(self) -> None:
+        """The tasks not started dropped, the workers ended at once (SIGTERM)."""
+        self._shut_down(kill=True)
+
+    def _shut_down(self, kill: bool) -> None:
+        if self._ended:
+            return
+        # The executor forgets its processes on shutdown, and lists them nowhere public.
+        processes = dict(getattr(self._executor, "_processes", None) or {})
+        if kill:  # the executor sees them end, fails what they held and joins them
+            for process in processes.values():
+                if process.exitcode is None:
+                    process.terminate()
+        self._executor.shutdown(wait=True, cancel_futures=kill)
+        self._ended = {pid: process.exitcode for pid, process in processes.items()}
+
+    def death(self) -> str:
+        """Which worker died and how, in words (after BrokenProcessPool): its pool is ended
+        first. The executor ends the others with SIGTERM once one has died."""
+        self.terminate()
+        ended = [(pid, code) for pid, code in self._ended.items() if code is not None]
+        first = [(pid, code) for pid, code in ended if code != -signal.SIGTERM] or ended
+        if not first:
+            return "a worker process ended"
+        pid, code = first[0]
+        if code is not None and code < 0:
+            how = f"was killed by {_signal_name(-code)}"
+            if code == -signal.SIGKILL:
+                how += " (what the out-of-memory killer sends)"
+        else:
+            how = f"exited with code {code}"
+        return f"worker process {pid} {how}"
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        self.close() if kind is None else self.terminate()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Inline:
+    """:class:`Workers`' stand-in that runs each task at once, in the calling process."""
+
+    def submit(self, func: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(func(*args))
+        return future
+
+    def close(self) -> None:
+        pass
+
+    def terminate(self) -> None:
+        pass
+
+
+Pool = Workers | Inline
+
+
+def ready() -> None:
+    """A task that returns once a worker runs it (has started)."""
