@@ -59,6 +59,11 @@ def _unmarked(name: str) -> None:
     """No stretch is timed."""
 
 
+def _count_of(chunk: Chunk) -> int | None:
+    """The score count of the chunk's first well-formed line (None: it has none)."""
+    return num_scores_of(chunk.data.split(b"\n"), chunk.first_line)
+
+
 class StreamedJob:
     """One run of a command over ``table`` into ``out``; the checks here come before any
     model is loaded: an output that is an input, a pipe with --resume or --shard, a lexicalised
@@ -246,7 +251,7 @@ class _Run:
 
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
-            num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: chunk 1
+            num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: _legs
             pool = self._start_pool()
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
                 pool.apply_async(ready, ()).get()
@@ -307,25 +312,26 @@ class _Run:
         """Read the input's chunks and stream them through ``pool`` into the output."""
         job, config, output, name = self.job, self.config, self.output, self.name
         with open_binary(job.table, self.meter) as stream:
-            chunks, found = self._chunks(stream)
-            num_scores = found if not job.regular else num_scores
+            legs = self._legs(stream, num_scores)
+            first = next(legs)  # a pipe's first chunk is read: not a reordering table
             if not config.quiet:  # a table, not a reordering one: say how the run computes
                 self._say_opening(opening)
             gz_level = config.compresslevel if job.out.endswith(".gz") else None
-            stream_chunks(
-                chunks,
-                pool,
-                self.work,
-                output,
-                config,
-                num_scores,
-                gz_level,
-                name,
-                self.stats,
-                report,
-                self.phase,
-                self._mark_end,
-            )
+            for chunks, count, last in itertools.chain([first], legs):
+                stream_chunks(
+                    chunks,
+                    pool,
+                    self.work,
+                    output,
+                    config,
+                    count,
+                    gz_level,
+                    name,
+                    self.stats,
+                    report,
+                    self.phase,
+                    self._mark_end if last else None,
+                )
         shard_range = self.shard_range
         if shard_range is not None and self.stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -342,9 +348,17 @@ class _Run:
         if self.written or name != "steady state":
             self.mark(name)
 
-    def _chunks(self, stream: BinaryIO) -> tuple[Iterator[Chunk], int | None]:
-        """The run's chunks of ``stream``, and (a pipe, read once) the score count of the
-        first chunk's lines."""
+    def _legs(
+        self, stream: BinaryIO, num_scores: int | None
+    ) -> Iterator[tuple[Iterator[Chunk], int | None, bool]]:
+        """The run's chunks of ``stream`` in legs streamed one after the other, each with the
+        score count its lines must have and whether it is the last leg. A file's chunks are
+        one leg, with ``num_scores`` (its first well-formed line's count, read before). A
+        pipe is read once, so the count comes from the first chunk that holds a well-formed
+        line: that chunk and the rest are the last leg, with its count; the chunks before it
+        (with --skip-bad-lines: their lines are all bad, whatever the count) go first, as they
+        are read, without one. (Taking the count of a first chunk of bad lines alone, none,
+        let a later line of another count through on a pipe: issue 65, item 3.)"""
         config, resume = self.config, self.resume
         chunks = iter_chunks(
             stream,
@@ -353,17 +367,34 @@ class _Run:
             first_line=resume.first_line,
             name=self.job.table,
         )
-        num_scores = None
-        if not self.job.regular:  # read once: the score count comes from the first chunk
-            first = next(chunks, None)
-            if first is not None:
-                not_a_reordering_table(self.name, table_kind(first.data.split(b"\n")))
-                num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
-                chunks = itertools.chain([first], chunks)
         if self.shard_range is not None:
             end = self.shard_range.end
             chunks = (c for c in chunks if c.offset < end)
-        return chunks, num_scores
+        if self.job.regular:
+            yield chunks, num_scores, True
+            return
+        first = next(chunks, None)
+        if first is None:
+            yield iter(()), None, True
+            return
+        not_a_reordering_table(self.name, table_kind(first.data.split(b"\n")))
+        if _count_of(first) is None:
+            held: list[Chunk] = []  # the first chunk with a well-formed line, once read
+
+            def before(chunk: Chunk | None) -> Iterator[Chunk]:
+                while chunk is not None:
+                    yield chunk
+                    chunk = next(chunks, None)
+                    if chunk is not None and _count_of(chunk) is not None:
+                        held.append(chunk)
+                        return
+
+            yield before(first), None, False
+            if not held:
+                yield iter(()), None, True
+                return
+            first = held[0]
+        yield itertools.chain([first], chunks), _count_of(first), True
 
     def _say_opening(self, opening: Sequence[str]) -> None:
         for line in opening:

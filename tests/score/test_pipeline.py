@@ -413,6 +413,32 @@ def test_stdin_gets_the_score_count_check(tmp_path: Path, model_dir: Path) -> No
 
 
 @pytest.mark.slow
+def test_a_pipe_whose_first_chunk_is_all_bad_checks_the_count_as_a_file_does(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """Issue 65, item 3: a pipe took the score count from its first chunk alone; one without a
+    well-formed line gave none, and a later line of another count was written with the new
+    column, exit 0, where the same file skips it. Now both skip it."""
+    lines = gzip.decompress(SLICE.read_bytes()).split(b"\n")[:-1]
+    table = [line.split(b" ||| ")[0] + b" ||| broken" for line in lines[:1000]]  # > a chunk
+    fields = lines[1500].split(b" ||| ")
+    fields[2] += b" 0.5"  # one score too many, in a later chunk
+    table += [*lines[1000:1500], b" ||| ".join(fields), *lines[1501:]]
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\n".join(table) + b"\n")
+    runs = {}
+    for how, source, stdin in (("file", path, None), ("pipe", "-", path.read_bytes())):
+        out, bad = tmp_path / f"{how}.txt", tmp_path / f"{how}.bad"
+        args = ("--chunk-bytes", "16384", "--skip-bad-lines", str(bad))
+        proc = score_cli(source, model_dir, out, *args, stdin=stdin)
+        assert proc.returncode == 0, proc.stderr
+        runs[how] = (out.read_bytes(), bad.read_bytes())
+    assert runs["pipe"] == runs["file"]
+    assert runs["pipe"][1].split(b"\n")[-2] == b" ||| ".join(fields)  # skipped, last
+    assert runs["pipe"][0].count(b"\n") == len(lines) - 1001
+
+
+@pytest.mark.slow
 def test_a_second_run_on_the_same_output_is_refused(tmp_path: Path, model_dir: Path) -> None:
     """Two runs with the same -o used to share OUT.partial; the final file mixed both inputs
     and one run exited 0 (issue 11, defect 3). The second is now refused, naming the first."""
