@@ -72,9 +72,10 @@ class ChunkColumns:
         return (self.score_ends - self.starts).tolist()
 
 
-# Bytes that the per-line parser treats specially: CR (refused), tab (a token separator), and
-# vertical tab and form feed (which ``bytes.split()`` would take as score separators).
-_CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
+# Bytes that the per-line parser treats specially: CR and NUL (refused), tab (a token
+# separator), and vertical tab and form feed (which ``bytes.split()`` would take as score
+# separators). Each is one memchr over the chunk.
+_CAREFUL_BYTES = (b"\r", b"\0", b"\t", b"\x0b", b"\x0c")
 _SEP = np.frombuffer(FIELD_SEP_B, dtype=np.uint8)  # b" ||| "
 SPACE, NEWLINE = 32, 10
 # Each byte's class in a score field: a digit, a sign, '.', an exponent's e or E, a boundary

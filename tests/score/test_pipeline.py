@@ -253,14 +253,16 @@ def test_skip_bad_lines_accounts_for_every_line(tmp_path: Path, model_dir: Path)
     bad = tmp_path / "bad.txt"
     lines = list(LINES)
     lines[10] = "broken"
+    lines[1000] = lines[1000].replace(" ", "\0", 1)  # issue 65, item 5: a NUL in a phrase
     lines[2000] = "a ||| b ||| 0.5"
     bad.write_text("\n".join(lines) + "\n")
     out, rejects = tmp_path / "out.txt", tmp_path / "rejects.txt"
     cfg = ScoreConfig(device="cpu", chunk_bytes=16384, skip_bad_lines=str(rejects))
     stats = score_table(str(bad), str(model_dir), str(out), cfg)
-    assert (stats.lines_in, stats.lines_out, stats.bad) == (len(LINES), len(LINES) - 2, 2)
-    assert rejects.read_text().splitlines() == ["broken", "a ||| b ||| 0.5"]
-    assert len(read_lines(out)) == len(LINES) - 2
+    assert (stats.lines_in, stats.lines_out, stats.bad) == (len(LINES), len(LINES) - 3, 3)
+    assert rejects.read_text().splitlines() == ["broken", lines[1000], "a ||| b ||| 0.5"]
+    assert f"{bad}:1001: found a NUL byte at character " in stats.bad_examples[1]
+    assert len(read_lines(out)) == len(LINES) - 3
 
 
 def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
