@@ -98,7 +98,7 @@ def split_columns(
     with numpy over the chunk's bytes at once instead of :func:`parse_raw_line` per line.
 
     The result is what ``parse_raw_line`` gives line by line. None when that cannot be
-    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
+    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR, NUL or tab bytes,
     phrases with runs of spaces, a bad or missing score, a number of over 30 characters,
     another score count than ``num_scores``, lines with and without fields after the scores);
     the caller then parses line by line, which also names the bad line. With
