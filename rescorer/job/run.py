@@ -251,12 +251,11 @@ class _Run:
 
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
-            num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: _legs
             pool = self._start_pool()
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
                 pool.apply_async(ready, ()).get()
             self.mark("worker start")
-            self._chunks_through(pool, num_scores, opening, report)
+            self._chunks_through(pool, opening, report)
             ok = True
         except KeyboardInterrupt:
             interrupted = True  # keep OUT.partial and its record for --resume
@@ -299,39 +298,28 @@ class _Run:
                 initializer=work.init_worker,
                 initargs=(*work.init_args, True),
             )
+        except OSError as exc:  # a task or process limit (the Pool ends those it started)
+            raise RescorerError(
+                f"could not start {self.config.workers} worker processes ({exc.strerror or exc}):"
+                " give fewer --workers"
+            ) from exc
         finally:
             signal.signal(signal.SIGINT, handler)
 
     def _chunks_through(
-        self,
-        pool: Any,
-        num_scores: int | None,
-        opening: Sequence[str],
-        report: Callable[[], None],
+        self, pool: Any, opening: Sequence[str], report: Callable[[], None]
     ) -> None:
         """Read the input's chunks and stream them through ``pool`` into the output."""
         job, config, output, name = self.job, self.config, self.output, self.name
         with open_binary(job.table, self.meter) as stream:
-            legs = self._legs(stream, num_scores)
+            legs = self._legs(stream)
             first = next(legs)  # a pipe's first chunk is read: not a reordering table
             if not config.quiet:  # a table, not a reordering one: say how the run computes
                 self._say_opening(opening)
             gz_level = config.compresslevel if job.out.endswith(".gz") else None
             for chunks, count, last in itertools.chain([first], legs):
-                stream_chunks(
-                    chunks,
-                    pool,
-                    self.work,
-                    output,
-                    config,
-                    count,
-                    gz_level,
-                    name,
-                    self.stats,
-                    report,
-                    self.phase,
-                    self._mark_end if last else None,
-                )
+                run = (chunks, pool, self.work, output, config, count, gz_level, name, self.stats)
+                stream_chunks(*run, report, self.phase, self._mark_end if last else None)
         shard_range = self.shard_range
         if shard_range is not None and self.stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -348,17 +336,11 @@ class _Run:
         if self.written or name != "steady state":
             self.mark(name)
 
-    def _legs(
-        self, stream: BinaryIO, num_scores: int | None
-    ) -> Iterator[tuple[Iterator[Chunk], int | None, bool]]:
-        """The run's chunks of ``stream`` in legs streamed one after the other, each with the
-        score count its lines must have and whether it is the last leg. A file's chunks are
-        one leg, with ``num_scores`` (its first well-formed line's count, read before). A
-        pipe is read once, so the count comes from the first chunk that holds a well-formed
-        line: that chunk and the rest are the last leg, with its count; the chunks before it
-        (with --skip-bad-lines: their lines are all bad, whatever the count) go first, as they
-        are read, without one. (Taking the count of a first chunk of bad lines alone, none,
-        let a later line of another count through on a pipe: issue 65, item 3.)"""
+    def _legs(self, stream: BinaryIO) -> Iterator[tuple[Iterator[Chunk], int | None, bool]]:
+        """The run's chunks in legs streamed one after the other: (chunks, the score count
+        their lines must have, last leg?). A file's are one leg, with its first well-formed
+        line's count. A pipe, read once, takes the count of its first chunk with a well-formed
+        line; the chunks before it, all bad lines, go first without one (issue 65.3)."""
         config, resume = self.config, self.resume
         chunks = iter_chunks(
             stream,
@@ -371,30 +353,20 @@ class _Run:
             end = self.shard_range.end
             chunks = (c for c in chunks if c.offset < end)
         if self.job.regular:
-            yield chunks, num_scores, True
+            yield chunks, first_num_scores(self.job.table), True
             return
-        first = next(chunks, None)
-        if first is None:
-            yield iter(()), None, True
-            return
-        not_a_reordering_table(self.name, table_kind(first.data.split(b"\n")))
-        if _count_of(first) is None:
-            held: list[Chunk] = []  # the first chunk with a well-formed line, once read
+        ahead = list(itertools.islice(chunks, 1))  # the pipe's first chunk, then the one found
+        if ahead:
+            not_a_reordering_table(self.name, table_kind(ahead[0].data.split(b"\n")))
 
-            def before(chunk: Chunk | None) -> Iterator[Chunk]:
-                while chunk is not None:
-                    yield chunk
-                    chunk = next(chunks, None)
-                    if chunk is not None and _count_of(chunk) is not None:
-                        held.append(chunk)
-                        return
+        def before() -> Iterator[Chunk]:  # the chunks of bad lines alone, as they are read
+            while ahead and _count_of(ahead[0]) is None:
+                yield ahead.pop()
+                ahead.extend(itertools.islice(chunks, 1))
 
-            yield before(first), None, False
-            if not held:
-                yield iter(()), None, True
-                return
-            first = held[0]
-        yield itertools.chain([first], chunks), _count_of(first), True
+        if ahead and _count_of(ahead[0]) is None:
+            yield before(), None, False
+        yield itertools.chain(ahead, chunks), _count_of(ahead[0]) if ahead else None, True
 
     def _say_opening(self, opening: Sequence[str]) -> None:
         for line in opening:

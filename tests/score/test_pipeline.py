@@ -166,6 +166,22 @@ def test_batch_size_and_workers_keep_order_and_lines(tmp_path: Path, model_dir: 
         assert abs(vx - vy) < 1e-4 * max(1.0, abs(vx))
 
 
+def test_workers_the_system_refuses_are_one_error_line(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 65, item 4: --workers 500 in a task limit ended in a BlockingIOError traceback
+    (the command line now refuses such counts; a tighter limit still says what to do)."""
+    import multiprocessing.context
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnContext, "Pool", refused)
+    with pytest.raises(RescorerError, match=r"could not start 2 worker processes \(Resource "):
+        run_score(tmp_path, model_dir, "o.gz", workers=2)
+    assert not (tmp_path / "o.gz").exists()
+
+
 def test_workers_give_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
     """Issue 57: the gzip bytes themselves are the same at 0, 1 and 2 workers (a member per
     chunk, each compressed by zlib with no timestamp in whichever process formats it), with
