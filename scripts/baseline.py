@@ -30,12 +30,14 @@ from pathlib import Path
 import click
 
 from rescorer.cli.drivers import (
-    COUNT,
+    LINES,
     drive,
     max_iterations_option,
     mert_seed_option,
     moses_option,
+    threads_option,
 )
+from rescorer.cli.ranges import Int
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig, run_baseline
 
 HERE = Path(__file__).resolve().parent
@@ -48,14 +50,25 @@ HERE = Path(__file__).resolve().parent
 @click.option("--src", default="en", show_default=True, help="Source language (file suffix).")
 @click.option("--tgt", default="fr", show_default=True, help="Target language (file suffix).")
 @click.option("--tokenized", is_flag=True, help="The corpus is tokenised and lowercased.")
-@click.option("--max-length", default=80, show_default=True, help="clean-corpus-n's limit.")
-@click.option("--lm-order", default=5, show_default=True)
+@click.option(
+    "--max-length",
+    default=80,
+    type=Int(1, 1000),
+    show_default=True,
+    help="clean-corpus-n's limit (words a side).",
+)
+@click.option(
+    "--lm-order",
+    default=5,
+    type=Int(1, 6, "(the KenLM built into Moses loads orders up to 6)"),
+    show_default=True,
+)
 @click.option(
     "--discount-fallback",
     is_flag=True,
     help="lmplz --discount_fallback from the start [default: only when lmplz asks].",
 )
-@click.option("--max-phrase-length", default=7, show_default=True)
+@click.option("--max-phrase-length", default=7, type=Int(1, 100), show_default=True)
 @click.option(
     "--no-cube-pruning",
     "cube_pruning",
@@ -64,12 +77,8 @@ HERE = Path(__file__).resolve().parent
     help="Keep Moses' default search (cube pruning is added before tuning).",
 )
 @max_iterations_option(15)
-@click.option(
-    "--dev-lines", type=int, callback=COUNT, help="Tune on the first N dev lines [default: all]."
-)
-@click.option(
-    "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
-)
+@click.option("--dev-lines", type=LINES, help="Tune on the first N dev lines [default: all].")
+@threads_option(len(os.sched_getaffinity(0)), "usable CPUs")
 @mert_seed_option(DEFAULT_MERT_SEED)
 def main(**opts: object) -> None:
     """Build, tune and evaluate a Moses baseline from CORPUS in --work."""

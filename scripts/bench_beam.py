@@ -33,6 +33,8 @@ import torch
 from bench_extend import random_model
 from benchlib import cpu_name, git_commit
 
+from rescorer.cli.ranges import Arg, RangeHelp
+from rescorer.cpus import MAX_THREADS
 from rescorer.extend import beam as current
 from rescorer.model.checkpoint import load_model_dir
 
@@ -78,20 +80,22 @@ def distinct_sources(table: str, count: int) -> list[list[str]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.split("\n\n")[0])
     ap.add_argument("--table", required=True, help="A Moses phrase table (.gz or plain).")
     ap.add_argument("--model", help="A trained model folder (else random weights, --hidden).")
-    ap.add_argument("--hidden", type=int, default=1000, help="Random weights: hidden size.")
+    ap.add_argument(
+        "--hidden", type=Arg(1, 1 << 14), default=1000, help="Random weights: hidden size."
+    )
     ap.add_argument(
         "--baseline",
         default="HEAD",
         help="The git revision to compare with, or a beam.py file (no git history there).",
     )
-    ap.add_argument("--sources", type=int, default=2560)
-    ap.add_argument("--batch-sources", type=int, default=256)
-    ap.add_argument("--beam", type=int, default=5)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--sources", type=Arg(1, 10**8), default=2560)
+    ap.add_argument("--batch-sources", type=Arg(1, 1 << 16), default=256)
+    ap.add_argument("--beam", type=Arg(1, 1000), default=5)
+    ap.add_argument("--repeats", type=Arg(1, 1000), default=2)
+    ap.add_argument("--threads", type=Arg(1, MAX_THREADS), default=1)
     ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (fp32 either way).")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -35,6 +35,8 @@ import torch
 from bench_score import DEFAULT_TABLE
 from benchlib import cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import Arg, RangeHelp
+from rescorer.cpus import MAX_THREADS
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.extend.config import SECOND_TABLE, ExtendConfig
 from rescorer.extend.pipeline import extend_table
@@ -65,23 +67,28 @@ def random_model(folder: str, table: str, hidden: int, args: argparse.Namespace)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument(
         "--model", nargs="+", help="Trained model directories (then --hidden is ignored)."
     )
-    parser.add_argument("--lines", type=int, default=20_000)
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=20_000)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[1000, 256])
-    parser.add_argument("--beam", type=int, nargs="+", default=[5, 10])
-    parser.add_argument("--batch-sources", type=int, default=None, help="default: by device")
+    parser.add_argument("--hidden", type=Arg(1, 1 << 14), nargs="+", default=[1000, 256])
+    parser.add_argument("--beam", type=Arg(1, 1000), nargs="+", default=[5, 10])
     parser.add_argument(
-        "--threads", type=int, default=None, help="compute threads of both (default: the rule)"
+        "--batch-sources", type=Arg(1, 1 << 16), default=None, help="default: by device"
     )
-    parser.add_argument("--vocab-size", type=int, default=15000)
-    parser.add_argument("--embed-size", type=int, default=100)
-    parser.add_argument("--maxout-units", type=int, default=500)
+    parser.add_argument(
+        "--threads",
+        type=Arg(1, MAX_THREADS),
+        default=None,
+        help="compute threads of both (default: the rule)",
+    )
+    parser.add_argument("--vocab-size", type=Arg(2, 1_000_000), default=15000)
+    parser.add_argument("--embed-size", type=Arg(1, 1 << 14), default=100)
+    parser.add_argument("--maxout-units", type=Arg(1, 1 << 14), default=500)
     args = parser.parse_args()
 
     device = resolve_device(args.device)

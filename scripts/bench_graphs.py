@@ -27,6 +27,7 @@ import torch
 from bench_score import DEFAULT_TABLE, gemm_peak, model_macs, sync
 from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
 
+from rescorer.cli.ranges import Arg, RangeHelp
 from rescorer.device import autocast, resolve_device
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
@@ -41,18 +42,22 @@ GPU_CHUNK_LINES = 140_000  # about a GPU chunk of 16 MiB of the en-fr table (sco
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--model", help="A model folder (default: paper sizes, random).")
-    parser.add_argument("--lines", type=int, default=300_000)
-    parser.add_argument("--chunk-lines", type=int, default=None, help="default: by device")
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=300_000)
+    parser.add_argument(
+        "--chunk-lines", type=Arg(1, 10**8), default=None, help="default: by device"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", nargs="+", default=["bf16", "tf32"])
     parser.add_argument("--capture", nargs="+", default=["off", "on"], help="off first: the base")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="default: as score's")
+    parser.add_argument(
+        "--batch-tokens", type=Arg(1, 1 << 24), default=None, help="default: as score's"
+    )
     parser.add_argument("--compile", choices=["yes", "no"], default="no")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--gemm-size", type=int, default=8192)
+    parser.add_argument("--repeats", type=Arg(1, 1000), default=3)
+    parser.add_argument("--gemm-size", type=Arg(1, 1 << 16), default=8192)
     return parser.parse_args()
 
 

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from benchlib import cpu_name, git_commit
 
+from rescorer.cli.ranges import Arg, RangeHelp, per_cpu
 from rescorer.io.chunks import Chunk, iter_chunks
 from rescorer.io.inputs import open_binary
 from rescorer.io.table import copy_table, read_table
@@ -75,14 +76,16 @@ def crc_of_gzip(path: str) -> tuple[int, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=Arg(1, 1000), default=3)
     parser.add_argument("--model", help="Take the shortlists of this model directory.")
-    parser.add_argument("--max-workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--max-workers", type=Arg(1, per_cpu()[0]), default=os.cpu_count() or 1)
     parser.add_argument("--noop", action="store_true", help="Part 3 only: the main process.")
     parser.add_argument("--stages-only", action="store_true", help="Part 2 only.")
-    parser.add_argument("--lines", type=int, help="Only the chunks of the first LINES lines.")
+    parser.add_argument(
+        "--lines", type=Arg(1, 10**8), help="Only the chunks of the first LINES lines."
+    )
     args = parser.parse_args()
     if args.noop:
         noop_ceiling(args.table, args.max_workers, args.repeat)

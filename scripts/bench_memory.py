@@ -36,6 +36,8 @@ import time
 
 from benchlib import cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import MAX_CHUNK_BYTES, Arg, RangeHelp
+
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
 )
@@ -80,14 +82,18 @@ def make_model(table: str, hidden_size: int, folder: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--model", help="A model directory (default: random, --hidden-size).")
-    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--hidden-size", type=Arg(1, 1 << 14), default=256)
     parser.add_argument("--sizes", default="20000,200000,1000000")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--workers", default="0", help="score --workers (0: none, or auto).")
-    parser.add_argument("--chunk-bytes", type=int, help="score --chunk-bytes (default: its own).")
+    parser.add_argument(
+        "--chunk-bytes",
+        type=Arg(1, MAX_CHUNK_BYTES),
+        help="score --chunk-bytes (default: its own).",
+    )
     parser.add_argument(
         "--no-endless", action="store_true", help="Skip the endless-line (/dev/zero) row."
     )

@@ -31,6 +31,8 @@ import time
 
 from benchlib import cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import MAX_CHUNK_BYTES, Arg, RangeHelp
+
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
 )
@@ -104,14 +106,14 @@ def peak_rss(cmd: list[str]) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
-    parser.add_argument("--lines", type=int, default=20000)
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=20000)
     parser.add_argument("--forward", help="A forward model directory (default: random).")
     parser.add_argument("--inverse", help="An inverse model directory (default: random).")
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--chunk-bytes", type=int, default=1 << 20)
+    parser.add_argument("--hidden-size", type=Arg(1, 1 << 14), default=256)
+    parser.add_argument("--repeats", type=Arg(1, 1000), default=3)
+    parser.add_argument("--chunk-bytes", type=Arg(1, MAX_CHUNK_BYTES), default=1 << 20)
     parser.add_argument("--count", action="store_true", help="Count the inverse model's work.")
     parser.add_argument("--score-flags", default="", help="More flags for rescorer score.")
     parser.add_argument(

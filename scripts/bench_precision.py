@@ -37,6 +37,7 @@ from bench_score import DEFAULT_TABLE, gemm_peak
 from benchlib import cpu_name, git_commit, write_slice
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from rescorer.cli.ranges import Arg, RangeHelp
 from rescorer.device import autocast, has_tf32, resolve_device
 from rescorer.io.table import read_table
 from rescorer.job.merge import merge
@@ -134,14 +135,14 @@ def column(path: str) -> np.ndarray:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--table", default=DEFAULT_TABLE)
-    parser.add_argument("--pairs", type=int, default=20_000)
-    parser.add_argument("--chunk-lines", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pairs", type=Arg(1, 10**8), default=20_000)
+    parser.add_argument("--chunk-lines", type=Arg(1, 10**8), default=20_000)
+    parser.add_argument("--repeats", type=Arg(1, 1000), default=3)
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--gemm-size", type=int, default=2048)
+    parser.add_argument("--gemm-size", type=Arg(1, 1 << 16), default=2048)
     args = parser.parse_args()
 
     device = resolve_device(args.device)

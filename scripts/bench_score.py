@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
 
+from rescorer.cli.ranges import MAX_CHUNK_BYTES, Arg, RangeHelp, per_cpu
 from rescorer.device import resolve_device, resolve_precision
 from rescorer.io.chunks import iter_chunks
 from rescorer.io.inputs import open_binary
@@ -129,19 +130,23 @@ def padded_contexts(parsed: list[Any], batch_tokens: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--model", help="A model directory (default: paper sizes, random).")
-    parser.add_argument("--lines", type=int, default=100_000)
-    parser.add_argument("--baseline-lines", type=int, default=5_000)
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=100_000)
+    parser.add_argument("--baseline-lines", type=Arg(1, 10**8), default=5_000)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--precision", default="auto")
-    parser.add_argument("--batch-tokens", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--chunk-bytes", type=int, default=None, help="default: by device")
-    parser.add_argument("--gemm-size", type=int, default=2048)
+    parser.add_argument("--batch-tokens", type=Arg(1, 1 << 24), default=None)
+    parser.add_argument("--workers", type=Arg(0, per_cpu()[0]), default=0)
+    parser.add_argument(
+        "--chunk-bytes", type=Arg(1, MAX_CHUNK_BYTES), default=None, help="default: by device"
+    )
+    parser.add_argument("--gemm-size", type=Arg(1, 1 << 16), default=2048)
     parser.add_argument("--compile", choices=["yes", "no"], default="yes")
-    parser.add_argument("--repeats", type=int, default=2, help="model alone / end to end pairs")
+    parser.add_argument(
+        "--repeats", type=Arg(1, 1000), default=2, help="model alone / end to end pairs"
+    )
     parser.add_argument(
         "--compare-pipeline",
         action="store_true",

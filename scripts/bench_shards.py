@@ -27,6 +27,7 @@ import time
 
 from benchlib import cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import MAX_SHARDS, Arg, RangeHelp
 from rescorer.job.shards import write_manifest
 
 DEFAULT_TABLE = os.path.join(
@@ -76,15 +77,15 @@ def fake_parts(source: str, folder: str, n: int, mib: int) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--model", help="A model directory (default: random, --hidden-size).")
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--lines", type=int, default=40_000)
-    parser.add_argument("--shards", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--merge-parts", type=int, default=4)
-    parser.add_argument("--merge-mib", type=int, default=256)
+    parser.add_argument("--hidden-size", type=Arg(1, 1 << 14), default=256)
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=40_000)
+    parser.add_argument("--shards", type=Arg(1, MAX_SHARDS), default=2)
+    parser.add_argument("--repeat", type=Arg(1, 1000), default=2)
+    parser.add_argument("--merge-parts", type=Arg(1, 10_000), default=4)
+    parser.add_argument("--merge-mib", type=Arg(1, 1 << 20), default=256)
     args = parser.parse_args()
     commit = git_commit()  # the code measured: read before the runs
     cores = os.cpu_count() or 1

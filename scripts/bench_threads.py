@@ -36,6 +36,8 @@ from pathlib import Path
 
 from benchlib import HERE, cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import Arg, RangeHelp
+
 ROOT = Path(HERE).parent
 TINY_TABLE = ROOT / "tests" / "data" / "tiny-system" / "phrase-table.gz"
 DEFAULT_TABLE = ROOT / "tests" / "data" / "pt.en-fr.slice.gz"
@@ -144,13 +146,19 @@ def tiny_model(work: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=RangeHelp, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", help="model folder (default: a tiny one, trained here)")
     parser.add_argument("--table", default=str(DEFAULT_TABLE), help="phrase table to score")
-    parser.add_argument("--lines", type=int, default=20_000, help="lines scored per run")
-    parser.add_argument("--busy", type=int, default=4, help="spinning processes for the load")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per setting (median)")
-    parser.add_argument("--settle", type=float, default=120, help="seconds to wait for the load")
+    parser.add_argument("--lines", type=Arg(1, 10**8), default=20_000, help="lines scored per run")
+    parser.add_argument(
+        "--busy", type=Arg(0, 1024), default=4, help="spinning processes for the load"
+    )
+    parser.add_argument("--repeats", type=Arg(1, 1000), default=3, help="runs per setting (median)")
+    parser.add_argument(
+        "--settle", type=Arg(0, 86400, float), default=120, help="seconds to wait for the load"
+    )
     parser.add_argument("--score-args", default="", help="more flags for rescorer score")
     args = parser.parse_args()
     commit, cpus = git_commit(), os.cpu_count() or 1

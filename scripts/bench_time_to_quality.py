@@ -36,6 +36,9 @@ import sys
 
 from benchlib import cpu_name, git_commit
 
+from rescorer.cli.ranges import Arg, RangeHelp
+from rescorer.durations import MAX_DAYS
+
 
 def validations(folder: str) -> list[tuple[float, int, float]]:
     """(seconds, update, validation perplexity) of a run's log."""
@@ -96,12 +99,12 @@ def batches_of(args: argparse.Namespace) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default="../shared/data/en-fr/phrase-table.gz")
-    parser.add_argument("--hidden-size", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[64, 256])
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--valid-pairs", type=int, default=64_000)
+    parser.add_argument("--hidden-size", type=Arg(1, 1 << 14), default=1000)
+    parser.add_argument("--batch-size", type=Arg(1, 1 << 16), nargs="+", default=[64, 256])
+    parser.add_argument("--minutes", type=Arg(0, MAX_DAYS * 1440, float), default=30.0)
+    parser.add_argument("--valid-pairs", type=Arg(1, 10_000_000), default=64_000)
     parser.add_argument("--work", default="runs/time-to-quality")
     parser.add_argument("--png", default=None)
     parser.add_argument("--csv", default=None, help="every validation point, one row each")

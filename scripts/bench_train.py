@@ -39,6 +39,7 @@ from rescorer.batching import (
     epoch_batches,
     length_bounds,
 )
+from rescorer.cli.ranges import Arg, RangeHelp
 from rescorer.device import resolve_device
 from rescorer.io.table import read_table, split_tokens
 from rescorer.model.encdec import (
@@ -88,13 +89,13 @@ def time_captured(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.split("\n")[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
-    parser.add_argument("--pairs", type=int, default=20000, help="real pairs to sample")
-    parser.add_argument("--hidden-size", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[64])
-    parser.add_argument("--updates", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--pairs", type=Arg(1, 10**8), default=20000, help="real pairs to sample")
+    parser.add_argument("--hidden-size", type=Arg(1, 1 << 14), default=1000)
+    parser.add_argument("--batch-size", type=Arg(1, 1 << 16), nargs="+", default=[64])
+    parser.add_argument("--updates", type=Arg(1, 10_000_000), default=30)
+    parser.add_argument("--warmup", type=Arg(0, 1_000_000), default=5)
     parser.add_argument("--precision", nargs="+", default=["bf16", "fp32"])
     parser.add_argument(
         "--compile", nargs="+", choices=["no", "yes"], default=["no", "yes"],
@@ -115,7 +116,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--gemm-size", type=int, default=2048)
+    parser.add_argument("--gemm-size", type=Arg(1, 1 << 16), default=2048)
     parser.add_argument(
         "--profile", action="store_true",
         help="then time --updates more updates phase by phase (train --profile's table)",

@@ -24,7 +24,8 @@ from typing import Any
 
 import click
 
-from rescorer.cli.drivers import COUNT, drive
+from rescorer.cli.drivers import LINES, drive
+from rescorer.cli.ranges import MAX_SEED, Int
 from rescorer.experiments.help_corpus import CorpusConfig, build
 
 
@@ -39,18 +40,24 @@ def corpus_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--dev",
             default=1500,
+            type=LINES,
             show_default=True,
-            callback=COUNT,
             help="Distinct sources in dev.",
         ),
         click.option(
             "--test",
             default=5000,
+            type=LINES,
             show_default=True,
-            callback=COUNT,
             help="Distinct sources in test.",
         ),
-        click.option("--seed", default=12345, show_default=True, help="The split's shuffle seed."),
+        click.option(
+            "--seed",
+            default=12345,
+            type=Int(0, MAX_SEED),
+            show_default=True,
+            help="The split's shuffle seed.",
+        ),
     ]
     for option in reversed(options):
         command = option(command)

@@ -28,11 +28,11 @@ import click
 from help_corpus import corpus_options
 
 from rescorer.cli.drivers import (
-    COUNT,
     drive,
     max_iterations_option,
     mert_seed_option,
     moses_option,
+    threads_option,
 )
 from rescorer.experiments.baseline import DEFAULT_MERT_SEED, BaselineConfig
 from rescorer.experiments.help_corpus import CorpusConfig
@@ -46,9 +46,7 @@ HERE = Path(__file__).resolve().parent
 @corpus_options
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/, mgiza/")
 @max_iterations_option(15)
-@click.option(
-    "--threads", default=len(os.sched_getaffinity(0)), callback=COUNT, show_default="usable CPUs"
-)
+@threads_option(len(os.sched_getaffinity(0)), "usable CPUs")
 @mert_seed_option(DEFAULT_MERT_SEED)
 def main(
     work: Path,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from rescorer.cli.ranges import Float, Int
 from rescorer.experiments.power import (
     Components,
     check,
@@ -32,28 +33,48 @@ from rescorer.experiments.power import (
     t_quantile,
 )
 
+MAX_WORDS = 10**9  # source words of a test set
+
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("results", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--ref-words",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_WORDS),
     required=True,
     help="Source words of RESULTS' test set.",
 )
-@click.option("--segments", type=int, multiple=True, help="Test sizes to try.")
-@click.option("--words-per-segment", type=float, help="Of the new test set (with --segments).")
+@click.option("--segments", type=Int(1, 10_000_000), multiple=True, help="Test sizes to try.")
+@click.option(
+    "--words-per-segment",
+    type=Float(0, 10_000, low_open=True),
+    help="Of the new test set (with --segments).",
+)
 @click.option(
     "--sd",
     "sds",
-    type=float,
+    type=Float(0, 100),
     multiple=True,
     help="Between-run sd's to try "
     "(baseline and system alike) [default: the median of RESULTS' systems].",
 )
-@click.option("--runs", "ks", type=int, multiple=True, default=(3, 4, 6, 8, 10), show_default=True)
-@click.option("--gain", default=0.5, show_default=True, help="The true gain to find (BLEU).")
-@click.option("--target", default=0.8, show_default=True, help="The power wanted.")
+@click.option(
+    "--runs", "ks", type=Int(2, 1000), multiple=True, default=(3, 4, 6, 8, 10), show_default=True
+)
+@click.option(
+    "--gain",
+    default=0.5,
+    type=Float(0, 100, low_open=True),
+    show_default=True,
+    help="The true gain to find (BLEU).",
+)
+@click.option(
+    "--target",
+    default=0.8,
+    type=Float(0, 1, low_open=True, high_open=True),
+    show_default=True,
+    help="The power wanted.",
+)
 @click.option(
     "--check",
     "outcome",
@@ -61,9 +82,7 @@ from rescorer.experiments.power import (
     help="A finished experiment's results.json: set its own v_s, spreads and intervals beside "
     "the prediction from RESULTS (the 1/W assumption checked).",
 )
-@click.option(
-    "--check-words", type=click.IntRange(min=1), help="Source words of --check's test set."
-)
+@click.option("--check-words", type=Int(1, MAX_WORDS), help="Source words of --check's test set.")
 def main(
     results: Path,
     ref_words: int,

@@ -32,8 +32,20 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.common import check_duration, check_finite
-from rescorer.cli.drivers import COUNT, MERT_ITERATIONS, NONE_OR_MORE, drive, fail, moses_option
+from rescorer.cli.drivers import (
+    LINES,
+    MAX_MERT_SEED,
+    MAX_RUNS,
+    MERT_ITERATIONS,
+    RUNS,
+    RUNS_OR_NONE,
+    THREADS,
+    drive,
+    fail,
+    moses_option,
+    threads_option,
+)
+from rescorer.cli.ranges import MAX_WEIGHT, Duration, Float, Int
 from rescorer.experiments.baseline import BaselineConfig, baseline_built, run_baseline
 from rescorer.experiments.steps import check_work_folder
 from rescorer.experiments.table1 import (
@@ -57,6 +69,8 @@ def runs_of_option(
         key, sep, runs = value.rpartition("=")
         if not sep or not key or not runs.strip().isdigit():
             raise click.BadParameter(f"{value!r}: expected KEY=K, e.g. b-fwd@6h=6", ctx, param)
+        if int(runs) > MAX_RUNS:
+            raise click.BadParameter(f"{value!r}: expected K from 0 to {MAX_RUNS}", ctx, param)
         pairs.append((key, int(runs)))
     return tuple(pairs)
 
@@ -83,7 +97,7 @@ def runs_of_option(
     "--train",
     "train_budget",
     metavar="BUDGET",
-    callback=check_duration,
+    type=Duration(),
     help="Train a model first (e.g. 2h).",
 )
 @click.option("--train-args", default="", help="More `rescorer train` flags, one string.")
@@ -100,26 +114,25 @@ def runs_of_option(
 @click.option("--score-args", default="", help="More `rescorer score` flags, one string.")
 @moses_option(HERE.parent.parent / "shared" / "tools" / "moses", "bin/, scripts/")
 @click.option(
-    "--runs", default=3, show_default=True, callback=COUNT, help="K: tuning runs of (a), (b), (e)."
+    "--runs", default=3, type=RUNS, show_default=True, help="K: tuning runs of (a), (b), (e)."
 )
 @click.option(
     "--runs-c",
-    type=int,
-    callback=NONE_OR_MORE,
+    type=RUNS_OR_NONE,
     help="K of (c) and (d), 0 for none [default: --runs].",
 )
 @click.option(
     "--runs-mira",
     default=0,
+    type=RUNS_OR_NONE,
     show_default=True,
-    callback=NONE_OR_MORE,
     help="K of (a) and the best (b) tuned by batch MIRA (kbmira); 0 for none.",
 )
 @click.option(
     "--runs-f",
     default=0,
+    type=RUNS_OR_NONE,
     show_default=True,
-    callback=NONE_OR_MORE,
     help="K of (f): the best model's table filled up with its own pairs for the dev and test "
     "sources (rescorer extend), tested against (a) and the best (b); 0 for none.",
 )
@@ -140,25 +153,28 @@ def runs_of_option(
 )
 @click.option(
     "--dev-lines",
-    type=int,
-    callback=COUNT,
+    type=LINES,
     help="Tune on the first N dev sentences [default: all].",
 )
 @click.option(
     "--max-iterations",
     default=10,
+    type=MERT_ITERATIONS,
     show_default=True,
-    callback=MERT_ITERATIONS,
-    help="Tuning iterations at most (1 or more).",
+    help="Tuning iterations at most.",
 )
 @click.option(
-    "--top-k", default=5, show_default=True, callback=COUNT, help="System (d): targets per source."
+    "--top-k",
+    default=5,
+    type=Int(1, 1_000_000),
+    show_default=True,
+    help="System (d): targets per source.",
 )
 @click.option(
     "--new-weight",
     default=0.05,
+    type=Float(-MAX_WEIGHT, MAX_WEIGHT),
     show_default=True,
-    callback=check_finite,
     help="Starting weight of every new column (RNN, RNN inverse, WP) for tuning.",
 )
 @click.option(
@@ -169,30 +185,30 @@ def runs_of_option(
     "[default: the system's own, tuned, weights: the baseline's runs then start where MERT "
     "converged].",
 )
-@click.option(
-    "--threads",
-    default=os.cpu_count() or 1,
-    show_default="all cores",
-    callback=COUNT,
-    help="Decoder threads of each tuning and decoding.",
-)
+@threads_option(os.cpu_count() or 1, "all cores", "Decoder threads of each tuning and decoding. ")
 @click.option(
     "--jobs",
     default=1,
+    type=Int(1, THREADS),
     show_default=True,
-    callback=COUNT,
     help="Tuning runs at once, each with its decoding (and (d)'s pruning after (b)'s run); "
     "give each --threads so that jobs x threads fits the cores.",
 )
-@click.option("--seed", default=1, show_default=True, help="Run r tunes with seed SEED*1000+r.")
+@click.option(
+    "--seed",
+    default=1,
+    type=Int(0, (MAX_MERT_SEED - MAX_RUNS) // 1000),
+    show_default=True,
+    help="Run r tunes with seed SEED*1000+r.",
+)
 @click.option("--src", default="en", show_default=True, help="Source suffix of dev/test files.")
 @click.option("--tgt", default="fr", show_default=True, help="Target suffix of dev/test files.")
 @click.option("--feature-name", help="The phrase-table feature when the ini has several.")
 @click.option(
     "--trials",
     default=10000,
+    type=Int(1, 10_000_000),
     show_default=True,
-    callback=COUNT,
     help="Randomisation and bootstrap trials.",
 )
 @click.option(

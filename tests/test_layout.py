@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"train"},
     "score": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "phases", "job"}
-    | {"score"},
+    | {"moses", "score"},  # moses: added_columns.same_column, moses-ini's rule (issue 64)
     "extend": BASE
     | {"verdict", "io", "vocab", "cpus", "device", "batching", "model", "moses", "job"}
     | {"score", "extend"},

@@ -23,6 +23,7 @@ from rescorer.cli.common import (
     use_threads,
     user_errors,
 )
+from rescorer.cli.ranges import MAX_COLUMN, MAX_SEED, Float, Int
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,12 +33,14 @@ if TYPE_CHECKING:
     from rescorer.io.progress import Stages
     from rescorer.model.checkpoint import LoadedModel
 
-seed_option = click.option("--seed", default=1, show_default=True, help="Random choices.")
+seed_option = click.option(
+    "--seed", default=1, type=Int(0, MAX_SEED), show_default=True, help="Random choices."
+)
 column_option = click.option(
     "--table-column",
     "--direct-column",
     "column",
-    type=click.IntRange(min=0),
+    type=Int(0, MAX_COLUMN),
     metavar="N",
     help="The table's score column compared with the RNN, from 0 (default: Moses' p(e|f), 2,"
     " for a forward model; its p(f|e), 0, for an inverse one).",
@@ -163,19 +166,19 @@ def score_in_parts(
     "--samples",
     default=50,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, 100_000),
     help="Samples per given phrase.",
 )
 @click.option(
     "--alpha",
     default=1.0,
     show_default=True,
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=Float(0, 100, low_open=True),
     help="Inverse temperature: words drawn from softmax(alpha * logits).",
 )
 @click.option(
     "--beam",
-    type=click.IntRange(min=1),
+    type=Int(1, 1000),
     metavar="K",
     help="Beam search (GroundHog's), not sampling.",
 )
@@ -185,7 +188,7 @@ def score_in_parts(
     "--top",
     default=5,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, 100_000),
     help="Results shown per given phrase (text format).",
 )
 @click.option(
@@ -202,7 +205,7 @@ def score_in_parts(
     "--batch",
     default=64,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, 1 << 16),
     help="Given phrases per batch.",
 )
 @seed_option

@@ -4,7 +4,6 @@ the options that several commands declare."""
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import signal
@@ -17,7 +16,9 @@ import click
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
 
+from rescorer.cli.ranges import MAX_CHUNK_BYTES, ByteSize, Float, Int
 from rescorer.cpus import MAX_THREADS, THREADS_PER_CPU, refused_thread
+from rescorer.durations import MAX_SECONDS
 from rescorer.errors import RescorerError
 from rescorer.io.outputs import drop_stdout, finish_stdout
 from rescorer.io.progress import DEFAULT_EVERY
@@ -155,27 +156,6 @@ def check_device(ctx: click.Context, param: click.Parameter, value: str) -> str:
     raise click.BadParameter(f"{value!r}: expected auto, cpu, cuda or cuda:N")
 
 
-def check_finite(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """A usage error for nan or inf among a float option's values (one, or a tuple of them):
-    a weight or threshold that is not a number would be written as it is."""
-    for number in value if isinstance(value, tuple) else (value,):
-        if number is not None and not math.isfinite(number):
-            raise click.BadParameter(f"{number}: expected a finite number")
-    return value
-
-
-def check_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A usage error for a duration that does not parse (the string itself is passed on)."""
-    from rescorer.durations import parse_duration
-
-    if value is not None:
-        try:
-            parse_duration(value)
-        except RescorerError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return value
-
-
 device_option = click.option(
     "--device",
     default="auto",
@@ -188,7 +168,7 @@ device_option = click.option(
 progress_option = click.option(
     "--progress-every",
     default=DEFAULT_EVERY,
-    type=click.FloatRange(min=0),
+    type=Float(0, MAX_SECONDS),
     show_default=True,
     metavar="SECONDS",
     help="Off a terminal (nohup, Slurm): a progress line this often; 0: none.",
@@ -260,51 +240,18 @@ score_precision_option = click.option(
 )
 
 
-class ByteSize(click.ParamType):
-    """A size in bytes: ``1048576``, ``512K``, ``16M``, ``1G`` (K, M, G: powers of 1024; ``KiB``,
-    ``MiB``, ``GiB`` and ``KB``, ``MB``, ``GB`` mean the same), at least 1."""
-
-    name = "size"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            number = value
-        else:
-            found = re.fullmatch(r"(\d+)([kmg]?)(?:i?b)?", str(value).strip().lower())
-            if found is None:
-                self.fail(f"{value!r}: expected a size, e.g. 1048576, 512K, 16M or 1G", param, ctx)
-            number = int(found[1]) << {"": 0, "k": 10, "m": 20, "g": 30}[found[2]]
-        if number < 1:
-            self.fail(f"{value!r}: expected at least 1 byte", param, ctx)
-        return number
-
-
-def parse_shard(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> tuple[int, int] | None:
-    """``K/N`` -> (K, N) with 1 <= K <= N."""
-    if value is None:
-        return None
-    try:
-        k, n = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected K/N, e.g. 3/16") from None
-    if not 1 <= k <= n:
-        raise click.BadParameter(f"{value!r}: expected 1 <= K <= N")
-    return k, n
-
-
 MODEL = ModelConfig()  # the defaults, written once there (a torch-free module)
+MAX_VOCAB = 1_000_000  # a shortlist: far more words than any phrase table's side needs
 
 
 def vocab_size_options(func: F) -> F:
     """``--src-vocab-size`` and ``--tgt-vocab-size``: the shortlists of ``vocab`` and ``train``
-    (ids 0 and 1 are reserved, so at least 2)."""
+    (ids 0 and 1 are reserved, so at least 2; at most MAX_VOCAB)."""
     for side, default in (("tgt", MODEL.tgt_vocab_size), ("src", MODEL.src_vocab_size)):
         func = click.option(
             f"--{side}-vocab-size",
             default=default,
-            type=click.IntRange(min=2),
+            type=Int(2, MAX_VOCAB),
             show_default=True,
             help=f"{'Source' if side == 'src' else 'Target'} shortlist size, ids 0 (padding) "
             "and 1 (UNK) included.",
@@ -356,7 +303,7 @@ def weight_spec(
 
 chunk_bytes_option = click.option(
     "--chunk-bytes",
-    type=ByteSize(),
+    type=ByteSize(1, MAX_CHUNK_BYTES),
     metavar="SIZE",
     help="Input bytes per chunk, e.g. 1M, 256K [default: 1 MiB on a CPU, 16 MiB on a GPU, where "
     "a chunk must hold enough work to hide the kernel launches].",

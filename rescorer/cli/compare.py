@@ -25,6 +25,8 @@ from rescorer.cli.common import (
     threads_option,
     user_errors,
 )
+from rescorer.cli.ranges import Float, Int
+from rescorer.io.table import MAX_PHRASE_TOKENS
 
 
 @click.command()
@@ -35,28 +37,28 @@ from rescorer.cli.common import (
     "--frequent",
     default=5,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=Int(0, 10_000),
     help="Random frequent long phrases compared (without PHRASES).",
 )
 @click.option(
     "--rare",
     default=5,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=Int(0, 10_000),
     help="Random rare long phrases compared (without PHRASES).",
 )
 @click.option(
     "--band",
     default=0.1,
     show_default=True,
-    type=click.FloatRange(0, 1, min_open=True),
+    type=Float(0, 1, low_open=True),
     help="Frequent/rare: the top/bottom share of long phrases by the table's count of them.",
 )
 @click.option(
     "--min-words",
     default=4,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_PHRASE_TOKENS),
     help="A long phrase has at least this many words.",
 )
 @click.option(
@@ -65,7 +67,7 @@ from rescorer.cli.common import (
     "min_candidates",
     default=3,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, 10_000),
     help="Random phrases are paired with at least this many phrases in TABLE.",
 )
 @click.option(
@@ -74,7 +76,7 @@ from rescorer.cli.common import (
     "summary_phrases",
     default=1000,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=Int(0, 10_000_000),
     help="Random long phrases the length summary is measured on (0: none).",
 )
 @column_option

@@ -1,6 +1,6 @@
 """What the experiment drivers share (scripts/baseline.py, help_corpus.py, help_system.py and
-table1.py): how a driver ends on an error or a signal, the checks of counts at parse time, and
-the options of the Moses tools (``--moses``, ``--mert-seed``).
+table1.py): how a driver ends on an error or a signal, the ranges of their counts (checked at
+parse time), and the options of the Moses tools (``--moses``, ``--mert-seed``, ``--threads``).
 
 Every driver runs its commands as :mod:`rescorer.experiments.steps` does (a command the driver
 is interrupted in is ended with every process it started, ``dpkg -x``'s and mert-moses.pl's
@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from rescorer.cli.common import Terminated, handle_sigterm, interrupt_status
+from rescorer.cli.ranges import Int, per_cpu
 from rescorer.errors import RescorerError
 
 T = TypeVar("T")
@@ -50,23 +51,31 @@ def drive(prog: str, work: Path, action: Callable[[], T]) -> T:
         sys.exit(interrupt_status(exc))
 
 
-def at_least(
-    low: int, why: str = ""
-) -> Callable[[click.Context, click.Parameter, int | None], int | None]:
-    """A click callback refusing a count below ``low`` at parse time (None passes: unset)."""
-
-    def check(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-        if value is not None and value < low:
-            raise click.BadParameter(f"{value}: expected {low} or more{why}", ctx, param)
-        return value
-
-    return check
-
-
+# The drivers' counts, each with its range (rescorer/cli/ranges.py): a count no run could use is
+# a usage error at parse time (issue 58.8: --threads 0 failed only at tuning, after the
+# training; issue 65.4: --threads 99999999999999999999 three minutes later in train-model.perl).
+MAX_RUNS = 100  # tuning runs of one system
+MAX_LINES = 10_000_000  # lines or segments of a corpus, a dev or a test set
+MAX_MERT_ITERATIONS = 100
+THREADS, THREADS_WHY = per_cpu()
 # mert-moses.pl --maximum-iterations 0 is no limit at all: a tuning that never stops by count
-MERT_ITERATIONS = at_least(1, " (mert-moses.pl reads 0 as no limit)")
-COUNT = at_least(1)
-NONE_OR_MORE = at_least(0)
+MERT_ITERATIONS = Int(1, MAX_MERT_ITERATIONS, "(mert-moses.pl reads 0 as no limit)")
+RUNS = Int(1, MAX_RUNS)
+RUNS_OR_NONE = Int(0, MAX_RUNS)
+LINES = Int(1, MAX_LINES)
+MAX_MERT_SEED = 2**31 - 1  # mert reads its seed as a C int
+
+
+def threads_option(default: int, shown: str, what: str = "") -> Callable[[F], F]:
+    """``--threads N`` of a driver (the Moses tools' threads, ``what`` says which), 1 to
+    PER_CPU per CPU this process may run on."""
+    return click.option(
+        "--threads",
+        default=min(default, THREADS),
+        type=Int(1, THREADS),
+        show_default=shown,
+        help=f"{what}At most {THREADS_WHY}.".strip(),
+    )
 
 
 def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]:
@@ -81,21 +90,26 @@ def moses_option(default: str | os.PathLike[str], what: str) -> Callable[[F], F]
     )
 
 
-class MertSeed(click.ParamType):
-    """MERT's random seed: an integer, or ``clock`` for mert's own seed from the system clock
-    (None)."""
+class MertSeed(Int):
+    """MERT's random seed: an integer from 0 to MAX_MERT_SEED, or ``clock`` for mert's own
+    seed from the system clock (None)."""
 
     name = "SEED|clock"
 
+    def __init__(self) -> None:
+        super().__init__(0, MAX_MERT_SEED)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value is None or isinstance(value, int):
-            return value
-        if str(value).strip().lower() == "clock":
+        if value is None or str(value).strip().lower() == "clock":
             return None
         try:
-            return int(value)
+            int(value)
         except ValueError:
             self.fail(f"{value!r}: expected an integer or 'clock'", param, ctx)
+        return super().convert(value, param, ctx)
+
+    def _describe_range(self) -> str:
+        return f"{super()._describe_range()} or clock"
 
 
 def mert_seed_option(default: int) -> Callable[[F], F]:
@@ -112,11 +126,12 @@ def mert_seed_option(default: int) -> Callable[[F], F]:
 
 
 def max_iterations_option(default: int) -> Callable[[F], F]:
-    """``--max-iterations``: MERT's iterations at most, 1 or more (0 would be no limit)."""
+    """``--max-iterations``: MERT's iterations at most, 1 to MAX_MERT_ITERATIONS (0 would be
+    no limit)."""
     return click.option(
         "--max-iterations",
         default=default,
+        type=MERT_ITERATIONS,
         show_default=True,
-        callback=MERT_ITERATIONS,
-        help="MERT iterations at most (1 or more).",
+        help="MERT iterations at most.",
     )

@@ -11,16 +11,20 @@ from rescorer.cli.common import (
     chunk_bytes_option,
     device_option,
     interrupt_status,
-    parse_shard,
     progress_option,
     score_precision_option,
     threads_option,
     user_errors,
 )
-from rescorer.cli.score import parse_workers
+from rescorer.cli.ranges import MAX_SEED, Float, Int, Shard
+from rescorer.cli.score import workers_option
+from rescorer.durations import MAX_SECONDS
 from rescorer.extend.config import FILL_UP, SECOND_TABLE, ExtendConfig
 
 EXTEND = ExtendConfig()  # each default is written once, there
+MAX_BEAM = 1000  # targets per source phrase
+MAX_SAMPLES = 10_000  # draws per source phrase
+MAX_BATCH_SOURCES = 1 << 16  # source phrases per beam batch: 16x a GPU's default
 
 
 @click.command()
@@ -46,14 +50,14 @@ EXTEND = ExtendConfig()  # each default is written once, there
 @click.option(
     "-n",
     "--beam",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_BEAM),
     default=EXTEND.beam,
     show_default=True,
     help="Beam width: the N best targets per source phrase (those TABLE has are dropped).",
 )
 @click.option(
     "--samples",
-    type=click.IntRange(min=0),
+    type=Int(0, MAX_SAMPLES),
     default=EXTEND.samples,
     show_default=True,
     metavar="K",
@@ -62,7 +66,7 @@ EXTEND = ExtendConfig()  # each default is written once, there
 )
 @click.option(
     "--seed",
-    type=int,
+    type=Int(0, MAX_SEED),
     default=EXTEND.seed,
     show_default=True,
     help="Seed of --samples' draws (each source phrase has a stream of its own: the same draws "
@@ -84,7 +88,7 @@ EXTEND = ExtendConfig()  # each default is written once, there
 )
 @click.option(
     "--floor",
-    type=float,
+    type=Float(0, 1, low_open=True),
     default=EXTEND.floor,
     show_default=True,
     help="The value of a feature a new pair has none for (phrase probabilities; lexical "
@@ -95,28 +99,20 @@ EXTEND = ExtendConfig()  # each default is written once, there
 @threads_option
 @click.option(
     "--batch-sources",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_BATCH_SOURCES),
     help="Source phrases per beam batch [default: 256 on CPU, 4096 on GPU].",
 )
-@click.option(
-    "--workers",
-    default=str(EXTEND.workers),
-    callback=lambda ctx, param, value: parse_workers(value),
-    show_default=True,
-    metavar="N|auto",
-    help="Read/write worker processes (auto: on a GPU 4, the count measured "
-    "best, or fewer: one per core but one, one per chunk of the input; none on the CPU).",
-)
+@workers_option(EXTEND.workers, "Read/write")
 @chunk_bytes_option
 @click.option(
     "--checkpoint-every",
     default=EXTEND.checkpoint_every,
-    type=click.FloatRange(min=0),
+    type=Float(0, MAX_SECONDS),
     show_default=True,
     metavar="SECONDS",
     help="Record progress for --resume this often; 0: after every chunk.",
 )
-@click.option("--shard", callback=parse_shard, metavar="K/N", help="Extend the K-th of N shards.")
+@click.option("--shard", type=Shard(), metavar="K/N", help="Extend the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
     "--restart",

@@ -20,6 +20,9 @@ from rescorer.cli.common import (
     weight_options,
     weight_spec,
 )
+from rescorer.cli.ranges import Int
+
+MAX_TOP_K = 1_000_000  # targets kept per source phrase (Moses' table-limit is 20 to 100)
 
 if TYPE_CHECKING:
     from rescorer.moses.combine import WeightSpec
@@ -93,7 +96,11 @@ def combine(
     metavar="COL:TH",
     help="Drop pairs whose column COL (from 0) is below TH (repeatable).",
 )
-@click.option("--top-k", type=int, help="Per source, keep the K best by the combined score.")
+@click.option(
+    "--top-k",
+    type=Int(1, MAX_TOP_K),
+    help="Per source, keep the K best by the combined score.",
+)
 @weight_options
 @click.option(
     "--moses-ini",

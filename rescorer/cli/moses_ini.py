@@ -6,8 +6,9 @@ from typing import Any
 
 import click
 
-from rescorer.cli.common import check_finite, say, user_errors
+from rescorer.cli.common import say, user_errors
 from rescorer.cli.moses import run_dir_option
+from rescorer.cli.ranges import MAX_WEIGHT, Float
 
 
 @click.command("moses-ini")
@@ -28,9 +29,8 @@ from rescorer.cli.moses import run_dir_option
 @click.option(
     "--new-weight",
     "weights",
-    type=float,
+    type=Float(-MAX_WEIGHT, MAX_WEIGHT),
     multiple=True,
-    callback=check_finite,
     help="Starting weight of the added columns: once per column in column order, or once "
     "for all [default: the median magnitude of the (first) table's own weights in INI, e.g. "
     "0.0432 for 0.115 0.0672 -0.000425 0.0192; 0.2 if they are all 0; negated for a fill-up's "

@@ -30,7 +30,9 @@ from rescorer.cli.common import (
     threads_option,
     user_errors,
 )
+from rescorer.cli.ranges import Int
 from rescorer.errors import RescorerError
+from rescorer.io.table import MAX_PHRASE_TOKENS
 
 
 @click.group(cls=Group)
@@ -62,7 +64,7 @@ png_option = click.option(
     "--pairs",
     default=5000,
     show_default=True,
-    type=click.IntRange(min=2),
+    type=Int(2, 1_000_000),
     help="Pairs drawn, a seeded uniform sample of TABLE's lines.",
 )
 @column_option
@@ -124,14 +126,14 @@ def scatter(
     "--points",
     default=3000,
     show_default=True,
-    type=click.IntRange(min=5),
+    type=Int(5, 100_000),
     help="Words drawn per panel: the most frequent of the shortlist.",
 )
 @click.option(
     "--labels",
     default=300,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=Int(0, 100_000),
     help="Words named at most per panel: the most frequent whose label overlaps no other.",
 )
 @seed_option
@@ -191,7 +193,7 @@ def words(
     "size",
     default=5000,
     show_default=True,
-    type=click.IntRange(min=5),
+    type=Int(5, 100_000),
     help="Phrases drawn, a seeded uniform sample of TABLE's long ones on the side the model"
     " reads (source; target for an inverse model).",
 )
@@ -199,7 +201,7 @@ def words(
     "--min-words",
     default=4,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_PHRASE_TOKENS),
     help="A long phrase has at least this many words.",
 )
 @click.option(
@@ -212,7 +214,7 @@ def words(
     "--neighbours",
     default=20,
     show_default=True,
-    type=click.IntRange(min=2),
+    type=Int(2, 1000),
     help="Phrases in a zoomed panel: the centre's nearest in the map.",
 )
 @seed_option

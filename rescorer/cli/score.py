@@ -3,37 +3,44 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from rescorer.cli.common import (
+    F,
     chunk_bytes_option,
     compile_option,
     device_option,
     interrupt_status,
-    parse_shard,
     progress_option,
     score_precision_option,
     threads_option,
     user_errors,
 )
+from rescorer.cli.ranges import CountOrAuto, Float, Int, Shard, per_cpu
+from rescorer.durations import MAX_SECONDS
 from rescorer.score.config import CAPTURE_CHOICES, ScoreConfig
 
 SCORE = ScoreConfig()  # each default is written once, there
+MAX_BATCH_TOKENS = 1 << 24  # padded tokens per batch: 64x the largest a GPU takes by default
+WORKERS, WORKERS_WHY = per_cpu()
 
 
-def parse_workers(value: str) -> int | str:
-    """``--workers``: a count >= 0 or ``auto`` (a usage error otherwise)."""
-    if value == "auto":
-        return value
-    try:
-        count = int(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected a count or auto") from None
-    if count < 0:
-        raise click.BadParameter(f"{value!r}: expected a count >= 0 or auto")
-    return count
+def workers_option(default: int | str, what: str) -> Callable[[F], F]:
+    """``--workers N|auto`` of score and extend (``what`` the workers do), at most PER_CPU per
+    CPU this process may run on (``--workers 500`` failed to start its processes)."""
+    return click.option(
+        "--workers",
+        default=str(default),
+        type=CountOrAuto(0, WORKERS),
+        show_default=True,
+        metavar="N|auto",
+        help=f"{what} worker processes (auto: on a GPU 4, the count measured best, or fewer: "
+        "one per core but one, one per chunk of the input; none on the CPU); at most "
+        f"{WORKERS_WHY}.",
+    )
 
 
 @click.command()
@@ -65,19 +72,11 @@ def parse_workers(value: str) -> int | str:
 @threads_option
 @click.option(
     "--batch-tokens",
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_BATCH_TOKENS),
     help="Padded tokens per batch [default: 4096 on CPU; on a GPU by its memory, 65,536 to "
     "262,144 (an eighth of it for a readout block's logits)].",
 )
-@click.option(
-    "--workers",
-    default=str(SCORE.workers),
-    callback=lambda ctx, param, value: parse_workers(value),
-    show_default=True,
-    metavar="N|auto",
-    help="Parse/format worker processes (auto: on a GPU 4, the count measured "
-    "best, or fewer: one per core but one, one per chunk of the input; none on the CPU).",
-)
+@workers_option(SCORE.workers, "Parse/format")
 @compile_option("for inputs of 4 MiB or more")
 @click.option(
     "--capture",
@@ -92,13 +91,13 @@ def parse_workers(value: str) -> int | str:
 @click.option(
     "--checkpoint-every",
     default=SCORE.checkpoint_every,
-    type=click.FloatRange(min=0),
+    type=Float(0, MAX_SECONDS),
     show_default=True,
     metavar="SECONDS",
     help="Record progress for --resume (fsyncing OUT.partial) this often; 0: after every "
     "chunk. A killed run redoes at most about this much.",
 )
-@click.option("--shard", callback=parse_shard, metavar="K/N", help="Score the K-th of N shards.")
+@click.option("--shard", type=Shard(), metavar="K/N", help="Score the K-th of N shards.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.partial.")
 @click.option(
     "--restart",

@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from rescorer.cli.common import (
-    check_duration,
     compile_option,
     device_option,
     precision_option,
@@ -18,6 +17,7 @@ from rescorer.cli.common import (
     user_errors,
     vocab_size_options,
 )
+from rescorer.cli.ranges import MAX_SEED, MAX_UPDATES, CountOrAuto, Duration, Float, Int
 from rescorer.constants import DIRECTIONS
 from rescorer.model.config import ModelConfig
 from rescorer.train.config import BATCH_AUTO_HELP, TrainConfig
@@ -27,17 +27,9 @@ MODEL = ModelConfig()
 TRAIN = TrainConfig()
 
 
-def batch_size(ctx: click.Context, param: click.Parameter, value: str | int) -> int | None:
-    """--batch-size: a count of at least 1, or auto (None: the device's, at the start)."""
-    if value == "auto":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise click.BadParameter(f"{value!r}: expected a whole number of at least 1, or auto")
-    return number
+MAX_LAYER = 1 << 14  # hidden units, rank, maxout units: a 16384-unit RNN is 3 GB a matrix
+MAX_BATCH = 1 << 16  # pairs per update: 1,000 times the paper's
+MAX_VALID_PAIRS = 10_000_000
 
 
 VALID_FRACTION_HELP = "Sources held out."
@@ -55,11 +47,13 @@ DIRECTION_HELP = (
 @click.option(
     "--valid-fraction",
     default=TRAIN.valid_fraction,
-    type=click.FloatRange(0.0, 1.0, max_open=True),
+    type=Float(0, 1, high_open=True),
     show_default=True,
     help=VALID_FRACTION_HELP + " (as train: their words are not counted)",
 )
-@click.option("--seed", default=TRAIN.seed, show_default=True, help=SEED_HELP)
+@click.option(
+    "--seed", default=TRAIN.seed, type=Int(0, MAX_SEED), show_default=True, help=SEED_HELP
+)
 @click.option(
     "--direction",
     type=click.Choice(DIRECTIONS),
@@ -107,46 +101,46 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @click.option(
     "--hidden-size",
     default=MODEL.hidden_size,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_LAYER),
     show_default=True,
     help="Hidden units (both RNNs).",
 )
 @click.option(
     "--embed-size",
     default=MODEL.embed_size,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_LAYER),
     show_default=True,
     help="Rank of the embeddings.",
 )
 @click.option(
     "--maxout-units",
     default=MODEL.maxout_units,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_LAYER),
     show_default=True,
     help="Deep-output maxout units.",
 )
 @click.option(
     "--maxout-pool",
     default=MODEL.maxout_pool,
-    type=click.IntRange(min=1),
+    type=Int(1, 16),
     show_default=True,
     help="Pieces per maxout unit.",
 )
 @click.option(
     "--batch-size",
     default="auto",
-    callback=batch_size,
+    type=CountOrAuto(1, MAX_BATCH, auto=None),
     show_default=True,
     metavar="N|auto",
     help=f"Pairs per update; {BATCH_AUTO_HELP}. Said in the first line.",
 )
 @click.option(
-    "--max-updates", type=click.IntRange(min=0), help="Stop after this many updates in all."
+    "--max-updates", type=Int(0, MAX_UPDATES), help="Stop after this many updates in all."
 )
 @click.option(
     "--max-time",
     metavar="DURATION",
-    callback=check_duration,
+    type=Duration(),
     help="Finish the whole command within this long, e.g. 30m, 2h: reading the table, counting,"
     " encoding, compiling, training and the final validation and save all count (training stops"
     " early enough for the save; a setup that eats it all stops with an error, nothing written).",
@@ -154,39 +148,41 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @click.option(
     "--patience",
     default=TRAIN.patience,
-    type=click.IntRange(min=0),
+    type=Int(0, 1_000_000),
     show_default=True,
     help="Validations w/o gain (0: off).",
 )
 @click.option(
     "--valid-fraction",
     default=TRAIN.valid_fraction,
-    type=click.FloatRange(0.0, 1.0, max_open=True),
+    type=Float(0, 1, high_open=True),
     show_default=True,
     help=VALID_FRACTION_HELP,
 )
 @click.option(
     "--valid-max-pairs",
     default=TRAIN.valid_max_pairs,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_VALID_PAIRS),
     show_default=True,
     help="Held-out pairs scored.",
 )
 @click.option(
     "--valid-every",
     default=TRAIN.valid_every,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_UPDATES),
     show_default=True,
     help="Updates per validation.",
 )
 @click.option(
     "--sort-batches",
     default=TRAIN.sort_batches,
-    type=click.IntRange(min=1),
+    type=Int(1, 10_000),
     show_default=True,
     help="Batches regrouped by length.",
 )
-@click.option("--seed", default=TRAIN.seed, show_default=True, help=SEED_HELP)
+@click.option(
+    "--seed", default=TRAIN.seed, type=Int(0, MAX_SEED), show_default=True, help=SEED_HELP
+)
 @click.option(
     "--direction",
     type=click.Choice(DIRECTIONS),
@@ -216,7 +212,7 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
 @click.option(
     "--log-every",
     default=TRAIN.log_every,
-    type=click.IntRange(min=1),
+    type=Int(1, MAX_UPDATES),
     show_default=True,
     help="Updates per progress line (and log record).",
 )

@@ -72,9 +72,10 @@ class ChunkColumns:
         return (self.score_ends - self.starts).tolist()
 
 
-# Bytes that the per-line parser treats specially: CR (refused), tab (a token separator), and
-# vertical tab and form feed (which ``bytes.split()`` would take as score separators).
-_CAREFUL_BYTES = (b"\r", b"\t", b"\x0b", b"\x0c")
+# Bytes that the per-line parser treats specially: CR and NUL (refused), tab (a token
+# separator), and vertical tab and form feed (which ``bytes.split()`` would take as score
+# separators). Each is one memchr over the chunk.
+_CAREFUL_BYTES = (b"\r", b"\0", b"\t", b"\x0b", b"\x0c")
 _SEP = np.frombuffer(FIELD_SEP_B, dtype=np.uint8)  # b" ||| "
 SPACE, NEWLINE = 32, 10
 # Each byte's class in a score field: a digit, a sign, '.', an exponent's e or E, a boundary
@@ -97,7 +98,7 @@ def split_columns(
     with numpy over the chunk's bytes at once instead of :func:`parse_raw_line` per line.
 
     The result is what ``parse_raw_line`` gives line by line. None when that cannot be
-    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR or tab bytes,
+    promised cheaply: any line that is malformed or unusual (invalid UTF-8, CR, NUL or tab bytes,
     phrases with runs of spaces, a bad or missing score, a number of over 30 characters,
     another score count than ``num_scores``, lines with and without fields after the scores);
     the caller then parses line by line, which also names the bad line. With

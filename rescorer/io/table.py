@@ -155,6 +155,11 @@ def parse_line(text: str, lineno: int) -> PhraseEntry | str:
             "found a carriage return (CR) in the line (a Windows or old Mac text file?), "
             "expected lines that end in LF only"
         )
+    if "\0" in text:  # not text: Moses would copy it into its translations
+        return (
+            f"found a NUL byte at character {text.index(chr(0)) + 1} of the line (a binary "
+            "file?), expected text"
+        )
     fields = text.split(FIELD_SEP, 3)
     if len(fields) < 3:
         return f"found {len(fields)} field(s) separated by ' ||| ', expected {EXPECTED_SHAPE}"

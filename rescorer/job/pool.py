@@ -29,6 +29,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
+from rescorer.errors import RescorerError
 from rescorer.io.shm import semaphores_named
 
 __all__ = ["Inline", "Pool", "Workers", "ready"]
@@ -81,12 +82,20 @@ class Workers:
             self._executor = ProcessPoolExecutor(
                 count, mp_context=_Spawn(), initializer=_start, initargs=(initializer, initargs)
             )
+        self._count = count
         self._ended: dict[int, int | None] = {}  # pid -> exit code, once the pool is shut down
 
     def submit(self, func: Callable[..., Any], *args: Any) -> Future[Any]:
         """``func(*args)`` in a worker. Raises BrokenProcessPool once a worker has died, as
-        the futures of the tasks in flight then do."""
-        return self._executor.submit(func, *args)
+        the futures of the tasks in flight then do; RescorerError where the system refuses to
+        start a worker (a process or task limit tighter than ``--workers``)."""
+        try:
+            return self._executor.submit(func, *args)  # starts the workers at the first tasks
+        except OSError as exc:
+            raise RescorerError(
+                f"could not start {self._count} worker processes ({exc.strerror or exc}):"
+                " give fewer --workers"
+            ) from exc
 
     def close(self) -> None:
         """Every task done, the workers ended."""

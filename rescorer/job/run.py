@@ -60,6 +60,11 @@ def _unmarked(name: str) -> None:
     """No stretch is timed."""
 
 
+def _count_of(chunk: Chunk) -> int | None:
+    """The score count of the chunk's first well-formed line (None: it has none)."""
+    return num_scores_of(chunk.data.split(b"\n"), chunk.first_line)
+
+
 class StreamedJob:
     """One run of a command over ``table`` into ``out``; the checks here come before any
     model is loaded: an output that is an input, a pipe with --resume or --shard, a lexicalised
@@ -248,13 +253,12 @@ class _Run:
 
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
-            num_scores = first_num_scores(job.table) if job.regular else None  # a pipe: chunk 1
             remove_dead()  # what runs killed with their resource tracker left in /dev/shm
             pool = self._start_pool()
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
                 pool.submit(ready).result()
             self.mark("worker start")
-            self._chunks_through(pool, num_scores, opening, report)
+            self._chunks_through(pool, opening, report)
             ok = True
         except KeyboardInterrupt:
             interrupted = True  # keep OUT.partial and its record for --resume
@@ -301,34 +305,19 @@ class _Run:
         return Inline()
 
     def _chunks_through(
-        self,
-        pool: Pool,
-        num_scores: int | None,
-        opening: Sequence[str],
-        report: Callable[[], None],
+        self, pool: Pool, opening: Sequence[str], report: Callable[[], None]
     ) -> None:
         """Read the input's chunks and stream them through ``pool`` into the output."""
         job, config, output, name = self.job, self.config, self.output, self.name
         with open_binary(job.table, self.meter) as stream:
-            chunks, found = self._chunks(stream)
-            num_scores = found if not job.regular else num_scores
+            legs = self._legs(stream)
+            first = next(legs)  # a pipe's first chunk is read: not a reordering table
             if not config.quiet:  # a table, not a reordering one: say how the run computes
                 self._say_opening(opening)
             gz_level = config.compresslevel if job.out.endswith(".gz") else None
-            stream_chunks(
-                chunks,
-                pool,
-                self.work,
-                output,
-                config,
-                num_scores,
-                gz_level,
-                name,
-                self.stats,
-                report,
-                self.phase,
-                self._mark_end,
-            )
+            for chunks, count, last in itertools.chain([first], legs):
+                run = (chunks, pool, self.work, output, config, count, gz_level, name, self.stats)
+                stream_chunks(*run, report, self.phase, self._mark_end if last else None)
         shard_range = self.shard_range
         if shard_range is not None and self.stats.next_offset != shard_range.end:
             raise RescorerError(
@@ -345,9 +334,11 @@ class _Run:
         if self.written or name != "steady state":
             self.mark(name)
 
-    def _chunks(self, stream: BinaryIO) -> tuple[Iterator[Chunk], int | None]:
-        """The run's chunks of ``stream``, and (a pipe, read once) the score count of the
-        first chunk's lines."""
+    def _legs(self, stream: BinaryIO) -> Iterator[tuple[Iterator[Chunk], int | None, bool]]:
+        """The run's chunks in legs streamed one after the other: (chunks, the score count
+        their lines must have, last leg?). A file's are one leg, with its first well-formed
+        line's count. A pipe, read once, takes the count of its first chunk with a well-formed
+        line; the chunks before it, all bad lines, go first without one (issue 65.3)."""
         config, resume = self.config, self.resume
         chunks = iter_chunks(
             stream,
@@ -356,17 +347,24 @@ class _Run:
             first_line=resume.first_line,
             name=self.job.table,
         )
-        num_scores = None
-        if not self.job.regular:  # read once: the score count comes from the first chunk
-            first = next(chunks, None)
-            if first is not None:
-                not_a_reordering_table(self.name, table_kind(first.data.split(b"\n")))
-                num_scores = num_scores_of(first.data.split(b"\n"), first.first_line)
-                chunks = itertools.chain([first], chunks)
         if self.shard_range is not None:
             end = self.shard_range.end
             chunks = (c for c in chunks if c.offset < end)
-        return chunks, num_scores
+        if self.job.regular:
+            yield chunks, first_num_scores(self.job.table), True
+            return
+        ahead = list(itertools.islice(chunks, 1))  # the pipe's first chunk, then the one found
+        if ahead:
+            not_a_reordering_table(self.name, table_kind(ahead[0].data.split(b"\n")))
+
+        def before() -> Iterator[Chunk]:  # the chunks of bad lines alone, as they are read
+            while ahead and _count_of(ahead[0]) is None:
+                yield ahead.pop()
+                ahead.extend(itertools.islice(chunks, 1))
+
+        if ahead and _count_of(ahead[0]) is None:
+            yield before(), None, False
+        yield itertools.chain(ahead, chunks), _count_of(ahead[0]) if ahead else None, True
 
     def _say_opening(self, opening: Sequence[str]) -> None:
         for line in opening:

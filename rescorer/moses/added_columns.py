@@ -12,11 +12,31 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rescorer.errors import InputError, RescorerError
 
 CHECK_LINES = 1000  # the lines whose added columns moses-ini looks at
+# How far apart in ln two columns' values may be and still be one model's scores: a model
+# scores a pair a little differently in another run (batches of other sizes, another thread
+# count or device sum in another order), and a column is printed to 6 digits, so two runs'
+# columns differ in the last digit here and there (0.000218863 and 0.000218862: issue 64, item
+# 3). Two models' columns are further apart on some line of a thousand.
+SAME_COLUMN_LN = 2e-4
+
+
+def same_column(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two columns of a table (the values of its lines, as printed) are one model's
+    scores twice: on every line equal, or both probabilities whose ln are within
+    SAME_COLUMN_LN. The one rule for "the same column twice": ``rescorer score`` warns by it
+    of a table it scored already, ``rescorer moses-ini`` refuses such a table by it."""
+    if not a or len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x != y and not (x > 0 and y > 0 and abs(math.log(x) - math.log(y)) <= SAME_COLUMN_LN):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -72,8 +92,9 @@ def check_added_columns(table_path: str, old: int, num_columns: int) -> AddedCol
     - without: the counts decide: every new column is a model's unless the last one is
       e^k on every line checked (the word penalty);
     - either way, on the first CHECK_LINES lines: a word-penalty column before the last one,
-      a model column with a value above 1, or two new columns equal on every line is a table
-      scored more than once (or not a phrase table scored by rescorer): refused.
+      a model column with a value above 1, or two new columns equal on every line
+      (:func:`same_column`) is a table scored more than once (or not a phrase table scored by
+      rescorer): refused.
     """
     from rescorer.io.table import read_table
 
@@ -112,10 +133,11 @@ def check_added_columns(table_path: str, old: int, num_columns: int) -> AddedCol
             )
     for j in range(added):
         for k in range(j + 1, added):
-            if columns[j] == columns[k]:
+            if same_column(columns[j], columns[k]):
                 raise RescorerError(
                     f"{table_path}: new columns {j + 1} and {k + 1} are equal on the first "
-                    f"{len(columns[j]):,} lines (one model twice): {twice}"
+                    f"{len(columns[j]):,} lines (one model twice; within {SAME_COLUMN_LN:g} "
+                    f"in ln): {twice}"
                 )
     stated = _from_manifest(table_path)
     if stated is not None:

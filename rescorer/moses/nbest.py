@@ -209,6 +209,16 @@ def score_entries(
             raise InputError(feature_path, left[0], f"has more lines than {path}")
 
 
+def one_best(entry: NBestEntry) -> str:
+    """The hypothesis as Moses' 1-best output writes it: each word followed by one space (its
+    OutputSurface, which the n-best line puts between " ||| " separators: Manager.cpp
+    1619-1624), so field 2 less the separators' spaces: ``"émis par "`` of ``" émis par  "``,
+    ``""`` of the empty hypothesis ``"  "``. A list not written by Moses keeps its bytes too."""
+    text = entry.fields[1]
+    text = text[1:] if text.startswith(" ") else text
+    return text[:-1] if text.endswith(" ") else text
+
+
 def format_features(features: Features) -> str:
     return " ".join(f"{name}= {' '.join(f'{v:g}' for v in values)}" for name, values in features)
 
@@ -257,6 +267,6 @@ def rerank_nbest(nbest_path: str, out_path: str, config: RerankConfig) -> Rerank
                     "a blank line); expected the ids Moses gives, 0, 1, 2, ...",
                 )
             out.write("\n" * (sent_id - next_id))  # sentences without hypotheses
-            out.write(ranked[0].entry.hypothesis + "\n")
+            out.write(one_best(ranked[0].entry) + "\n")
             next_id = sent_id + 1
     return stats

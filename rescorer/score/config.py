@@ -108,7 +108,8 @@ def resolve_workers(workers: int | str, device: Any, input_chunks: int | None = 
     start). Four is the count measured best on two H100 hosts (BENCHMARKS.md): 600,000 lines,
     4 workers 1.50x as fast as none, 15 workers 0.87x; a million lines, 4 workers 1.66x, 8
     workers 1.35x, 15 workers 1.11x. More may pay on a table of hundreds of chunks (not
-    measured): ``--workers N`` takes any count. On the CPU none, as the model's threads need
+    measured): ``--workers N`` takes any count up to 4 per CPU this process may run on (its
+    range, rescorer/cli/ranges.py). On the CPU none, as the model's threads need
     the cores (and ScoreConfig's count as it is otherwise)."""
     return choose_workers(workers, device, input_chunks)[0]
 

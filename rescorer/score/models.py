@@ -17,7 +17,6 @@ import numpy as np
 from rescorer.constants import (
     CONFIG_FILE,
     FORWARD,
-    LOGP_FLOOR,
     PROVENANCE_FILE,
     SRC_VOCAB_FILE,
     TGT_VOCAB_FILE,
@@ -26,7 +25,9 @@ from rescorer.errors import RescorerError
 from rescorer.io.chunks import iter_chunks
 from rescorer.io.inputs import display_name, open_binary
 from rescorer.io.jsonfiles import read_json_object
+from rescorer.io.table import format_prob
 from rescorer.job.stream import first_num_scores
+from rescorer.moses.added_columns import same_column
 from rescorer.score.pairs import pairs_inside_shortlists
 from rescorer.score.stages import ModelSides, ParsedChunk, init_worker, parse_chunk
 from rescorer.verdict import (
@@ -140,9 +141,9 @@ ALREADY_LINES = 1000  # the first chunk's lines looked at
 
 def already_scored(name: str, lines: Sequence[bytes], logp: np.ndarray) -> str | None:
     """A warning when the table being scored looks like score's own output (moses-ini refuses
-    a table scored twice, after the whole run): one of its columns beyond Moses' four holds
-    this run's probabilities (|ln value - log p| within the 1e-4 score prints to, on every line
-    looked at), or its last column is exp(k) on every line, as --word-penalty writes it.
+    a table scored twice, after the whole run): one of its columns beyond Moses' four is this
+    run's probabilities as it prints them, by moses-ini's own rule (``same_column``, on every
+    line looked at), or its last column is exp(k) on every line, as --word-penalty writes it.
     ``lines`` are the first chunk's good lines, ``logp`` (N,) or (N,M) their new columns."""
     rows = []
     for line in lines[:ALREADY_LINES]:
@@ -154,12 +155,11 @@ def already_scored(name: str, lines: Sequence[bytes], logp: np.ndarray) -> str |
     if not rows or len(rows[0]) <= MOSES_SCORES or any(len(r) != len(rows[0]) for r in rows):
         return None
     scores = np.array(rows)  # (n, S)
-    new = np.maximum(logp.reshape(len(logp), -1)[: len(rows)], LOGP_FLOOR)  # (n, M)
-    with np.errstate(divide="ignore"):
-        logs = np.log(scores)  # (n, S): -inf for 0, nan for < 0
+    new = logp.reshape(len(logp), -1)[: len(rows)]  # (n, M)
+    written = [[float(format_prob(x)) for x in new[:, k].tolist()] for k in range(new.shape[1])]
     for j in range(MOSES_SCORES, scores.shape[1]):
-        for k in range(new.shape[1]):
-            if np.all(np.abs(logs[:, j] - new[:, k]) <= 2e-4):
+        for k, column in enumerate(written):
+            if same_column(scores[:, j].tolist(), column):
                 return (
                     f"warning: {name}: score {j + 1} equals this run's column "
                     f"{k + 1} on its first {len(rows):,} lines: it was scored already, by this "
@@ -167,7 +167,8 @@ def already_scored(name: str, lines: Sequence[bytes], logp: np.ndarray) -> str |
                 )
     # a model's column, then the word penalty: 6 or more (Moses' old 5th column, its phrase
     # penalty, is 2.718 = e^1 on every line)
-    last = logs[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        last = np.log(scores[:, -1])  # (n,): -inf for 0, nan for < 0
     if (
         scores.shape[1] >= MOSES_SCORES + 2
         and np.all(last >= 0)

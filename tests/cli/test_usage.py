@@ -82,7 +82,7 @@ def test_a_usage_error_of_a_subcommand_and_of_the_group() -> None:
 
 
 def test_chunk_bytes_units() -> None:
-    from rescorer.cli.common import ByteSize
+    from rescorer.cli.ranges import ByteSize
 
     size = ByteSize()
     assert [size.convert(v, None, None) for v in ("1M", "16k", "2MiB", "1G", "7", "1mb")] == [

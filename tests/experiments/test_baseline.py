@@ -196,16 +196,16 @@ def test_a_missing_file_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("script", "flags", "expected"),
     [
-        ("baseline.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more "
-         "(mert-moses.pl reads 0 as no limit)"),
-        ("baseline.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
-        ("baseline.py", ("--dev-lines", "0"), "'--dev-lines': 0: expected 1 or more"),
-        ("table1.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
-        ("table1.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
-        ("table1.py", ("--jobs", "0"), "'--jobs': 0: expected 1 or more"),
-        ("table1.py", ("--runs-f", "-1"), "'--runs-f': -1: expected 0 or more"),
-        ("help_system.py", ("--max-iterations", "0"), "'--max-iterations': 0: expected 1 or more"),
-        ("help_system.py", ("--threads", "0"), "'--threads': 0: expected 1 or more"),
+        ("baseline.py", ("--max-iterations", "0"), "'--max-iterations': 0 is not in the range "
+         "1<=x<=100 (mert-moses.pl reads 0 as no limit)."),
+        ("baseline.py", ("--threads", "0"), "'--threads': 0 is not in the range 1<=x<="),
+        ("baseline.py", ("--dev-lines", "0"), "'--dev-lines': 0 is not in the range 1<=x<="),
+        ("table1.py", ("--max-iterations", "0"), "'--max-iterations': 0 is not in the range 1<="),
+        ("table1.py", ("--threads", "0"), "'--threads': 0 is not in the range 1<=x<="),
+        ("table1.py", ("--jobs", "0"), "'--jobs': 0 is not in the range 1<=x<="),
+        ("table1.py", ("--runs-f", "-1"), "'--runs-f': -1 is not in the range 0<=x<=100."),
+        ("help_system.py", ("--max-iterations", "0"), "'--max-iterations': 0 is not in the range"),
+        ("help_system.py", ("--threads", "0"), "'--threads': 0 is not in the range 1<=x<="),
     ],
 )  # fmt: skip
 def test_counts_no_run_could_use_are_refused_at_parse_time(

@@ -129,6 +129,7 @@ def test_tokens_split_on_space_and_tab_only() -> None:
         (" ||| b ||| 0.5 0.5", "empty source phrase"),
         ("a |||  ||| 0.5 0.5", "empty target phrase"),
         ("a ||| b ||| ", "score field is empty"),
+        ("a\0b ||| c ||| 0.5 0.5", "found a NUL byte at character 2 of the line"),
     ],
 )
 def test_malformed_line_names_file_and_line_and_leaves_no_output(

@@ -46,10 +46,10 @@ BUDGET = settings(
 # so 200 each took 4-5 s a kind, 80 s of the suite for the two tests below).
 DAMAGE_BUDGET = settings(BUDGET, max_examples=50)
 
-# A token: any characters but Moses' separators (space, tab) and line ends; "|||" alone would
-# make a field separator.
+# A token: any characters but Moses' separators (space, tab), line ends and NUL (no text: a
+# bad line); "|||" alone would make a field separator.
 tokens = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters=" \t\n\r"),
+    st.characters(blacklist_categories=("Cs",), blacklist_characters=" \t\n\r\0"),
     min_size=1,
     max_size=6,
 ).filter(lambda tok: tok != "|||")
@@ -63,7 +63,9 @@ number_texts = st.one_of(
 )
 rests = st.one_of(
     st.none(),
-    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=30),
+    st.text(
+        st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\0"), max_size=30
+    ),
 )
 
 
@@ -119,6 +121,7 @@ DAMAGE = {
     "full-width digit": full_width_digit,
     "underscore": lambda line: " ||| ".join(line.split(" ||| ")[:2]) + " ||| 1_000",
     "nan": lambda line: " ||| ".join(line.split(" ||| ")[:2]) + " ||| nan",
+    "NUL in a phrase": lambda line: line.replace(" ||| ", "\0 ||| ", 1),  # issue 65, item 5
 }
 
 

@@ -158,6 +158,18 @@ def test_top_k_refuses_a_source_that_comes_back(tmp_path: Path) -> None:
     assert not (tmp_path / "o.gz").exists()
 
 
+def test_a_nul_byte_in_a_phrase_is_a_bad_line_named_with_its_number(tmp_path: Path) -> None:
+    """Issue 65, item 5: a NUL inside a phrase was read as part of a word (Moses copies it into
+    its translations); filter now refuses the line as every table reader does."""
+    table = tmp_path / "nul.txt"
+    table.write_bytes(b"a ||| x ||| 1 1 1 1\na ||| y\0z ||| 1 1 1 1\nb ||| z ||| 1 1 1 1\n")
+    out = tmp_path / "o.gz"
+    code, stderr = run([str(table), "--min-score", "0:0.5", "-o", str(out)])
+    assert code == 1
+    assert f"{table}:2: found a NUL byte at character 8 of the line" in stderr
+    assert not out.exists()
+
+
 def test_moses_ini_out_points_at_the_filtered_table(tmp_path: Path) -> None:
     """Every path of the new ini is absolute (issue 27, item 1): the phrase table is OUT, the
     reordering table and LM are resolved from the ini's folder, the other bytes unchanged."""

@@ -10,19 +10,22 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import DATA_DIR, MOSES, REAL_INI, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
-from rescorer.io.table import read_table
+from rescorer.io.table import format_prob, read_table
+from rescorer.moses.added_columns import CHECK_LINES
 from rescorer.moses.ini import read_ini
 from rescorer.moses.ini_rewrite import (
     update_for_scored_table,
     with_start_weights,
     write_scored_ini,
 )
+from rescorer.score.models import already_scored
 
 SLICE = DATA_DIR / "pt.en-fr.slice.gz"
 # The real tuned ini of a system whose files are all there (the same lines as REAL_INI but the
@@ -297,6 +300,40 @@ def test_refuses_a_table_scored_twice(tmp_path: Path, extra: tuple[str, ...], me
     with pytest.raises(RescorerError, match=message):
         write_scored_ini(str(TINY_INI), str(scored_table(tmp_path, extra)), str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("shift", "same"), [(0.0, True), (3e-6, True), (1.5e-4, True), (3e-3, False)]
+)
+def test_score_warns_of_a_column_exactly_when_moses_ini_refuses_it(
+    tmp_path: Path, shift: float, same: bool
+) -> None:
+    """Issue 64, item 3: score warned "moses-ini refuses a table scored twice" (its columns
+    within 2e-4 in ln) and moses-ini then took the twice-scored table as two models (its
+    columns compared exactly: 0.000218863 against 0.000218862). One rule decides both now: a
+    table scored once (column 5), scored again by a run whose log p is ``shift`` away."""
+    rng = np.random.default_rng(0)
+    logp = rng.uniform(-30.0, 0.0, size=CHECK_LINES)  # the first run's log p
+    once, twice = [], []  # the table after one run, and after the second
+    for i, entry in enumerate(read_table(str(SLICE))):
+        if i == CHECK_LINES:
+            break
+        once.append(entry.line_with_columns([format_prob(logp[i])]))
+        twice.append(entry.line_with_columns([format_prob(logp[i]), format_prob(logp[i] + shift)]))
+    table = tmp_path / "pt.twice.gz"
+    table.write_bytes(gzip.compress(("\n".join(twice) + "\n").encode("utf-8")))
+    said = already_scored("pt.once.gz", [line.encode() for line in once], logp + shift)
+    ini = tmp_path / "x.ini"
+    result = CliRunner().invoke(
+        cli, ["moses-ini", str(TINY_INI), "--phrase-table", str(table), "-o", str(ini)]
+    )
+    assert (said is not None) == same
+    assert (result.exit_code == 1) == same, result.stderr
+    if same:
+        assert "moses-ini refuses a table scored twice" in str(said)
+        assert "new columns 1 and 2 are equal on the first 1,000 lines" in result.stderr
+    else:
+        assert "4 -> 6 (2 models)" in result.stderr
 
 
 def test_a_shard_manifest_states_the_count(tmp_path: Path) -> None:

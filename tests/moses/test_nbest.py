@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import DATA_DIR, REAL_INI
+from conftest import DATA_DIR, REAL_INI, TINY_SYSTEM
 
 from rescorer.cli import cli
 from rescorer.errors import InputError, RescorerError
@@ -97,13 +97,42 @@ def test_rerank_with_the_ini_reproduces_moses_order_and_totals() -> None:
     assert oov_sentences == {9, 12}
 
 
-def test_rerank_1best_equals_moses_output() -> None:
-    code, stdout, stderr = rerank([str(NBEST), "--weights", str(REAL_INI)])
+def test_rerank_1best_equals_moses_output(tmp_path: Path) -> None:
+    """Byte for byte, the trailing space of each of Moses' lines too (issue 64, item 6: it was
+    dropped, so cmp against Moses' own 1-best failed although every sentence matched)."""
+    out = tmp_path / "1best.fr"
+    code, _, stderr = rerank([str(NBEST), "--weights", str(REAL_INI), "-o", str(out)])
     assert code == 0, stderr
-    assert stdout.split("\n")[:-1] == [
-        line.rstrip(" ") for line in HYP.read_text().split("\n")[:-1]
-    ]
+    assert out.read_bytes() == HYP.read_bytes()
     assert "rescorer rerank: 13 sentences, 1,201 hypotheses; 1-best changed for 0" in stderr
+
+
+# What the Moses of ../shared/tools/moses wrote for the input "a", "" and "b" with
+# tests/data/tiny-system/moses.ini and -n-best-list F 2: its 1-best and its n-best list.
+TINY_1BEST = b"une \n\nb \n"
+TINY_NBEST = """\
+0 ||| une  ||| LexicalReordering0= -0.0905212 0 0 0 0 0 Distortion0= 0 LM0= -7.78298 \
+WordPenalty0= -1 PhrasePenalty0= 1 TranslationModel0= -0.316575 -0.783435 -0.911348 -0.930856 \
+||| -0.890219
+0 ||| un  ||| LexicalReordering0= -0.091725 0 0 0 0 0 Distortion0= 0 LM0= -7.87903 \
+WordPenalty0= -1 PhrasePenalty0= 1 TranslationModel0= -0.313885 -0.785991 -0.762206 -0.783293 \
+||| -0.898297
+1 |||  ||| LexicalReordering0= 0 0 0 0 0 0 Distortion0= 0 LM0= 0 WordPenalty0= 0 \
+PhrasePenalty0= 0 TranslationModel0= 0 0 0 0 ||| 0
+2 ||| b  ||| LexicalReordering0= 0 0 0 0 0 0 Distortion0= 0 LM0= -3.12114 WordPenalty0= -1 \
+PhrasePenalty0= 1 TranslationModel0= 0 0 0 0 ||| -100.242
+"""
+
+
+def test_rerank_writes_an_empty_hypothesis_as_moses_does(tmp_path: Path) -> None:
+    """An empty line for an empty hypothesis (an empty input line), a trailing space after
+    every word otherwise: Moses' own 1-best bytes."""
+    nbest, out = tmp_path / "tiny.nbest", tmp_path / "1best"
+    nbest.write_text(TINY_NBEST)
+    ini = str(TINY_SYSTEM / "moses.ini")
+    code, _, stderr = rerank([str(nbest), "--weights", ini, "--decoded-with", ini, "-o", str(out)])
+    assert code == 0, stderr
+    assert out.read_bytes() == TINY_1BEST
 
 
 def test_decoded_with_keeps_the_hidden_part(tmp_path: Path) -> None:
@@ -145,7 +174,7 @@ def test_missing_sentences_give_empty_lines(tmp_path: Path) -> None:
         "1 ||| b  ||| LM0= -2 ||| -2\n1 ||| c  ||| LM0= -1 ||| -1\n3 ||| d  ||| LM0= -1 ||| -1\n"
     )
     code, stdout, _ = rerank([str(path), "--weight", "LM0=1"])
-    assert code == 0 and stdout == "\nc\n\nd\n"
+    assert code == 0 and stdout == "\nc \n\nd \n"  # Moses: each word and a space
     path.write_text("1 ||| b  ||| LM0= -2 ||| -2\n0 ||| c  ||| LM0= -1 ||| -1\n")
     config = RerankConfig(Weights({"LM0": (1.0,)}))
     with pytest.raises(InputError, match="sentence 0 after sentence 1"):

@@ -102,7 +102,13 @@ def test_sources_of_one_length_are_shared_only_when_their_bytes_match(
 
 @pytest.mark.parametrize(
     "damage",
-    [b"x ||| y ||| 1 2 3\n", b"x ||| y ||| 1 2 3 nan\n", b"x\tz ||| y ||| 1 2 3 4\n", b"\n"],
+    [
+        b"x ||| y ||| 1 2 3\n",
+        b"x ||| y ||| 1 2 3 nan\n",
+        b"x\tz ||| y ||| 1 2 3 4\n",
+        b"\n",
+        b"x\0z ||| y ||| 1 2 3 4\n",  # issue 65, item 5: accepted as an unknown word
+    ],
 )
 def test_a_chunk_with_a_bad_or_unusual_line_goes_line_by_line(
     slice_chunk: Chunk, damage: bytes

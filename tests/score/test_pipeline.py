@@ -166,6 +166,22 @@ def test_batch_size_and_workers_keep_order_and_lines(tmp_path: Path, model_dir: 
         assert abs(vx - vy) < 1e-4 * max(1.0, abs(vx))
 
 
+def test_workers_the_system_refuses_are_one_error_line(
+    tmp_path: Path, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 65, item 4: --workers 500 in a task limit ended in a BlockingIOError traceback
+    (the command line now refuses such counts; a tighter limit still says what to do)."""
+    from rescorer.job import pool
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(pool._Worker, "start", refused)  # the spawn, at the first task
+    with pytest.raises(RescorerError, match=r"could not start 2 worker processes \(Resource "):
+        run_score(tmp_path, model_dir, "o.gz", workers=2)
+    assert not (tmp_path / "o.gz").exists()
+
+
 def test_workers_give_identical_bytes(tmp_path: Path, model_dir: Path) -> None:
     """Issue 57: the gzip bytes themselves are the same at 0, 1 and 2 workers (a member per
     chunk, each compressed by zlib with no timestamp in whichever process formats it), with
@@ -253,14 +269,16 @@ def test_skip_bad_lines_accounts_for_every_line(tmp_path: Path, model_dir: Path)
     bad = tmp_path / "bad.txt"
     lines = list(LINES)
     lines[10] = "broken"
+    lines[1000] = lines[1000].replace(" ", "\0", 1)  # issue 65, item 5: a NUL in a phrase
     lines[2000] = "a ||| b ||| 0.5"
     bad.write_text("\n".join(lines) + "\n")
     out, rejects = tmp_path / "out.txt", tmp_path / "rejects.txt"
     cfg = ScoreConfig(device="cpu", chunk_bytes=16384, skip_bad_lines=str(rejects))
     stats = score_table(str(bad), str(model_dir), str(out), cfg)
-    assert (stats.lines_in, stats.lines_out, stats.bad) == (len(LINES), len(LINES) - 2, 2)
-    assert rejects.read_text().splitlines() == ["broken", "a ||| b ||| 0.5"]
-    assert len(read_lines(out)) == len(LINES) - 2
+    assert (stats.lines_in, stats.lines_out, stats.bad) == (len(LINES), len(LINES) - 3, 3)
+    assert rejects.read_text().splitlines() == ["broken", lines[1000], "a ||| b ||| 0.5"]
+    assert f"{bad}:1001: found a NUL byte at character " in stats.bad_examples[1]
+    assert len(read_lines(out)) == len(LINES) - 3
 
 
 def test_cli_score_and_errors(tmp_path: Path, model_dir: Path) -> None:
@@ -410,6 +428,32 @@ def test_stdin_gets_the_score_count_check(tmp_path: Path, model_dir: Path) -> No
     assert b"<stdin>:5:" in proc.stderr or b"-:5:" in proc.stderr, proc.stderr
     assert b"found 5 scores, expected 4" in proc.stderr, proc.stderr
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.slow
+def test_a_pipe_whose_first_chunk_is_all_bad_checks_the_count_as_a_file_does(
+    tmp_path: Path, model_dir: Path
+) -> None:
+    """Issue 65, item 3: a pipe took the score count from its first chunk alone; one without a
+    well-formed line gave none, and a later line of another count was written with the new
+    column, exit 0, where the same file skips it. Now both skip it."""
+    lines = gzip.decompress(SLICE.read_bytes()).split(b"\n")[:-1]
+    table = [line.split(b" ||| ")[0] + b" ||| broken" for line in lines[:1000]]  # > a chunk
+    fields = lines[1500].split(b" ||| ")
+    fields[2] += b" 0.5"  # one score too many, in a later chunk
+    table += [*lines[1000:1500], b" ||| ".join(fields), *lines[1501:]]
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"\n".join(table) + b"\n")
+    runs = {}
+    for how, source, stdin in (("file", path, None), ("pipe", "-", path.read_bytes())):
+        out, bad = tmp_path / f"{how}.txt", tmp_path / f"{how}.bad"
+        args = ("--chunk-bytes", "16384", "--skip-bad-lines", str(bad))
+        proc = score_cli(source, model_dir, out, *args, stdin=stdin)
+        assert proc.returncode == 0, proc.stderr
+        runs[how] = (out.read_bytes(), bad.read_bytes())
+    assert runs["pipe"] == runs["file"]
+    assert runs["pipe"][1].split(b"\n")[-2] == b" ||| ".join(fields)  # skipped, last
+    assert runs["pipe"][0].count(b"\n") == len(lines) - 1001
 
 
 @pytest.mark.slow

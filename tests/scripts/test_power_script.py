@@ -71,7 +71,7 @@ def test_power_asks_for_what_it_needs() -> None:
         (["--segments", "3000"], "--segments and --words-per-segment go together"),
         (["--words-per-segment", "14"], "--segments and --words-per-segment go together"),
         (["--check", str(SECOND)], "--check and --check-words go together"),
-        (["--check", str(SECOND), "--check-words", "0"], "0 is not in the range x>=1"),
+        (["--check", str(SECOND), "--check-words", "0"], "0 is not in the range 1<=x<=1000000000"),
     ):
         result = CliRunner().invoke(power_main, [str(SECOND), "--ref-words", "6542", *args])
         assert result.exit_code == 2 and said in result.output, result.output
