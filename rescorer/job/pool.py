@@ -30,9 +30,9 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 from rescorer.errors import RescorerError
-from rescorer.io.shm import semaphores_named
+from rescorer.io.shm import semaphores_named, shm_room
 
-__all__ = ["Inline", "Pool", "Workers", "ready"]
+__all__ = ["Inline", "Pool", "Workers", "no_pool_note", "ready"]
 
 
 class _Worker(SpawnProcess):
@@ -139,6 +139,18 @@ class Workers:
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         self.close() if kind is None else self.terminate()
+
+
+def no_pool_note(exc: BaseException) -> str:
+    """Why a run has no workers although asked for some: the system refused the pool (its
+    semaphores live in /dev/shm: read-only, full or out of inodes in some containers and batch
+    systems)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"no worker pool: /dev/shm refused its semaphores ({reason}{shm_room()}), so this run "
+        "parses and formats in its own process (--workers 0), which is slower; a container "
+        "needs a writable /dev/shm with room (docker run --shm-size)"
+    )
 
 
 def _signal_name(number: int) -> str:

@@ -43,10 +43,10 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.io.shared import keep_freed_memory
-from rescorer.io.shm import remove_dead, shm_room
+from rescorer.io.shm import remove_dead
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
-from rescorer.job.pool import Inline, Pool, Workers, ready
+from rescorer.job.pool import Inline, Pool, Workers, no_pool_note, ready
 from rescorer.job.record import run_key as record_run_key
 from rescorer.job.shards import complete_manifest, finished_shard, shard_manifest
 from rescorer.job.stats import JobStats
@@ -297,7 +297,7 @@ class _Run:
             try:
                 pool = Workers(self.config.workers, work.init_worker, (*work.init_args, True))
             except (OSError, NotImplementedError, ImportError) as exc:
-                self.notes.append(_no_pool(exc))  # the same bytes, without workers
+                self.notes.append(no_pool_note(exc))  # the same bytes, without workers
             else:
                 keep_freed_memory()  # this process copies each chunk in and its results out
                 return pool
@@ -393,18 +393,6 @@ class _Run:
             f"{cause}; {out}.partial keeps what its record vouches for: {first}run "
             "the same command with --resume to finish it"
         ), True
-
-
-def _no_pool(exc: BaseException) -> str:
-    """Why a run has no workers although asked for some: the system refused the pool (its
-    semaphores live in /dev/shm: read-only, full or out of inodes in some containers and batch
-    systems)."""
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return (
-        f"no worker pool: /dev/shm refused its semaphores ({reason}{shm_room()}), so this run "
-        "parses and formats in its own process (--workers 0), which is slower; a container "
-        "needs a writable /dev/shm with room (docker run --shm-size)"
-    )
 
 
 def _say(text: str) -> None:
