@@ -30,9 +30,10 @@ from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 from rescorer.errors import RescorerError
+from rescorer.io.shared import keep_freed_memory
 from rescorer.io.shm import semaphores_named, shm_room
 
-__all__ = ["Inline", "Pool", "Workers", "no_pool_note", "ready"]
+__all__ = ["Inline", "Pool", "Workers", "ready", "start_pool"]
 
 
 class _Worker(SpawnProcess):
@@ -141,7 +142,27 @@ class Workers:
         self.close() if kind is None else self.terminate()
 
 
-def no_pool_note(exc: BaseException) -> str:
+def start_pool(
+    count: int, initializer: Callable[..., None], initargs: tuple[Any, ...]
+) -> tuple[Pool, str]:
+    """``count`` :class:`Workers`, each started with ``initializer(*initargs, True)`` (True:
+    in a pool); with none asked, or where the system refuses the pool, ``initializer(*initargs)``
+    in this process and :class:`Inline`, the same bytes. Second: why there is no pool although
+    one was asked for, in words ("" otherwise)."""
+    why = ""
+    if count > 0:
+        try:
+            pool = Workers(count, initializer, (*initargs, True))
+        except (OSError, NotImplementedError, ImportError) as exc:
+            why = _no_pool(exc)
+        else:
+            keep_freed_memory()  # this process copies each chunk in and its results out
+            return pool, why
+    initializer(*initargs)
+    return Inline(), why
+
+
+def _no_pool(exc: BaseException) -> str:
     """Why a run has no workers although asked for some: the system refused the pool (its
     semaphores live in /dev/shm: read-only, full or out of inodes in some containers and batch
     systems)."""

@@ -42,11 +42,10 @@ from rescorer.io.inputs import InputMeter, display_name, gzip_text_size, open_bi
 from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
-from rescorer.io.shared import keep_freed_memory
 from rescorer.io.shm import remove_dead
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
-from rescorer.job.pool import Inline, Pool, Workers, no_pool_note, ready
+from rescorer.job.pool import Inline, Pool, Workers, ready, start_pool
 from rescorer.job.record import run_key as record_run_key
 from rescorer.job.shards import complete_manifest, finished_shard, shard_manifest
 from rescorer.job.stats import JobStats
@@ -206,7 +205,7 @@ class _Run:
         self.output, self.resume, self.fresh = output, resume, fresh
         self.shard_range, self.phase, self.mark = shard_range, phase, mark
         self.written = False  # a chunk has been written
-        self.notes: list[str] = []  # said after the opening lines (unless --quiet)
+        self.no_pool = ""  # why there are no workers although asked for: said after the opening
         self.name = display_name(job.table)
         self.meter = InputMeter()
         # The decompressed size, where the gzip trailer tells it: the decompressing thread reads
@@ -254,7 +253,8 @@ class _Run:
         try:  # from here on an error leaves no OUT.partial behind (unless interrupted)
             output.open(self.resume)
             remove_dead()  # what runs killed with their resource tracker left in /dev/shm
-            pool = self._start_pool()
+            work = self.work
+            pool, self.no_pool = start_pool(config.workers, work.init_worker, work.init_args)
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
                 pool.submit(ready).result()
             self.mark("worker start")
@@ -289,20 +289,6 @@ class _Run:
                 output.close(ok, keep_partial=interrupted, manifest=manifest)
                 self.mark("final rename")
         stats.seconds = time.monotonic() - t0
-
-    def _start_pool(self) -> Pool:
-        """The worker processes (``config.workers``), or the work's start in this process."""
-        work = self.work
-        if self.config.workers > 0:
-            try:
-                pool = Workers(self.config.workers, work.init_worker, (*work.init_args, True))
-            except (OSError, NotImplementedError, ImportError) as exc:
-                self.notes.append(no_pool_note(exc))  # the same bytes, without workers
-            else:
-                keep_freed_memory()  # this process copies each chunk in and its results out
-                return pool
-        work.init_worker(*work.init_args)
-        return Inline()
 
     def _chunks_through(
         self, pool: Pool, opening: Sequence[str], report: Callable[[], None]
@@ -373,8 +359,8 @@ class _Run:
             uneven = shard_note(self.shard_range, self.config.chunk_bytes, self.config.shard)
             if uneven:
                 _say(f"rescorer {self.job.command}: note: {uneven}")
-        for note in self.notes:
-            _say(f"rescorer {self.job.command}: note: {note}")
+        if self.no_pool:
+            _say(f"rescorer {self.job.command}: note: {self.no_pool}")
 
     def _stopped(self, cause: str, first: str) -> tuple[RescorerError, bool]:
         """The error a run stopped by ``cause`` (a full disk, a dead worker) ends with, and

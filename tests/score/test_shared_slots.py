@@ -129,7 +129,7 @@ def test_a_pool_the_system_refuses_means_no_workers_one_note_and_the_same_bytes(
     """The pool's semaphores live in /dev/shm too: where it refuses them (read-only, full),
     the run goes on without workers and says so once (tests/score/test_worker_faults.py
     meets a real such /dev/shm where the test may mount one)."""
-    from rescorer.job import run
+    from rescorer.job import pool
 
     config = ScoreConfig(device="cpu", precision="fp32", chunk_bytes=8192, workers=2)
     score_table(str(SLICE), str(model_dir), str(tmp_path / "a.gz"), config)
@@ -138,7 +138,7 @@ def test_a_pool_the_system_refuses_means_no_workers_one_note_and_the_same_bytes(
     def refused(*args: object) -> None:
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(run, "Workers", refused)
+    monkeypatch.setattr(pool, "Workers", refused)
     score_table(str(SLICE), str(model_dir), str(tmp_path / "b.gz"), config)
     notes = [ln for ln in capsys.readouterr().err.splitlines() if "note" in ln]
     assert len(notes) == 1 and "Read-only file system" in notes[0], notes
