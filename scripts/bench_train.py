@@ -4,12 +4,17 @@ Reads the table once, keeps every K-th line (a spread of real pairs, about --pai
 builds the shortlists from those, then times --updates Adadelta updates after --warmup untimed
 ones, for each --precision and each --batch-size: the same ``train_step`` as ``rescorer train``
 (forward, backward, clip, optimiser). The device's bf16 and fp32 GEMM peaks are measured in the
-same run. Prints one Markdown block for BENCHMARKS.md (and with --json a JSON record per row).
+same run, and so is the memory's bandwidth (a STREAM triad): each row is set beside its floor, the
+time its matrix products take at the peak plus the time the optimiser's memory traffic takes at
+that bandwidth (issue 66). Prints one Markdown block for BENCHMARKS.md (and with --json a JSON
+record per row). ``--profile`` and ``--op-profile`` then run the timed batches again, phase by
+phase and (``--op-profile``) operation by operation under torch's profiler.
 
     python scripts/bench_train.py                        # paper config, bf16 and fp32, CPU
     python scripts/bench_train.py --hidden-size 256 --batch-size 64 256 1024 --device cuda
     python scripts/bench_train.py --device cuda --variant train --compile no \
         --capture off on compile --precision bf16 tf32 --batch-size 64 256 1024   # issue 56
+    python scripts/bench_train.py --hidden-size 256 --precision fp32 --op-profile  # issue 66
 
 ``--capture on|compile`` times ``train --capture``'s update (rescorer/train/capture.py): the
 batches bucketed by length as train buckets them, every shape captured during the warm-up
@@ -20,16 +25,19 @@ count pairs and FLOPs without padding, as the eager rows do.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import sys
 import time
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 import torch
-from bench_score import gemm_peak, model_macs
-from benchlib import cpu_name, git_commit
+from bench_score import gemm_peak, model_macs, sync
+from benchlib import cpu_name, git_commit, stream_triad
+from opprofile import profile_updates
 
 from rescorer.batching import (
     PairArrays,
@@ -43,18 +51,37 @@ from rescorer.device import resolve_device
 from rescorer.io.table import read_table, split_tokens
 from rescorer.model.encdec import (
     EncoderDecoder,
+    Kernels,
     ModelConfig,
     compile_kernels,
     count_parameters,
     init_weights_,
 )
+from rescorer.phases import nothing
 from rescorer.train.capture import StaticUpdate, capture_mode
 from rescorer.train.loop import train_step
 from rescorer.train.optim import ClippedAdadelta
-from rescorer.train.profile import TrainPhases
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"
+#: Bytes the optimiser must move per parameter at the least, fp32 state in every precision:
+#: the gradient read twice (the global norm, then the step: the clip needs the norm first),
+#: the parameter and Adadelta's two accumulators each read once and written once.
+OPTIMIZER_BYTES = 8 * 4
+#: A peak is measured at --gemm-size unless one product that size would take over this many
+#: seconds at the rate of a 512^3 product (bf16 on a CPU without bf16 instructions: a slow
+#: path at about 1 GFLOP/s, where a 2048^3 product takes 17 s); then the 512^3 rate is it.
+SLOW_PRODUCT_SECONDS = 1.0
+
+
+def measured_peak(device: torch.device, dtype: torch.dtype, size: int) -> tuple[float, int]:
+    """(FLOP/s, the size it was measured at) of ``dtype``'s matrix products (see
+    SLOW_PRODUCT_SECONDS)."""
+    small = min(size, 512)
+    rate = gemm_peak(device, dtype, small, seconds=0.5)
+    if small == size or 2 * size**3 / max(rate, 1.0) > SLOW_PRODUCT_SECONDS:
+        return rate, small
+    return gemm_peak(device, dtype, size), size
 
 
 def time_captured(
@@ -85,6 +112,40 @@ def time_captured(
         n_src += int(src_lens[index].sum())
     update.take()  # the one read back: waits for the device
     return time.perf_counter() - start, n_pairs, n_tokens, n_src
+
+
+class Updates:
+    """``Updates(...)(first, last)``: training updates on batches ``first`` .. ``last - 1``
+    (modulo the epoch's), returning (pairs, target tokens, source tokens), the device waited
+    for; ``phase`` a phase timer (``--profile``)."""
+
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        optim: torch.optim.Optimizer | ClippedAdadelta,
+        precision: str,
+        kernels: Kernels | None,
+        pairs: PairArrays,
+        batches: list[np.ndarray],
+        device: torch.device,
+    ) -> None:
+        self.model, self.optim, self.precision, self.kernels = model, optim, precision, kernels
+        self.pairs, self.batches, self.device = pairs, batches, device
+
+    def __call__(self, first: int, last: int, phase: Any = nothing) -> tuple[int, int, int]:
+        n_pairs = n_tokens = n_src = 0
+        for i in range(first, last):
+            with phase("data"):
+                batch = self.pairs.batch(self.batches[i % len(self.batches)], self.device)
+            train_step(
+                self.model, self.optim, batch, self.precision, 1.0, kernels=self.kernels,
+                phase=phase,
+            )  # fmt: skip
+            n_pairs += batch.num_pairs
+            n_tokens += int(batch.tgt_lens.sum())
+            n_src += int(batch.src_lens.sum())
+        sync(self.device)
+        return n_pairs, n_tokens, n_src
 
 
 def main() -> None:
@@ -118,7 +179,12 @@ def main() -> None:
     parser.add_argument("--gemm-size", type=int, default=2048)
     parser.add_argument(
         "--profile", action="store_true",
-        help="then time --updates more updates phase by phase (train --profile's table)",
+        help="then run the timed batches again phase by phase (train --profile's table)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--op-profile", type=int, nargs="?", const=30, default=0, metavar="ROWS",
+        help="then run the timed batches again under torch's profiler: the phases, and the"
+        " ROWS (30) costliest operations per phase, in ms an update",
     )  # fmt: skip
     args = parser.parse_args()
 
@@ -136,15 +202,20 @@ def main() -> None:
     device = resolve_device(args.device)
     config = ModelConfig(hidden_size=args.hidden_size)
     commit = git_commit()
-    peaks = {
-        "bf16": gemm_peak(device, torch.bfloat16, args.gemm_size),
-        "fp32": gemm_peak(device, torch.float32, args.gemm_size),
+    measured = {
+        "bf16": measured_peak(device, torch.bfloat16, args.gemm_size),
+        "fp32": measured_peak(device, torch.float32, args.gemm_size),
     }
     if "tf32" in args.precision:  # fp32 operands through TF32 tensor cores (a GPU's)
         tf32 = device.type == "cuda"
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        peaks["tf32"] = gemm_peak(device, torch.float32, args.gemm_size) if tf32 else peaks["fp32"]
+        if tf32:
+            measured["tf32"] = measured_peak(device, torch.float32, args.gemm_size)
+        else:
+            measured["tf32"] = measured["fp32"]
         torch.backends.cuda.matmul.allow_tf32 = False
+    peaks = {p: rate for p, (rate, _) in measured.items()}
+    bandwidth = stream_triad(device)  # bytes/s
     bounds = length_bounds(lengths)
     rows = []
     for batch_size in args.batch_size:
@@ -165,49 +236,46 @@ def main() -> None:
                 model.per_step_training = True
             else:  # whole-sequence recurrences; clip and Adadelta in one pass
                 optim = ClippedAdadelta(torch_optim, compiled=compiled == "yes")
-            n_pairs = n_tokens = n_src = 0
+
+            run = Updates(model, optim, precision, kernels, pairs, batches, device)
+            cpu_seconds = float("nan")  # this process's CPU time (eager rows)
             if capture != "off":
                 mode = capture_mode(capture, device, distributed=False, profile=False)
                 seconds, n_pairs, n_tokens, n_src = time_captured(
                     StaticUpdate(model, torch_optim, 1.0, precision, batch_size, mode, kernels),
                     pairs, lengths, bounds, args.warmup, args.updates,
                 )  # fmt: skip
-            for i in range(args.warmup + args.updates) if capture == "off" else ():
-                if i == args.warmup:
-                    if device.type == "cuda":
-                        torch.cuda.synchronize(device)
-                    start = time.perf_counter()
-                    n_pairs = n_tokens = n_src = 0
-                batch = pairs.batch(batches[i % len(batches)], device)
-                train_step(model, optim, batch, precision, clip_norm=1.0, kernels=kernels)
-                n_pairs += batch.num_pairs
-                n_tokens += int(batch.tgt_lens.sum())
-                n_src += int(batch.src_lens.sum())
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if capture == "off":
+            else:
+                run(0, args.warmup)
+                start, cpu_start = time.perf_counter(), time.process_time()
+                n_pairs, n_tokens, n_src = run(args.warmup, args.warmup + args.updates)
                 seconds = time.perf_counter() - start
-            if args.profile and capture == "off":
-                phases = TrainPhases(device)
-                began = time.perf_counter()
-                for i in range(args.warmup + args.updates, args.warmup + 2 * args.updates):
-                    with phases("data"):
-                        batch = pairs.batch(batches[i % len(batches)], device)
-                    train_step(
-                        model, optim, batch, precision, 1.0, kernels=kernels, phase=phases
-                    )  # fmt: skip
-                wall = time.perf_counter() - began
-                print(
+                cpu_seconds = time.process_time() - cpu_start
+            if (args.profile or args.op_profile) and capture == "off":
+                # The timed batches again: the same work, so the walls compare; what differs
+                # is what the first pass paid once (a shape's first product builds oneDNN's
+                # kernel for it in bf16, the allocator's first blocks).
+                timed = args.warmup, args.warmup + args.updates
+                title = (
                     f"\nhidden {args.hidden_size}, batch {batch_size}, {precision}, compiled"
-                    f" {compiled}, {variant} update: {args.updates} profiled updates",
-                    file=sys.stderr,
+                    f" {compiled}, {variant} update: the {args.updates} timed updates again"
+                    f" (timed: {1000 * seconds / args.updates:.1f} ms an update)"
                 )
+                phases, wall, table = profile_updates(
+                    functools.partial(run, *timed), args.updates, device, args.op_profile
+                )
+                how = "under torch's profiler" if args.op_profile else "phase by phase"
+                title += f", {how}: {1000 * wall / args.updates:.1f} ms an update"
+                print(title, file=sys.stderr)
                 print("\n".join(phases.report(wall)), file=sys.stderr)
+                if table:
+                    print("\n" + "\n".join(table), file=sys.stderr)
             # The forward pass's multiply-adds as it runs them (no padding): the padded decoder,
             # one source row and one decoder start (s0, no step) per pair (bench_score's
             # model_macs). x3 for forward + backward, x2 FLOP per multiply-add.
             macs = model_macs(config, n_src, n_pairs, n_tokens, n_pairs, tree=False)
             flops = 6 * macs
+            parameters = count_parameters(model)
             record = {
                 "benchmark": "train",
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -221,27 +289,31 @@ def main() -> None:
                 "variant": variant,
                 "capture": capture,
                 "hidden_size": args.hidden_size,
-                "parameters": count_parameters(model),
+                "parameters": parameters,
                 "batch_size": batch_size,
                 "updates": args.updates,
                 "pairs_per_s": n_pairs / seconds,
                 "ms_per_update": 1000 * seconds / args.updates,
+                # on a busy machine with one thread, near what the update takes idle
+                "cpu_ms_per_update": 1000 * cpu_seconds / args.updates,
                 "flops": flops / seconds,
+                **floor(flops / args.updates, parameters, peaks, precision, bandwidth),
             }
             rows.append(record)
             if args.json:
                 print(json.dumps(record), file=sys.stderr)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     first = rows[0]
+    sizes = {p: size for p, (_, size) in measured.items()}
     print(f"### Training throughput ({first['date'][:10]}, commit {commit})\n")
     print(
         f"{where}, {torch.get_num_threads()} threads, torch {torch.__version__}. Model: hidden "
         f"{args.hidden_size} ({first['parameters']:,} parameters). {len(pairs):,} real pairs "
         f"(every {step}th line of {args.table}; mean source {pairs.src_lens.mean() - 1:.2f}, "
-        f"target {pairs.tgt_lens.mean() - 1:.2f} words + EOS). GEMM peaks "
-        f"({args.gemm_size}^3): bf16 {peaks['bf16'] / 1e9:,.0f}, fp32 "
-        f"{peaks['fp32'] / 1e9:,.0f} GFLOP/s. {args.updates} timed updates after "
-        f"{args.warmup}.\n"
+        f"target {pairs.tgt_lens.mean() - 1:.2f} words + EOS). GEMM peaks: bf16 "
+        f"{peaks['bf16'] / 1e9:,.0f} ({sizes['bf16']}^3), fp32 {peaks['fp32'] / 1e9:,.0f} "
+        f"({sizes['fp32']}^3) GFLOP/s; memory {bandwidth / 1e9:,.1f} GB/s (a STREAM triad)."
+        f" {args.updates} timed updates after {args.warmup}.\n"
     )
     # Each row against the straightforward update of the same batch, precision and compile.
     base = {
@@ -273,6 +345,44 @@ def main() -> None:
             f" {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.1f} | {vs} | {vs_eager} |"
             f" {r['flops'] / 1e9:,.1f} | {own} | {r['flops'] / best:.0%} |"
         )
+    print(
+        "\nThe floor of each row: its matrix products at the peak of its precision plus the"
+        f" optimiser's {OPTIMIZER_BYTES} bytes a parameter at the triad's bandwidth (the two"
+        " run one after the other). Bound: the larger of the two.\n"
+    )
+    print(
+        "| batch | precision | compiled | update | capture | ms/update | GEMMs at the bf16 peak |"
+        " at the fp32 peak | optimizer at the triad | floor | % of the floor |"
+        " % of its precision's peak | bound |"
+    )
+    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(
+            f"| {r['batch_size']} | {r['precision']} | {r['compiled']} | {r['variant']} |"
+            f" {r['capture']} | {r['ms_per_update']:.1f} | {r['gemm_ms_bf16']:.1f} ms |"
+            f" {r['gemm_ms_fp32']:.1f} ms | {r['optimizer_ms']:.1f} ms |"
+            f" {r['floor_ms']:.1f} ms | {r['floor_ms'] / r['ms_per_update']:.0%} |"
+            f" {r['gemm_ms'] / r['ms_per_update']:.0%} | {r['bound']} |"
+        )
+
+
+def floor(
+    flops: float, parameters: int, peaks: dict[str, float], precision: str, bandwidth: float
+) -> dict[str, Any]:
+    """An update's floor (milliseconds): ``flops`` of matrix products at each peak, the
+    optimiser's bytes at ``bandwidth``; the row's own (its precision's peak) and its bound."""
+    gemm = {p: 1000 * flops / max(rate, 1.0) for p, rate in peaks.items()}
+    optimizer = 1000 * OPTIMIZER_BYTES * parameters / bandwidth
+    return {
+        "gemm_ms_bf16": gemm["bf16"],
+        "gemm_ms_fp32": gemm["fp32"],
+        "gemm_ms": gemm[precision],
+        "optimizer_bytes": OPTIMIZER_BYTES * parameters,
+        "optimizer_ms": optimizer,
+        "triad_bytes_per_s": bandwidth,
+        "floor_ms": gemm[precision] + optimizer,
+        "bound": "GEMMs" if gemm[precision] >= optimizer else "memory",
+    }
 
 
 if __name__ == "__main__":
