@@ -25,7 +25,6 @@ from rescorer.cpus import choose_threads
 from rescorer.device import (
     CompileGuard,
     bound_kernel_caches,
-    choose_precision,
     resolve_device,
     set_threads,
     training_shapes,
@@ -48,6 +47,7 @@ from rescorer.train.data import (
 from rescorer.train.deadline import Deadline, OutOfTime
 from rescorer.train.distributed import World
 from rescorer.train.optim import ClippedAdadelta
+from rescorer.train.precision import choose_training_precision
 from rescorer.train.state import RunState, load_state
 from rescorer.train.stop import fmt_time
 from rescorer.vocab import load_vocabs
@@ -162,11 +162,13 @@ class RunSetup:
             model_cfg.tgt_vocab_size + 1,
             cfg.batch_size,
         )
-        precision = choose_precision(cfg.precision, self.device, "train", shapes)
+        process_settings()  # before the first product: the precision's probe runs them
+        precision = choose_training_precision(
+            cfg.precision, self.device, model_cfg, cfg.batch_size, shapes
+        )
         self.precision = precision.precision
         if precision.reason:
             self.say(f"rescorer train: {precision.reason}")
-        process_settings()
         self.world.start(self.device)
         if self.world.distributed and precision.reason:  # measured: every rank takes rank 0's
             main_bf16 = float(self.world.is_main and self.precision == "bf16")
