@@ -15,6 +15,8 @@ phase and (``--op-profile``) operation by operation under torch's profiler.
     python scripts/bench_train.py --device cuda --variant train --compile no \
         --capture off on compile --precision bf16 tf32 --batch-size 64 256 1024   # issue 56
     python scripts/bench_train.py --hidden-size 256 --precision fp32 --op-profile  # issue 66
+    python scripts/bench_train.py --hidden-size 1000 256 --batch-size 64 256 --precision fp32 \
+        --compare f7f99f4 --op-profile 25          # a sitting: each row before and after
 
 ``--capture on|compile`` times ``train --capture``'s update (rescorer/train/capture.py): the
 batches bucketed by length as train buckets them, every shape captured during the warm-up
@@ -28,6 +30,8 @@ import argparse
 import functools
 import itertools
 import json
+import os
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -35,9 +39,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_score import gemm_peak, model_macs, sync
-from benchlib import cpu_name, git_commit, stream_triad
+from bench_score import model_macs, sync
+from benchlib import HERE, cpu_name, git_commit, stream_triad
 from opprofile import profile_updates
+from trainfloor import measured_peak, print_floor
 
 from rescorer.batching import (
     PairArrays,
@@ -65,24 +70,6 @@ from rescorer.train.optim import ClippedAdadelta
 from rescorer.vocab import build_vocabs
 
 DEFAULT_TABLE = "../shared/data/en-fr/phrase-table.gz"
-#: Bytes the optimiser must move per parameter at the least, fp32 state in every precision:
-#: the gradient read twice (the global norm, then the step: the clip needs the norm first),
-#: the parameter and Adadelta's two accumulators each read once and written once.
-OPTIMIZER_BYTES = 8 * 4
-#: A peak is measured at --gemm-size unless one product that size would take over this many
-#: seconds at the rate of a 512^3 product (bf16 on a CPU without bf16 instructions: a slow
-#: path at about 1 GFLOP/s, where a 2048^3 product takes 17 s); then the 512^3 rate is it.
-SLOW_PRODUCT_SECONDS = 1.0
-
-
-def measured_peak(device: torch.device, dtype: torch.dtype, size: int) -> tuple[float, int]:
-    """(FLOP/s, the size it was measured at) of ``dtype``'s matrix products (see
-    SLOW_PRODUCT_SECONDS)."""
-    small = min(size, 512)
-    rate = gemm_peak(device, dtype, small, seconds=0.5)
-    if small == size or 2 * size**3 / max(rate, 1.0) > SLOW_PRODUCT_SECONDS:
-        return rate, small
-    return gemm_peak(device, dtype, size), size
 
 
 def time_captured(
@@ -149,11 +136,11 @@ class Updates:
         return n_pairs, n_tokens, n_src
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--pairs", type=int, default=20000, help="real pairs to sample")
-    parser.add_argument("--hidden-size", type=int, default=1000)
+    parser.add_argument("--hidden-size", type=int, nargs="+", default=[1000])
     parser.add_argument("--batch-size", type=int, nargs="+", default=[64])
     parser.add_argument("--updates", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
@@ -187,41 +174,59 @@ def main() -> None:
         help="then run the timed batches again under torch's profiler: the phases, and the"
         " ROWS (30) costliest operations per phase, in ms an update",
     )  # fmt: skip
-    args = parser.parse_args()
+    parser.add_argument(
+        "--compare", metavar="COMMIT",
+        help="first time every row with the package as it was at COMMIT (git archive into"
+        " --work, first on PYTHONPATH; this script as it is), then with this checkout's: one"
+        " sitting, each row beside its baseline",
+    )  # fmt: skip
+    parser.add_argument("--work", default="runs/bench-train", help="where --compare unpacks")
+    parser.add_argument("--rows-out", help=argparse.SUPPRESS)  # --compare's child: its rows
+    parser.add_argument("--code", help=argparse.SUPPRESS)  # the child's label (its commit)
+    return parser.parse_args(argv)
 
-    # What rescorer train sets for the whole process before its first update (a package from
-    # before it had process_settings set nothing: the bench times each commit as it trains).
-    settings = getattr(train_setup, "process_settings", None)
-    if settings is not None:
-        settings()
-    lines = sum(1 for _ in read_table(args.table))
-    step = max(lines // args.pairs, 1)
-    entries = [(e.src, e.tgt) for e in read_table(args.table) if e.lineno % step == 0]
+
+def read_pairs(table: str, wanted: int) -> tuple[PairArrays, int]:
+    """Every K-th line of ``table`` (about ``wanted`` pairs), encoded with 15,000-word
+    shortlists of those lines; and K."""
+    lines = sum(1 for _ in read_table(table))
+    step = max(lines // wanted, 1)
+    entries = [(e.src, e.tgt) for e in read_table(table) if e.lineno % step == 0]
     src_vocab, tgt_vocab = build_vocabs(entries, 15000, 15000)
     builder = PairArraysBuilder()
     for src, tgt in entries:
         builder.add(
             src_vocab.encode_eos(split_tokens(src)), tgt_vocab.encode_eos(split_tokens(tgt))
         )
-    pairs = builder.build()
-    lengths = np.maximum(pairs.src_lens, pairs.tgt_lens)
-    device = resolve_device(args.device)
-    config = ModelConfig(hidden_size=args.hidden_size)
-    commit = git_commit()
+    return builder.build(), step
+
+
+def measure_peaks(
+    device: torch.device, precisions: list[str], size: int
+) -> tuple[dict[str, float], dict[str, int]]:
+    """The GEMM peaks (FLOP/s) by precision, and the size each was measured at."""
     measured = {
-        "bf16": measured_peak(device, torch.bfloat16, args.gemm_size),
-        "fp32": measured_peak(device, torch.float32, args.gemm_size),
+        "bf16": measured_peak(device, torch.bfloat16, size),
+        "fp32": measured_peak(device, torch.float32, size),
     }
-    if "tf32" in args.precision:  # fp32 operands through TF32 tensor cores (a GPU's)
+    if "tf32" in precisions:  # fp32 operands through TF32 tensor cores (a GPU's)
         tf32 = device.type == "cuda"
         torch.backends.cuda.matmul.allow_tf32 = tf32
-        if tf32:
-            measured["tf32"] = measured_peak(device, torch.float32, args.gemm_size)
-        else:
-            measured["tf32"] = measured["fp32"]
+        measured["tf32"] = measured_peak(device, torch.float32, size) if tf32 else measured["fp32"]
         torch.backends.cuda.matmul.allow_tf32 = False
-    peaks = {p: rate for p, (rate, _) in measured.items()}
-    bandwidth = stream_triad(device)  # bytes/s
+    return {p: r for p, (r, _) in measured.items()}, {p: n for p, (_, n) in measured.items()}
+
+
+def measure_rows(
+    args: argparse.Namespace,
+    hidden_size: int,
+    pairs: PairArrays,
+    device: torch.device,
+    code: str,
+) -> list[dict[str, Any]]:
+    """One record per batch size, precision, compile setting, update and capture mode."""
+    config = ModelConfig(hidden_size=hidden_size)
+    lengths = np.maximum(pairs.src_lens, pairs.tgt_lens)
     bounds = length_bounds(lengths)
     rows = []
     for batch_size in args.batch_size:
@@ -242,7 +247,6 @@ def main() -> None:
                 model.per_step_training = True
             else:  # whole-sequence recurrences; clip and Adadelta in one pass
                 optim = ClippedAdadelta(torch_optim, compiled=compiled == "yes")
-
             run = Updates(model, optim, precision, kernels, pairs, batches, device)
             cpu_seconds = float("nan")  # this process's CPU time (eager rows)
             if capture != "off":
@@ -263,7 +267,7 @@ def main() -> None:
                 # kernel for it in bf16, the allocator's first blocks).
                 timed = args.warmup, args.warmup + args.updates
                 title = (
-                    f"\nhidden {args.hidden_size}, batch {batch_size}, {precision}, compiled"
+                    f"\n{code}: hidden {hidden_size}, batch {batch_size}, {precision}, compiled"
                     f" {compiled}, {variant} update: the {args.updates} timed updates again"
                     f" (timed: {1000 * seconds / args.updates:.1f} ms an update)"
                 )
@@ -280,12 +284,10 @@ def main() -> None:
             # one source row and one decoder start (s0, no step) per pair (bench_score's
             # model_macs). x3 for forward + backward, x2 FLOP per multiply-add.
             macs = model_macs(config, n_src, n_pairs, n_tokens, n_pairs, tree=False)
-            flops = 6 * macs
-            parameters = count_parameters(model)
             record = {
                 "benchmark": "train",
                 "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "commit": commit,
+                "commit": code,
                 "device": str(device),
                 "cpu": cpu_name(),
                 "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
@@ -294,101 +296,153 @@ def main() -> None:
                 "compiled": compiled,
                 "variant": variant,
                 "capture": capture,
-                "hidden_size": args.hidden_size,
-                "parameters": parameters,
+                "hidden_size": hidden_size,
+                "parameters": count_parameters(model),
                 "batch_size": batch_size,
                 "updates": args.updates,
                 "pairs_per_s": n_pairs / seconds,
                 "ms_per_update": 1000 * seconds / args.updates,
                 # on a busy machine with one thread, near what the update takes idle
                 "cpu_ms_per_update": 1000 * cpu_seconds / args.updates,
-                "flops": flops / seconds,
-                **floor(flops / args.updates, parameters, peaks, precision, bandwidth),
+                "flops": 6 * macs / seconds,
+                "flops_per_update": 6 * macs / args.updates,
             }
             rows.append(record)
             if args.json:
                 print(json.dumps(record), file=sys.stderr)
+    return rows
+
+
+def baseline_rows(args: argparse.Namespace, argv: list[str]) -> list[dict[str, Any]]:
+    """--compare: this script run with the package as it was at the commit; its rows."""
+    commit = subprocess.run(
+        ["git", "-C", HERE, "rev-parse", "--short", args.compare],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    folder = os.path.join(os.path.abspath(args.work), commit)
+    os.makedirs(folder, exist_ok=True)
+    top = subprocess.run(
+        ["git", "-C", HERE, "rev-parse", "--show-toplevel"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", top, "archive", commit, "rescorer"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    out = os.path.join(folder, "rows.json")
+    keep, skip = [], False
+    for arg in argv:  # the same arguments, without --compare COMMIT
+        if skip or arg == "--compare":
+            skip = not skip
+            continue
+        if not arg.startswith("--compare="):
+            keep.append(arg)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
+    print(f"--compare: {commit} first (PYTHONPATH={folder})", file=sys.stderr, flush=True)
+    subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *keep, "--rows-out", out, "--code", commit],
+        check=True, env=env, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    with open(out, encoding="utf-8") as f:
+        rows: list[dict[str, Any]] = json.load(f)
+    for row in rows:
+        row["baseline"] = True
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    before = baseline_rows(args, argv) if args.compare else []
+    # What rescorer train sets for the whole process before its first update (a package from
+    # before it had process_settings set nothing: the bench times each commit as it trains).
+    settings = getattr(train_setup, "process_settings", None)
+    if settings is not None:
+        settings()
+    pairs, step = read_pairs(args.table, args.pairs)
+    device = resolve_device(args.device)
+    code = args.code or git_commit()
+    peaks, sizes = measure_peaks(device, args.precision, args.gemm_size)
+    bandwidth = stream_triad(device)  # bytes/s
+    rows = []
+    for hidden_size in args.hidden_size:
+        rows += measure_rows(args, hidden_size, pairs, device, code)
+    if args.rows_out:
+        with open(args.rows_out, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+        return
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    first = rows[0]
-    sizes = {p: size for p, (_, size) in measured.items()}
-    print(f"### Training throughput ({first['date'][:10]}, commit {commit})\n")
-    print(
-        f"{where}, {torch.get_num_threads()} threads, torch {torch.__version__}. Model: hidden "
-        f"{args.hidden_size} ({first['parameters']:,} parameters). {len(pairs):,} real pairs "
-        f"(every {step}th line of {args.table}; mean source {pairs.src_lens.mean() - 1:.2f}, "
-        f"target {pairs.tgt_lens.mean() - 1:.2f} words + EOS). GEMM peaks: bf16 "
-        f"{peaks['bf16'] / 1e9:,.0f} ({sizes['bf16']}^3), fp32 {peaks['fp32'] / 1e9:,.0f} "
-        f"({sizes['fp32']}^3) GFLOP/s; memory {bandwidth / 1e9:,.1f} GB/s (a STREAM triad)."
-        f" {args.updates} timed updates after {args.warmup}.\n"
-    )
-    # Each row against the straightforward update of the same batch, precision and compile.
-    base = {
-        (r["batch_size"], r["precision"], r["compiled"]): r["pairs_per_s"]
-        for r in rows
-        if r["variant"] == "straightforward"
+    for hidden_size in args.hidden_size:
+        mine = [r for r in rows if r["hidden_size"] == hidden_size]
+        theirs = [r for r in before if r["hidden_size"] == hidden_size]
+        print(f"### Training throughput ({mine[0]['date'][:10]}, commit {code})\n")
+        print(
+            f"{where}, {torch.get_num_threads()} threads, torch {torch.__version__}. Model: hidden"
+            f" {hidden_size} ({mine[0]['parameters']:,} parameters). {len(pairs):,} real pairs"
+            f" (every {step}th line of {args.table}; mean source"
+            f" {pairs.src_lens.mean() - 1:.2f}, target {pairs.tgt_lens.mean() - 1:.2f} words +"
+            f" EOS). GEMM peaks: bf16 {peaks['bf16'] / 1e9:,.0f} ({sizes['bf16']}^3), fp32"
+            f" {peaks['fp32'] / 1e9:,.0f} ({sizes['fp32']}^3) GFLOP/s; memory"
+            f" {bandwidth / 1e9:,.1f} GB/s (a STREAM triad). {args.updates} timed updates after"
+            f" {args.warmup}."
+            + (f" Each row first with the package at {theirs[0]['commit']}." if theirs else "")
+            + "\n"
+        )
+        print_throughput(theirs + mine, peaks, code if theirs else None)
+        print_floor(theirs + mine, peaks, bandwidth, code if theirs else None)
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return r.get("baseline"), r["batch_size"], r["precision"], r["compiled"]
+
+
+def print_throughput(rows: list[dict[str, Any]], peaks: dict[str, float], code: str | None) -> None:
+    """The throughput table; with ``code`` (--compare) a column of each row's commit and one
+    of its speed against the same row at the baseline commit."""
+    # Each row against the straightforward update of the same commit, batch, precision and
+    # compile setting; each captured row against train's eager update of the same settings.
+    base = {_key(r): r["pairs_per_s"] for r in rows if r["variant"] == "straightforward"}
+    eager = {
+        _key(r): r["pairs_per_s"] for r in rows if r["variant"] == "train" and r["capture"] == "off"
     }
-    eager = {  # each captured row against train's eager update of the same settings
-        (r["batch_size"], r["precision"], r["compiled"]): r["pairs_per_s"]
-        for r in rows
-        if r["variant"] == "train" and r["capture"] == "off"
-    }
+    first = {_same(r): r["pairs_per_s"] for r in rows if r.get("baseline")}
     best = max(peaks.values())
+    extra = " code | vs the baseline |" if code else ""
     print(
-        "| batch | precision | compiled | update | capture | pairs/s | ms/update |"
+        f"|{extra} batch | precision | compiled | update | capture | pairs/s | ms/update |"
         " vs straightforward | vs eager | model GFLOP/s | % of its precision's peak |"
         " % of the faster peak |"
     )
-    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "|"
+        + ("---|---:|" if code else "")
+        + "---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for r in rows:
         p = r["precision"]
-        ref_rate = base.get((r["batch_size"], p, r["compiled"]))
+        ref_rate = base.get(_key(r))
         vs = f"{r['pairs_per_s'] / ref_rate:.2f}" if ref_rate else "-"
-        eager_rate = eager.get((r["batch_size"], p, r["compiled"]))
+        eager_rate = eager.get(_key(r))
         vs_eager = f"{r['pairs_per_s'] / eager_rate:.2f}" if eager_rate else "-"
         own = f"{r['flops'] / peaks[p]:.0%}" if peaks[p] >= 1e9 else "(no peak)"
+        lead = ""
+        if code:
+            was = None if r.get("baseline") else first.get(_same(r))
+            lead = (
+                f" {r['commit']} | {r['pairs_per_s'] / was:.2f} |"
+                if was
+                else f" {r['commit']} | - |"
+            )
         print(
-            f"| {r['batch_size']} | {p} | {r['compiled']} | {r['variant']} | {r['capture']} |"
+            f"|{lead} {r['batch_size']} | {p} | {r['compiled']} | {r['variant']} | {r['capture']} |"
             f" {r['pairs_per_s']:,.0f} | {r['ms_per_update']:.1f} | {vs} | {vs_eager} |"
             f" {r['flops'] / 1e9:,.1f} | {own} | {r['flops'] / best:.0%} |"
         )
-    print(
-        "\nThe floor of each row: its matrix products at the peak of its precision plus the"
-        f" optimiser's {OPTIMIZER_BYTES} bytes a parameter at the triad's bandwidth (the two"
-        " run one after the other). Bound: the larger of the two.\n"
-    )
-    print(
-        "| batch | precision | compiled | update | capture | ms/update | GEMMs at the bf16 peak |"
-        " at the fp32 peak | optimizer at the triad | floor | % of the floor |"
-        " % of its precision's peak | bound |"
-    )
-    print("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for r in rows:
-        print(
-            f"| {r['batch_size']} | {r['precision']} | {r['compiled']} | {r['variant']} |"
-            f" {r['capture']} | {r['ms_per_update']:.1f} | {r['gemm_ms_bf16']:.1f} ms |"
-            f" {r['gemm_ms_fp32']:.1f} ms | {r['optimizer_ms']:.1f} ms |"
-            f" {r['floor_ms']:.1f} ms | {r['floor_ms'] / r['ms_per_update']:.0%} |"
-            f" {r['gemm_ms'] / r['ms_per_update']:.0%} | {r['bound']} |"
-        )
 
 
-def floor(
-    flops: float, parameters: int, peaks: dict[str, float], precision: str, bandwidth: float
-) -> dict[str, Any]:
-    """An update's floor (milliseconds): ``flops`` of matrix products at each peak, the
-    optimiser's bytes at ``bandwidth``; the row's own (its precision's peak) and its bound."""
-    gemm = {p: 1000 * flops / max(rate, 1.0) for p, rate in peaks.items()}
-    optimizer = 1000 * OPTIMIZER_BYTES * parameters / bandwidth
-    return {
-        "gemm_ms_bf16": gemm["bf16"],
-        "gemm_ms_fp32": gemm["fp32"],
-        "gemm_ms": gemm[precision],
-        "optimizer_bytes": OPTIMIZER_BYTES * parameters,
-        "optimizer_ms": optimizer,
-        "triad_bytes_per_s": bandwidth,
-        "floor_ms": gemm[precision] + optimizer,
-        "bound": "GEMMs" if gemm[precision] >= optimizer else "memory",
-    }
+def _same(r: dict[str, Any]) -> tuple[Any, ...]:
+    return r["batch_size"], r["precision"], r["compiled"], r["variant"], r["capture"]
 
 
 if __name__ == "__main__":

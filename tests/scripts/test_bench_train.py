@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, SLICE
 
 from rescorer.batching import PairArraysBuilder
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, init_weights_
@@ -14,9 +17,9 @@ from rescorer.train.loop import train_step
 from rescorer.train.optim import ClippedAdadelta
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_train import OPTIMIZER_BYTES, floor
 from benchlib import stream_triad
 from opprofile import profile_updates
+from trainfloor import OPTIMIZER_BYTES, floor
 
 
 def test_the_floor_adds_the_products_at_the_peak_and_the_optimizer_at_the_bandwidth() -> None:
@@ -61,3 +64,28 @@ def test_the_profile_charges_every_operation_to_its_phase() -> None:
     assert any(phase == "optimizer" for phase, _ in rows)
     assert table[-1].startswith("total")
     assert profile_updates(run, 2, rows=0)[2] == []  # the phases only
+
+
+@pytest.mark.slow
+def test_compare_times_every_row_at_the_commit_then_at_this_checkout(tmp_path: Path) -> None:
+    """--compare COMMIT: one command gives the sitting's before and after, row beside row."""
+    proc = subprocess.run(
+        [
+            sys.executable, str(ROOT / "scripts" / "bench_train.py"), "--table", str(SLICE),
+            "--pairs", "300", "--hidden-size", "8", "12", "--updates", "1", "--warmup", "1",
+            "--precision", "fp32", "--compile", "no", "--gemm-size", "64",
+            "--compare", "HEAD", "--work", str(tmp_path),
+        ],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    assert (tmp_path / head / "rescorer" / "__init__.py").is_file()
+    out = proc.stdout
+    assert out.count("### Training throughput") == 2  # one block per hidden size
+    for variant in ("straightforward", "train"):  # the baseline's row, then this checkout's
+        assert re.search(rf"^\| {head} \| - \| 64 \| fp32 \| no \| {variant} \|", out, re.M)
+        assert re.search(rf"^\| \w+ \| [\d.]+ \| 64 \| fp32 \| no \| {variant} \|", out, re.M)
+    assert out.count("| GEMMs |") + out.count("| memory |") == 8  # 2 sizes x 2 codes x 2
