@@ -52,16 +52,23 @@ from rescorer.train.state import RunState, load_state
 from rescorer.train.stop import fmt_time
 from rescorer.vocab import load_vocabs
 
+#: Entries of oneDNN's per-shape kernel caches in training (its own default): an update runs
+#: 89 matrix products of 60 distinct shapes (row counts of each step and of the weights'
+#: gradients vary with the batch's lengths), 401 shapes in 300 updates at batch 64. Scoring's
+#: 16 (rescorer.device.KERNEL_CACHE_CAPACITY) would rebuild most bf16 kernels every update.
+TRAIN_KERNEL_CACHE_CAPACITY = 1024
+
 
 def process_settings() -> None:
-    """The process-wide settings ``rescorer train`` makes before its first update (and
-    scripts/bench_train.py, to time the same update): oneDNN's per-shape kernel caches bounded
-    (rescorer.device.bound_kernel_caches), and the memory an update frees kept for the next
-    one (rescorer.io.shared.keep_freed_memory): by default glibc hands every block of 128 KiB
-    and more back, and each update faulted its logits, gradients and temporaries in again
-    (8,100 page faults an update at hidden 256, batch 64, against 400 kept; 7% of the update's
-    CPU time on a Zen 3 core)."""
-    bound_kernel_caches()
+    """The process-wide settings ``rescorer train`` makes before its first matrix product
+    (and scripts/bench_train.py, to time the same update): oneDNN's per-shape kernel caches
+    sized for training's shapes (TRAIN_KERNEL_CACHE_CAPACITY; a value set in the environment
+    is kept), and the memory an update frees kept for the next one
+    (rescorer.io.shared.keep_freed_memory): by default glibc hands every block of 128 KiB and
+    more back, and each update faulted its logits, gradients and temporaries in again (8,100
+    page faults an update at hidden 256, batch 64, against 400 kept; 7% of the update's CPU
+    time on a Zen 3 core)."""
+    bound_kernel_caches(TRAIN_KERNEL_CACHE_CAPACITY)
     keep_freed_memory()
 
 
