@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from typing import Any
 
 from isal import igzip
 
@@ -67,3 +68,30 @@ def paper_model_dir(table: str, folder: str, made_by: str) -> str:
     init_weights_(model)
     save_model_dir(folder, model, src_vocab, tgt_vocab, {"made_by": made_by})
     return folder
+
+
+def stream_triad(device: Any = "cpu", seconds: float = 1.0, mib: int = 256) -> float:
+    """Bytes/s of a STREAM triad ``a = b + 3 c`` on ``device`` (a CPU: torch's threads), over fp32
+    arrays of ``mib`` MiB each (far past any last-level cache): the best pass in ``seconds``.
+    Counted as STREAM counts it: 12 bytes an element (two floats read, one written; the read
+    a write allocates is not counted)."""
+    import time
+
+    import torch
+
+    n = mib << 18  # fp32 elements
+    b, c = torch.rand(n, device=device), torch.rand(n, device=device)
+    a = torch.empty(n, device=device)
+    torch.add(b, c, alpha=3.0, out=a)  # touch every page once
+    cuda = torch.device(device).type == "cuda"
+    best, end = 0.0, time.perf_counter() + seconds
+    while True:
+        if cuda:
+            torch.cuda.synchronize(device)
+        t = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        if cuda:
+            torch.cuda.synchronize(device)
+        best = max(best, 12 * n / (time.perf_counter() - t))
+        if time.perf_counter() > end:
+            return best

@@ -273,17 +273,33 @@ def test_auto_trains_in_bf16_where_bf16_products_measure_faster(
     assert choose_precision("fp32", torch.device("cpu"), "train").reason == ""
 
 
+@pytest.mark.parametrize("updates, chosen", [((250.0, 100.0), "bf16"), ((90.0, 100.0), "fp32")])
 def test_train_says_the_measured_choice_and_trains_in_it(
-    gemm_speeds: dict[Any, float], tmp_path: Path
+    gemm_speeds: dict[Any, float],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    updates: tuple[float, float],
+    chosen: str,
 ) -> None:
+    """The products favour bf16 (300 against 100 GFLOP/s), so this model's updates are timed
+    in both (issue 66; injected here: bf16, fp32 pairs/s) and the faster one trains."""
+    import rescorer.train.precision as precision
+
+    timed = dict(zip(("bf16", "fp32"), updates, strict=True))
+    monkeypatch.setattr(precision, "time_updates", lambda cfg, batch, name: timed[name])
+    monkeypatch.setattr(precision, "_load", lambda: 0.0)
     gemm_speeds.update({torch.float32: 100.0, torch.bfloat16: 300.0})
     config = ModelConfig(300, 300, hidden_size=12, embed_size=8, maxout_units=6)
     cfg = TrainConfig(batch_size=16, device="cpu", valid_fraction=0.1, max_updates=2)
     lines: list[str] = []
     train(str(SAMPLE_TABLE), tmp_path / "m", config, cfg, echo=lines.append)
     assert lines[0].startswith("rescorer train: device cpu, ") and " thread" in lines[0]
-    assert lines[1].startswith("rescorer train: precision auto -> bf16: bf16 300 vs fp32 100")
-    assert any("precision bf16" in line for line in lines), lines
+    assert lines[1].startswith(
+        f"rescorer train: precision auto -> {chosen}: this model's updates"
+        f" bf16 {updates[0]:.0f} vs fp32 {updates[1]:.0f} pairs/s"
+    )
+    assert "its matrix products alone favour bf16: bf16 300 vs fp32 100" in lines[1]
+    assert any(f"precision {chosen}" in line for line in lines), lines
 
 
 def test_a_real_measurement_gives_positive_speeds() -> None:

@@ -1,7 +1,10 @@
 """The precision cache, ``precision.json`` under :func:`cache_dir`: the matrix-product speeds
 (GFLOP/s, fp32 and bf16) ``train --precision auto`` measured on this machine, one entry per CPU
 model, torch version, thread count and matrix shapes (rescorer.device), each with the load
-average and CPU count of the moment it was measured.
+average and CPU count of the moment it was measured; and, where those favoured bf16, the
+speeds of the model's updates (pairs/s, ``"unit": "pairs/s"``), one entry per CPU model,
+torch version, thread count, model sizes and batch size (rescorer/train/precision.py). Both
+kinds hold an ``fp32`` and a ``bf16`` figure, and the same rules keep or drop them.
 
 Only a regular file of at most :data:`MAX_CACHE_BYTES` is read (a FIFO there hung train, a link
 to /dev/zero never ended), and only entries whose speeds are finite and positive are kept (an

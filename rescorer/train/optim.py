@@ -9,6 +9,13 @@ memory-bound). :func:`clipped_adadelta_step` computes the same numbers: the same
 single-tensor Adadelta on the clipped gradient, written as one function that
 ``torch.compile`` fuses into one loop per parameter. The state lives in the
 ``torch.optim.Adadelta`` object as always (its ``state_dict`` is what a resumed run loads).
+
+Not compiled, on a CPU, the same operations run on one slice of CHUNK elements of every
+parameter after the other (:func:`_chunked_adadelta_update`): a slice's gradient, parameter,
+accumulators and temporaries (6 MiB) stay in the last-level cache through its dozen
+operations, so memory sees each array about once instead of a dozen times (issue 66: at the
+paper's size 84 against 145 ms an update on one Zen 3 core, the floor of 32 bytes a parameter
+at its bandwidth about 70). Elementwise operations on slices give the very same numbers.
 """
 
 from __future__ import annotations
@@ -44,6 +51,48 @@ def _adadelta_update(
         delta.div_(std).mul_(grad)
         acc_delta.mul_(rho).addcmul_(delta, delta, value=1 - rho)
         param.add_(delta, alpha=-lr)
+
+
+#: Elements of each slice of the eager CPU update: 1 MiB per fp32 array. Smaller slices fit
+#: a core's own cache but pay a dozen operation calls each (16,384: 2.3x slower than this).
+CHUNK = 1 << 18
+
+
+def _chunked_adadelta_update(
+    params: list[Tensor],
+    grads: list[Tensor],
+    square_avgs: list[Tensor],
+    acc_deltas: list[Tensor],
+    coef: Tensor,
+    lr: float,
+    rho: float,
+    eps: float,
+) -> None:
+    """:func:`_adadelta_update`'s operations, slice by slice (CHUNK elements) of contiguous
+    parameters and states, the temporaries in three reused buffers."""
+    if not params:
+        return
+    n = min(CHUNK, max(p.numel() for p in params))
+    buffers = torch.empty(3, n, dtype=params[0].dtype, device=params[0].device)
+    for param, grad, square_avg, acc_delta in zip(
+        params, grads, square_avgs, acc_deltas, strict=True
+    ):
+        flat = [t.view(-1) for t in (param, grad, square_avg, acc_delta)]
+        for lo in range(0, param.numel(), n):
+            p, g, sq, acc = (t[lo : lo + n] for t in flat)
+            k = len(p)
+            g = torch.mul(g, coef, out=buffers[0, :k])  # clip_grad_norm_'s scaling
+            sq.mul_(rho).addcmul_(g, g, value=1 - rho)
+            std = torch.add(sq, eps, out=buffers[1, :k]).sqrt_()
+            delta = torch.add(acc, eps, out=buffers[2, :k]).sqrt_()
+            delta.div_(std).mul_(g)
+            acc.mul_(rho).addcmul_(delta, delta, value=1 - rho)
+            p.add_(delta, alpha=-lr)
+
+
+def _sliceable(tensors: list[Tensor]) -> bool:
+    """Whether :func:`_chunked_adadelta_update` can take these: contiguous, on the CPU."""
+    return all(t.is_contiguous() and t.device.type == "cpu" for t in tensors)
 
 
 class ClippedAdadelta:
@@ -86,8 +135,11 @@ class ClippedAdadelta:
             state["step"] += 1
             square_avgs.append(state["square_avg"])
             acc_deltas.append(state["acc_delta"])
+        update = self.update
+        if update is _adadelta_update and _sliceable(params + grads + square_avgs + acc_deltas):
+            update = _chunked_adadelta_update
         with torch.no_grad():
-            self.update(
+            update(
                 params,
                 grads,
                 square_avgs,

@@ -26,13 +26,13 @@ from rescorer.cpus import choose_threads
 from rescorer.device import (
     CompileGuard,
     bound_kernel_caches,
-    choose_precision,
     resolve_device,
     set_threads,
     training_shapes,
 )
 from rescorer.errors import RescorerError, check
 from rescorer.io.progress import Progress
+from rescorer.io.shared import keep_freed_memory
 from rescorer.model.checkpoint import ModelDir
 from rescorer.model.encdec import EncoderDecoder, ModelConfig, compile_kernels, init_weights_
 from rescorer.train.capture import StaticUpdate, capture_mode, describe_mode
@@ -48,9 +48,29 @@ from rescorer.train.data import (
 from rescorer.train.deadline import Deadline, OutOfTime
 from rescorer.train.distributed import World
 from rescorer.train.optim import ClippedAdadelta
+from rescorer.train.precision import choose_training_precision
 from rescorer.train.state import RunState, load_state
 from rescorer.train.stop import fmt_time
 from rescorer.vocab import load_vocabs
+
+#: Entries of oneDNN's per-shape kernel caches in training (its own default): an update runs
+#: 89 matrix products of 60 distinct shapes (row counts of each step and of the weights'
+#: gradients vary with the batch's lengths), 401 shapes in 300 updates at batch 64. Scoring's
+#: 16 (rescorer.device.KERNEL_CACHE_CAPACITY) would rebuild most bf16 kernels every update.
+TRAIN_KERNEL_CACHE_CAPACITY = 1024
+
+
+def process_settings() -> None:
+    """The process-wide settings ``rescorer train`` makes before its first matrix product
+    (and scripts/bench_train.py, to time the same update): oneDNN's per-shape kernel caches
+    sized for training's shapes (TRAIN_KERNEL_CACHE_CAPACITY; a value set in the environment
+    is kept), and the memory an update frees kept for the next one
+    (rescorer.io.shared.keep_freed_memory): by default glibc hands every block of 128 KiB and
+    more back, and each update faulted its logits, gradients and temporaries in again (8,100
+    page faults an update at hidden 256, batch 64, against 400 kept; 7% of the update's CPU
+    time on a Zen 3 core)."""
+    bound_kernel_caches(TRAIN_KERNEL_CACHE_CAPACITY)
+    keep_freed_memory()
 
 
 def _now() -> str:
@@ -151,11 +171,13 @@ class RunSetup:
             model_cfg.tgt_vocab_size + 1,
             cfg.batch_size,
         )
-        precision = choose_precision(cfg.precision, self.device, "train", shapes)
+        process_settings()  # before the first product: the precision's probe runs them
+        precision = choose_training_precision(
+            cfg.precision, self.device, model_cfg, cfg.batch_size, shapes
+        )
         self.precision = precision.precision
         if precision.reason:
             self.say(f"rescorer train: {precision.reason}")
-        bound_kernel_caches()
         self.world.start(self.device)
         if self.world.distributed and precision.reason:  # measured: every rank takes rank 0's
             main_bf16 = float(self.world.is_main and self.precision == "bf16")
