@@ -171,7 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="then run the timed batches again phase by phase (train --profile's table)",
     )  # fmt: skip
     parser.add_argument(
-        "--op-profile", type=Arg(1, 10_000), nargs="?", const=30, default=0, metavar="ROWS",
+        "--op-profile", type=Arg(0, 10_000), nargs="?", const=30, default=0, metavar="ROWS",
         help="then run the timed batches again under torch's profiler: the phases, and the"
         " ROWS (30) costliest operations per phase, in ms an update",
     )  # fmt: skip
