@@ -118,15 +118,19 @@ class Workers:
         self._executor.shutdown(wait=True, cancel_futures=kill)
         self._ended = {pid: process.exitcode for pid, process in processes.items()}
 
-    def death(self) -> str:
-        """Which worker died and how, in words (after BrokenProcessPool): its pool is ended
-        first. The executor ends the others with SIGTERM once one has died."""
+    def death(self, broken: BaseException) -> str:
+        """Which worker died and how, in words, after ``broken`` (BrokenProcessPool): the pool
+        is ended first. The executor ends the others with SIGTERM once one has died, and says
+        why it broke where no worker died (a result it could not read)."""
         self.terminate()
         ended = [(pid, code) for pid, code in self._ended.items() if code is not None]
-        first = [(pid, code) for pid, code in ended if code != -signal.SIGTERM] or ended
-        if not first:
+        first = [(pid, code) for pid, code in ended if code != -signal.SIGTERM]
+        if not first and broken.__cause__ is not None:  # the cause's traceback: its last line
+            said = str(broken.__cause__).strip("\n'").splitlines()
+            return f"the worker pool broke: {said[-1] if said else broken}"
+        if not (first or ended):
             return "a worker process ended"
-        pid, code = first[0]
+        pid, code = (first or ended)[0]
         if code is not None and code < 0:
             how = f"was killed by {_signal_name(-code)}"
             if code == -signal.SIGKILL:

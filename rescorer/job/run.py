@@ -271,9 +271,10 @@ class _Run:
             raise error from exc
         except BrokenProcessPool as exc:  # a worker died (the OOM killer): its chunks are lost
             assert isinstance(pool, Workers)
+            death = pool.death(exc)
             if output.direct:
-                raise RescorerError(f"{pool.death()}; output to stdout cannot be resumed") from exc
-            error, interrupted = self._stopped(pool.death(), "")
+                raise RescorerError(f"{death}; output to stdout cannot be resumed") from exc
+            error, interrupted = self._stopped(death, "")
             raise error from exc
         finally:
             beat.stop()
