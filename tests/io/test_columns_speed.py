@@ -42,8 +42,12 @@ def texts(rows: np.ndarray, lens: np.ndarray) -> list[str]:
 
 
 def test_numpy_exp_alone_would_write_another_text_near_a_half() -> None:
-    """The edge cases are real: numpy's exp differs there (else the test below proves less)."""
+    """The edge cases are real: numpy's exp differs there (else the test below proves less).
+    numpy picks its exp by the CPU (an AVX-512 loop differs from math.exp in the last bit, the
+    AVX2 one of a Zen 3 agrees on these values): where it agrees, there is nothing to show."""
     ours = np.exp(np.array(NEAR_A_HALF))
+    if ours.tolist() == [math.exp(v) for v in NEAR_A_HALF]:
+        pytest.skip("numpy's exp equals math.exp on these values on this CPU: no edge to show")
     assert [f"{v:g}" for v in ours.tolist()] != [format_prob(v) for v in NEAR_A_HALF]
 
 
