@@ -321,8 +321,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def soft_compile(fn: Callable[..., Any], guard: CompileGuard, **options: Any) -> Callable[..., Any]:
-    """``torch.compile(fn, **options)`` that falls back to ``fn`` itself when compiling fails.
+def soft_compile(
+    fn: Callable[..., Any],
+    guard: CompileGuard,
+    fallback: Callable[..., Any] | None = None,
+    **options: Any,
+) -> Callable[..., Any]:
+    """``torch.compile(fn, **options)`` that falls back to ``fn`` itself (or to ``fallback``,
+    the same function computed another way) when compiling fails.
 
     Compiling happens at the first call of each new kind of input (torch.compile is lazy), and a
     missing Triton, a C++ compiler that fails or an inductor bug on a new card raise there (or
@@ -333,23 +339,24 @@ def soft_compile(fn: Callable[..., Any], guard: CompileGuard, **options: Any) ->
     ``backward()`` where no fall-back could catch a failure, so training falls back the same
     way (this sets torch's switch for it process-wide: rescorer compiles nothing else)."""
     _compile_backward_with_forward()
+    eager = fn if fallback is None else fallback
     try:
         compiled = torch.compile(fn, **options)
     except Exception as exc:  # e.g. a Python or platform torch.compile does not support
         guard.fail(exc)
-        return fn
+        return eager
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if guard.failed:
-            return fn(*args, **kwargs)
+            return eager(*args, **kwargs)
         try:
             return compiled(*args, **kwargs)
         except Exception as exc:
-            result = fn(*args, **kwargs)  # raises fn's own error if the inputs are at fault
+            result = eager(*args, **kwargs)  # raises its own error if the inputs are at fault
             guard.fail(exc)
             return result
 
-    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    call.__wrapped__ = eager  # type: ignore[attr-defined]
     return call
 
 

@@ -250,11 +250,7 @@ class EncoderDecoder(nn.Module):
         has_prev = cols > 0  # (N,)
         f_prev = f[rows, (cols - 1).clamp(min=0)] * has_prev.unsqueeze(1).to(f.dtype)  # (N,E)
         c_out = ctx.c_out.index_select(0, rows)  # (N,PM)
-        readout: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor] = self.readout_logprobs
-        if self.sequence_steps():  # training, compiled or not: the softmax written out
-            readout = self.trained_readout_logprobs
-        elif kernels:
-            readout = kernels.readout
+        readout = kernels.readout if kernels else self.eager_readout_logprobs
         tok = readout(s_prev, f_prev, c_out, tgt_ids[rows, cols])  # (N',)
         rows, cols, tok = rows[:N], cols[:N], tok[:N]  # (N,)
         token_logp = torch.zeros(B, T, dtype=torch.float32, device=tgt_ids.device)  # (B,T)
@@ -293,12 +289,19 @@ class EncoderDecoder(nn.Module):
         self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
     ) -> Tensor:
         """readout_logprobs for training: the same numbers, the softmax's last product and its
-        backward pass written out (rescorer/model/softmax.py: fewer passes over the logits).
-        Compiled training runs it too: on a Zen 3 core as fast as inductor's readout or
-        faster (196-249 against 210-291 ms an update at hidden 256), and a compile that fails
-        then trains bit for bit as --compile no."""
+        backward pass written out (rescorer/model/softmax.py: fewer passes over the logits)."""
         x = self._rank_output(s_prev, f_prev, c_out)  # (N,E)
         return picked_log_softmax(x, self.out_vocab.weight, self.out_vocab.bias, targets)
+
+    def eager_readout_logprobs(
+        self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, targets: Tensor
+    ) -> Tensor:
+        """The readout ``packed_readout`` runs without kernels: in training the written-out
+        one, else readout_logprobs. A compiled readout falls back to it, so a compile that
+        fails trains as ``--compile no`` does, bit for bit."""
+        if self.sequence_steps():
+            return self.trained_readout_logprobs(s_prev, f_prev, c_out, targets)
+        return self.readout_logprobs(s_prev, f_prev, c_out, targets)
 
     def readout_picks(
         self, s_prev: Tensor, f_prev: Tensor, c_out: Tensor, rows: Tensor, targets: Tensor
@@ -364,7 +367,7 @@ def compile_kernels(model: EncoderDecoder, guard: CompileGuard | None = None) ->
     return Kernels(
         compile_(model.enc_rec.step),
         compile_(model.dec_rec.step),
-        compile_(model.readout_logprobs),
+        compile_(model.readout_logprobs, fallback=model.eager_readout_logprobs),
         compile_(model.readout_picks),
         compile_(model.decoder_tree_step),
     )
