@@ -63,6 +63,7 @@ TORCH_FREE = [
     "rescorer.job.shards",
     "rescorer.job.stream",
     "rescorer.job.pool",
+    "rescorer.job.interrupts",
     "rescorer.job.merge",
     "rescorer.vocab",
     "rescorer.cpus",

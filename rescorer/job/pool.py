@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing.context import SpawnContext, SpawnProcess
@@ -32,8 +33,12 @@ from typing import Any
 from rescorer.errors import RescorerError
 from rescorer.io.shared import keep_freed_memory
 from rescorer.io.shm import semaphores_named, shm_room
+from rescorer.job.interrupts import held
 
 __all__ = ["Inline", "Pool", "Workers", "ready", "start_pool"]
+
+#: Seconds a worker has to finish its task in flight when the job ends early (:meth:`Workers._end`).
+GRACE = 10.0
 
 
 class _Worker(SpawnProcess):
@@ -91,7 +96,8 @@ class Workers:
         the futures of the tasks in flight then do; RescorerError where the system refuses to
         start a worker (a process or task limit tighter than ``--workers``)."""
         try:
-            return self._executor.submit(func, *args)  # starts the workers at the first tasks
+            with held():  # not inside the executor's locks (rescorer.job.interrupts)
+                return self._executor.submit(func, *args)  # starts the workers at first tasks
         except OSError as exc:
             raise RescorerError(
                 f"could not start {self._count} worker processes ({exc.strerror or exc}):"
@@ -103,7 +109,7 @@ class Workers:
         self._shut_down(kill=False)
 
     def terminate(self) -> None:
-        """The tasks not started dropped, the workers ended at once (SIGTERM)."""
+        """The tasks not started dropped, the workers ended (:meth:`_end`)."""
         self._shut_down(kill=True)
 
     def _shut_down(self, kill: bool) -> None:
@@ -111,12 +117,38 @@ class Workers:
             return
         # The executor forgets its processes on shutdown, and lists them nowhere public.
         processes = dict(getattr(self._executor, "_processes", None) or {})
-        if kill:  # the executor sees them end, fails what they held and joins them
-            for process in processes.values():
-                if process.exitcode is None:
-                    process.terminate()
-        self._executor.shutdown(wait=True, cancel_futures=kill)
+        if kill:
+            self._end(processes)
+        else:
+            self._executor.shutdown(wait=True)
         self._ended = {pid: process.exitcode for pid, process in processes.items()}
+
+    def _end(self, processes: dict[int, multiprocessing.process.BaseProcess]) -> None:
+        """The workers end after the task each has in flight (a chunk's parse or format, well
+        under :data:`GRACE`), as they do at a normal close; one still running after GRACE is
+        killed. Not at once: a worker killed while it writes its result leaves half a message
+        in the results pipe, and the executor's thread, which reads it, waits for the rest
+        forever (this process holds the pipe's other end), and the job with it: Ctrl-C hung
+        1 time in 5 on a busy machine. Where a worker was killed all the same (here, or by a
+        SIGTERM sent to the whole process group), that end is closed once every worker has
+        gone, so the read ends."""
+        executor = self._executor
+        thread = getattr(executor, "_executor_manager_thread", None)
+        results = getattr(executor, "_result_queue", None)
+        executor.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + GRACE
+        for process in processes.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes.values():
+            if process.exitcode is None:
+                process.kill()
+                process.join()
+        if thread is None:
+            return
+        thread.join(1.0)
+        if thread.is_alive() and results is not None:  # reading half a result
+            results._writer.close()
+        thread.join()
 
     def death(self, broken: BaseException) -> str:
         """Which worker died and how, in words, after ``broken`` (BrokenProcessPool): the pool

@@ -43,6 +43,7 @@ from rescorer.io.outputs import WriteError, gzip_member
 from rescorer.io.progress import Heartbeat, Progress
 from rescorer.io.reordering import not_a_reordering_table, sniff_table_kind, table_kind
 from rescorer.io.shm import remove_dead
+from rescorer.job import interrupts
 from rescorer.job.clobber import job_inputs, refuse_clobber, score_files
 from rescorer.job.output import Output, Resume
 from rescorer.job.pool import Inline, Pool, Workers, ready, start_pool
@@ -256,7 +257,7 @@ class _Run:
             work = self.work
             pool, self.no_pool = start_pool(config.workers, work.init_worker, work.init_args)
             if self.mark is not _unmarked:  # timed: until a worker has started (in parallel)
-                pool.submit(ready).result()
+                interrupts.result(pool.submit(ready))
             self.mark("worker start")
             self._chunks_through(pool, opening, report)
             ok = True

@@ -17,6 +17,7 @@ from rescorer.io.chunks import Chunk
 from rescorer.io.inputs import iter_raw_lines, open_binary
 from rescorer.io.shared import SharedText, Slots, loaded, output_into, result_into
 from rescorer.io.table import parse_raw_line
+from rescorer.job import interrupts
 from rescorer.job.output import Output
 from rescorer.job.pool import Inline, Pool
 from rescorer.job.shards import chain_sha256
@@ -50,7 +51,7 @@ def stream_chunks(
         while loop.parsing:
             with phase("parse"):
                 waiting, slot = loop.parsing.popleft()
-                parsed: Parsed = loaded(waiting.result())
+                parsed: Parsed = loaded(interrupts.result(waiting))
             loop.read_ahead()
             if parsed.bad and config.skip_bad_lines is None:
                 lineno, message, _ = parsed.bad[0]
@@ -137,10 +138,10 @@ class _Loop:
     def write_ready(self, limit: int) -> None:
         """The formatted chunks written in order: all but ``limit``, and any done already."""
         formatting, output, stats, phase = self.formatting, self.output, self.stats, self.phase
-        while len(formatting) > limit or (formatting and formatting[0][0].done()):
+        while len(formatting) > limit or (formatting and interrupts.done(formatting[0][0])):
             result, parsed, lines_out, slot = formatting.popleft()
             with phase("format"):
-                data = result.result()
+                data = interrupts.result(result)
             with phase("write"):
                 _write(output, data, [raw for _, _, raw in parsed.bad])
             if slot is not None and self.slots is not None:
