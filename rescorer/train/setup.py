@@ -125,6 +125,7 @@ class RunSetup:
             self._resume(saved)
         else:
             self._create(model_cfg, command_line)
+        self.run_state.train_pairs = len(self.data.train)
 
     def _check_folder(self, resume: bool) -> None:
         """The model folder can take this run (a new one, or the saved state to resume)."""
@@ -210,8 +211,10 @@ class RunSetup:
         minutes before the first update)."""
         saved = load_state(self.state_path, self.device)
         run = RunState(**saved["run"])
+        epoch = f"epoch {run.pairs_seen / run.train_pairs:.2f}, " if run.train_pairs else ""
         self.say(
-            f"rescorer train: resuming at update {run.update:,} ({run.pairs_seen:,} pairs seen"
+            f"rescorer train: resuming at update {run.update:,}"
+            f" ({epoch}{run.pairs_seen:,} pairs seen"
             + (
                 f", best validation perplexity {run.best_valid_ppl:.2f}"
                 if run.best_valid_ppl is not None

@@ -30,6 +30,7 @@ class RunState:
     bad_validations: int = 0
     train_seconds: float = 0.0
     order: str = ""  # the batches: "" a permutation cut in order, "buckets" by length (capture)
+    train_pairs: int = 0  # the training set's size, so --resume names the epoch before reading it
 
 
 def save_state(
