@@ -169,7 +169,7 @@ def test_batch_size_auto_is_the_papers_on_a_cpu_and_says_so(tmp_path: Path) -> N
     help_text = CliRunner().invoke(cli, ["train", "--help"]).output
     assert "not yet measured on a GPU" in " ".join(help_text.split())
     bad = CliRunner().invoke(cli, [*argv[:3], "-o", str(tmp_path / "x"), "--batch-size", "0"])
-    assert bad.exit_code == 2 and "expected a whole number of at least 1, or auto" in bad.output
+    assert bad.exit_code == 2 and "0 is not in the range 1<=x<=65536 or auto" in bad.output
 
 
 def test_the_warm_up_runs_before_a_capture_change_nothing() -> None:
