@@ -137,7 +137,7 @@ def test_phrases_zooms_with_the_centre_named_first(
         assert panel["title"].startswith(f'{k + 1}: around "{label(named[0])}"')
         if zoom:
             assert named[0] == zoom[k]
-        assert len(named) >= 8  # most neighbours are named
+        assert len(named) > len(members) // 2  # most neighbours are named
 
 
 def test_a_missing_extra_or_a_bad_table_is_one_line(tmp_path: Path, tiny_model_dir: Path) -> None:
