@@ -61,17 +61,16 @@ def test_a_later_run_removes_the_files_of_an_owner_that_was_killed_and_only_thos
 
 @pytest.mark.skipif(not Path(SHM).is_dir(), reason="no /dev/shm")
 def test_the_pool_semaphores_and_the_slots_carry_the_owner_prefix() -> None:
+    """A semaphore made under semaphores_named is named PREFIX-... (its file in /dev/shm is
+    sem.PREFIX-...); one made after it, multiprocessing's own way."""
     made = owner()
     assert made is not None
-    ours = f"sem.{made.prefix}-"
-    before = {n for n in os.listdir(SHM) if n.startswith(ours)}
     with semaphores_named():
         lock = multiprocessing.get_context("spawn").Lock()
-    assert {n for n in os.listdir(SHM) if n.startswith(ours)} - before  # named ours
-    del lock
+    assert lock._semlock.name.startswith(f"/{made.prefix}-"), lock._semlock.name  # type: ignore[attr-defined]
     other = multiprocessing.get_context("spawn").Lock()  # after: multiprocessing's own name
-    assert not {n for n in os.listdir(SHM) if n.startswith(ours)} - before
-    del other
+    assert not other._semlock.name.startswith(f"/{made.prefix}"), other._semlock.name  # type: ignore[attr-defined]
+    del lock, other
     with Slots(4096, 1) as slots:
         slot = slots.put(b"abc")
         assert slot is not None and slot.name.startswith(f"{made.prefix}-")
