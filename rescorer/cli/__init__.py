@@ -22,8 +22,9 @@ from rescorer.cli import moses_ini as moses_ini_command
 from rescorer.cli import plot as plot_commands
 from rescorer.cli import score as score_commands
 from rescorer.cli import train as train_commands
-from rescorer.cli.common import Group, handle_sigterm
+from rescorer.cli.common import Group, count_from_process_start, handle_sigterm
 from rescorer.io.outputs import use_checked_stdout
+from rescorer.train.deadline import process_age
 
 
 @click.group(
@@ -56,6 +57,7 @@ for command in (
 
 def main() -> None:
     """Console entry point."""
+    count_from_process_start(process_age())  # train --max-time counts the start-up too
     handle_sigterm()
     use_checked_stdout()  # every write to stdout checked, to its last byte (io/outputs.py)
     cli(prog_name="rescorer")

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
@@ -53,6 +54,23 @@ class Terminated(KeyboardInterrupt):
 def _terminate(signum: int, frame: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
     raise Terminated
+
+
+_process_start: float | None = None  # time.monotonic() of the process's start, set by main()
+
+
+def count_from_process_start(age: float) -> None:
+    """The console entry point (:func:`rescorer.cli.main`) runs in a process ``age`` seconds
+    old: :func:`command_start` is that process's start."""
+    global _process_start
+    _process_start = time.monotonic() - age
+
+
+def command_start() -> float:
+    """Where ``--max-time`` counts from (time.monotonic()): the process's start where the
+    console entry point runs the command (the interpreter's start and imports count, as a Slurm
+    limit counts them), else now (a command invoked in a longer-lived process)."""
+    return time.monotonic() if _process_start is None else _process_start
 
 
 def handle_sigterm() -> None:

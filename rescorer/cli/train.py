@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import click
 
 from rescorer.cli.common import (
+    command_start,
     compile_option,
     device_option,
     precision_option,
@@ -141,9 +141,10 @@ def vocab(table: str, out_dir: str, **opts: Any) -> None:
     "--max-time",
     metavar="DURATION",
     type=Duration(),
-    help="Finish the whole command within this long, e.g. 30m, 2h: reading the table, counting,"
-    " encoding, compiling, training and the final validation and save all count (training stops"
-    " early enough for the save; a setup that eats it all stops with an error, nothing written).",
+    help="Finish the whole command within this long, e.g. 30m, 2h: starting, reading the table,"
+    " counting, encoding, compiling, training, the final validation and save and the exit all"
+    " count (training stops early enough for the save; a setup that eats it all stops with an"
+    " error, nothing written).",
 )
 @click.option(
     "--patience",
@@ -240,11 +241,12 @@ def train(table: str | None, out_dir: str, pairs: tuple[str, str] | None, **opts
       rescorer train model/phrase-table.gz -o rnn-model/ --resume --max-time 3d
       rescorer train model/phrase-table.gz -o rnn-inverse/ --direction inverse
     """
-    started = time.monotonic()  # --max-time counts from here
     from click.core import ParameterSource
 
     from rescorer.train.config import configs_from_flags
     from rescorer.train.loop import train as run_training
+
+    started = command_start()  # where --max-time counts from: the process's start
 
     ctx = click.get_current_context()
     given = {k for k in opts if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}

@@ -13,6 +13,7 @@ import numpy as np
 
 from rescorer.io.progress import COMPILE_TYPICAL
 from rescorer.train.deadline import (
+    EXIT_RESERVE,
     SETUP_WARN_SHARE,
     Deadline,
     OutOfTime,
@@ -79,16 +80,18 @@ class BudgetedRun(RunSetup):
             self.steady = (self.steady[0] + seconds, *self.steady[1:])
 
     def reserve(self) -> float | None:
-        """Seconds to keep before the next update: that update and the final checkpoint (its
-        last measured cost, else an estimate), both priced at the rate of the updates after
-        this invocation's first (None before the second: no rate yet without the compile)."""
+        """Seconds to keep before the next update: that update, the final checkpoint (its last
+        measured cost, else an estimate), both priced at the rate of the updates after this
+        invocation's first (None before the second: no rate yet without the compile), and the
+        process's exit."""
         if self.steady is None or self.run_state.update == self.steady[1]:
             return None
         since, update, pairs = self.steady
         seconds = max(time.monotonic() - since, 1e-9)
         rate = (self.run_state.pairs_seen - pairs) / seconds  # pairs/s
         per_update = seconds / (self.run_state.update - update)
-        return checkpoint_reserve(self.checkpoint_cost, len(self.data.valid), rate) + per_update
+        checkpoint = checkpoint_reserve(self.checkpoint_cost, len(self.data.valid), rate)
+        return checkpoint + per_update + EXIT_RESERVE
 
     def out_of_time(self) -> bool:
         """Whether --max-time is spent, the next update and the final checkpoint kept in

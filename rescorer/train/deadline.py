@@ -1,8 +1,9 @@
 """``train --max-time``: a bound on the whole command's wall time (issue 59).
 
-The budget counts from the start of the command: reading the table (its fingerprint and the two
-passes that count the vocabularies and encode the pairs), building and compiling, the updates
-and the final validation and save. Three pieces keep it:
+The budget counts from the start of the process (:func:`process_age`: the interpreter's start
+too, as a Slurm limit does): reading the table (its fingerprint and the two passes that count
+the vocabularies and encode the pairs), building and compiling, the updates, the final
+validation and save, and the exit (:data:`EXIT_RESERVE`). Three pieces keep it:
 
 - :class:`Deadline`: while a stage that reports nothing runs (the passes over the data, a first
   compile), an interval timer (SIGALRM, the main thread only) raises :class:`OutOfTime` at the
@@ -18,6 +19,7 @@ and the final validation and save. Three pieces keep it:
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType, TracebackType
@@ -29,6 +31,11 @@ COMPILE_GIVE_UP = 240.0
 
 #: The reserve for the final checkpoint is its measured cost times this, and a second.
 RESERVE_MARGIN = 1.25
+
+#: Seconds kept for the process's exit after the final save, which the budget counts (a Slurm
+#: limit does): torch's teardown took 1.3-3.8 s on a 2-core machine at load 6-9, the most
+#: after a compile (issue 64: a 3-minute run ended 4 s past its budget).
+EXIT_RESERVE = 5.0
 
 #: The setup (reading, counting, encoding, building) is said to have taken most of --max-time
 #: beyond this share of it.
@@ -74,6 +81,20 @@ class Deadline:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)  # type: ignore[arg-type]
             self.armed = False
+
+
+def process_age() -> float:
+    """Seconds since this process started (the interpreter's start and the imports before the
+    command runs), from /proc on Linux; 0 where it cannot tell."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            after_name = f.read().rsplit(")", 1)[1].split()  # fields 3.. (the name may hold spaces)
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        started = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22: seconds after boot
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - started)
 
 
 def compile_give_up(budget_left: float | None) -> float:

@@ -24,8 +24,10 @@ import numpy as np
 import pytest
 from conftest import SAMPLE_TABLE, SLICE
 
+from rescorer.cli.common import command_start
 from rescorer.model.encdec import ModelConfig
 from rescorer.train.config import TrainConfig
+from rescorer.train.deadline import EXIT_RESERVE
 
 FLAGS = ["--hidden-size", "8", "--embed-size", "6", "--maxout-units", "5",
          "--src-vocab-size", "200", "--tgt-vocab-size", "200", "--device", "cpu",
@@ -121,8 +123,7 @@ def test_a_setup_slower_than_the_budget_stops_at_it(tmp_path: Path, do_nothing: 
     assert "nothing was trained or written" in errors[0]
     assert not (tmp_path / "model").exists()
     assert feeder.passes == 0  # stopped inside the first pass of the table
-    # the budget counts from the command's start, the interpreter's start-up is before it: a
-    # bound that the old code (three passes, over nine budgets) could not meet
+    # a bound that the old code (three passes, over nine budgets) could not meet
     assert wall < budget + do_nothing + 60, (wall, do_nothing)
 
 
@@ -179,7 +180,7 @@ def test_a_slow_first_update_leaves_the_budget_to_the_updates(
     validation set of real size (thousands of pairs), a first update of 60 s, 0.25 s for each
     after it and 5 s for a validation (a fake clock, which nothing else advances) under a
     budget of 3 minutes: the updates go on to the last tenth of the budget, and the run ends
-    inside it."""
+    inside it, its exit included."""
     import rescorer.train.budget as budget
     import rescorer.train.loop as loop
     import rescorer.train.setup as setup
@@ -212,6 +213,25 @@ def test_a_slow_first_update_leaves_the_budget_to_the_updates(
     result = loop.train(str(table), tmp_path / "model", model, cfg)
     assert result.valid_pairs >= 2000, result
     assert result.stopped_by == "max-time", result
-    # the old code: one update, 61 s of the 180
-    assert 0.9 * budget_s <= result.seconds <= budget_s, result
+    # the old code: one update, 65 s of the 180; the process's exit is left its reserve
+    assert 0.9 * budget_s <= result.seconds <= budget_s - EXIT_RESERVE, result
     assert (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_the_budget_counts_from_the_process_start() -> None:
+    """Issue 64, item 1: a 'train --max-time 3m' ended 183-186 s after it was started: the
+    budget counted from the command's function, after the interpreter's start and imports, and
+    the exit after the final save (torch's teardown) had no reserve (EXIT_RESERVE, the
+    slow-first-update test). The console entry point, entered 1.5 s into its process, dates the
+    command's start back to the process's; a command invoked in this longer-lived process
+    counts from now."""
+    code = (
+        "import time; time.sleep(1.5)\n"
+        "import rescorer.cli as c\n"
+        "from rescorer.cli.common import command_start\n"
+        "c.cli = lambda **kw: print(time.monotonic() - command_start())\n"
+        "c.main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(proc.stdout) >= 1.5, proc.stdout
+    assert abs(command_start() - time.monotonic()) < 5
