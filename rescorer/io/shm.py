@@ -20,7 +20,6 @@ import atexit
 import contextlib
 import fcntl
 import itertools
-import multiprocessing
 import os
 import re
 import secrets
@@ -86,20 +85,29 @@ os.register_at_fork(after_in_child=_forget_owner)
 @contextlib.contextmanager
 def semaphores_named() -> Iterator[None]:
     """The semaphores multiprocessing makes meanwhile (a pool's queues' locks) named after this
-    process's :class:`Owner`: ``/dev/shm/sem.PREFIX-...`` (multiprocessing's own prefix is
-    ``mp``, the same for every process). Raises OSError where /dev/shm refuses the lock file,
-    as it would refuse the semaphores."""
+    process's :class:`Owner`: ``/dev/shm/sem.PREFIX-...``. multiprocessing's own names begin
+    with ``mp`` in every process, and joblib (loky), once imported, replaces them by
+    ``loky-PID-...`` for every caller, so the name maker itself is replaced meanwhile. Raises
+    OSError where /dev/shm refuses the lock file, as it would refuse the semaphores."""
     found = owner()
-    config = getattr(multiprocessing.current_process(), "_config", {})
-    before = config.get("semprefix")
-    if found is None or before is None:
+    try:
+        from multiprocessing import synchronize
+    except ImportError:  # no sem_open: no semaphores to name
+        found = None
+    if found is None:
         yield
         return
-    config["semprefix"] = f"/{found.prefix}"
+    before = synchronize.SemLock.__dict__["_make_name"]
+    prefix = found.prefix
+
+    def make_name() -> str:
+        return f"/{prefix}-s{next(synchronize.SemLock._rand)}"  # type: ignore[attr-defined]
+
+    synchronize.SemLock._make_name = staticmethod(make_name)  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        config["semprefix"] = before
+        synchronize.SemLock._make_name = before  # type: ignore[attr-defined]
 
 
 def remove_dead(folder: str = SHM) -> list[str]:
