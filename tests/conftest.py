@@ -162,3 +162,12 @@ def tiny_table1_work(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: P
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     return work
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with a test marked slow first, each file's tests in their order: pytest-xdist
+    (setup.cfg: --dist loadfile) hands out files in this order, so the long ones start first and
+    the many quick ones fill both workers at the end (collected by name, tests/train came last
+    and one worker ran its compile tests alone for minutes)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: the order within a file stays

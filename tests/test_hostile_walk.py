@@ -172,6 +172,7 @@ def endless_inputs(folder: Path) -> Iterator[tuple[str, Path]]:
     yield "long", long
 
 
+@pytest.mark.slow
 def test_an_endless_line_is_refused_quickly_by_every_reader(walk: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.gz"
     for kind, table in endless_inputs(tmp_path):
@@ -316,6 +317,7 @@ def test_merge_refuses_a_forged_manifest(parts: Path, tmp_path: Path, forgery: s
     expect_refusal(done, "p2.gz", absent=(out,))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["merged.txt", "merged.gz"])
 def test_merge_output_compression_follows_its_name(
     walk: Path, parts: Path, tmp_path: Path, name: str

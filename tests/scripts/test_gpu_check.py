@@ -31,6 +31,7 @@ def gpu_check(out: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_without_cuda_every_gpu_section_says_it_is_skipped(tmp_path: Path) -> None:
     out = tmp_path / "check.md"

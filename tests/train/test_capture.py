@@ -37,11 +37,15 @@ def bucket_plan(pairs: PairArrays, batch_size: int) -> list[tuple[np.ndarray, in
     return [(b, int(bounds[bucket_of(lengths[b[:1]], bounds)[0]])) for b in plan]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["eager", "compile"])
 def test_the_fixed_shape_update_is_the_eager_update(mode: str) -> None:
     pairs = real_pairs(SLICE, n=600)
     plan = bucket_plan(pairs, 24)
-    assert len({length for _, length in plan}) >= 2  # several shapes
+    if mode == "compile":  # two of the four shapes: each compiles for about 40 s on a CPU
+        two = {length for _, length in plan[:2]}
+        plan = [(index, length) for index, length in plan if length in two]
+    assert len({length for _, length in plan}) >= 2  # several shapes, the short batch first
     eager, static = fresh_model(), fresh_model()
     optim = ClippedAdadelta(adadelta(eager), compiled=False)
     update = StaticUpdate(static, adadelta(static), 1.0, "fp32", 24, mode=mode)
@@ -55,7 +59,7 @@ def test_the_fixed_shape_update_is_the_eager_update(mode: str) -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
     for a, b in zip(optim.optim.state.values(), update.optim.state.values(), strict=True):
         torch.testing.assert_close(b["square_avg"], a["square_avg"], rtol=1e-4, atol=1e-9)
-        assert float(b["step"]) == float(a["step"]) == UPDATES
+        assert float(b["step"]) == float(a["step"]) == len(plan)
 
 
 def test_padded_batch_pads_to_the_shape_with_empty_rows() -> None:

@@ -103,6 +103,7 @@ def do_nothing(tmp_path_factory: pytest.TempPathFactory) -> float:
     return wall
 
 
+@pytest.mark.slow
 def test_a_setup_slower_than_the_budget_stops_at_it(tmp_path: Path, do_nothing: float) -> None:
     """A budget of 30 s (more on a machine slow to do nothing), the table 200 lines at 0.5 s
     each (slower for a larger budget: a pass takes over three budgets), three passes. The old
@@ -127,6 +128,7 @@ def test_a_setup_slower_than_the_budget_stops_at_it(tmp_path: Path, do_nothing: 
     assert wall < budget + do_nothing + 60, (wall, do_nothing)
 
 
+@pytest.mark.slow
 def test_a_slow_setup_is_charged_warned_about_and_the_run_ends_in_its_budget(
     tmp_path: Path, do_nothing: float
 ) -> None:
@@ -171,6 +173,7 @@ class FakeClock:
         return self.offset
 
 
+@pytest.mark.slow
 def test_a_slow_first_update_leaves_the_budget_to_the_updates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
