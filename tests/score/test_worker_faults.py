@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc and /dev/
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A tiny model, a table of 20 copies of the slice (source phrases distinct per copy: a
+    """A tiny model, a table of 10 copies of the slice (source phrases distinct per copy: a
     run of a few seconds, still going when a test kills part of it) and one uninterrupted
     ``--workers 2`` run's output."""
     folder = tmp_path_factory.mktemp("worker-faults")
@@ -43,7 +43,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     init_weights_(model)
     save_model_dir(folder / "model", model, src_vocab, tgt_vocab, {"made_by": __file__})
     big = folder / "big.gz"
-    text = "".join(f"{i:02d}{line}\n" for i in range(20) for line in LINES)
+    text = "".join(f"{i:02d}{line}\n" for i in range(10) for line in LINES)
     big.write_bytes(gzip.compress(text.encode("utf-8")))
     paths = {"model": folder / "model", "big": big, "whole": folder / "whole.gz"}
     subprocess.run([*score_command(paths), "-o", str(paths["whole"])], check=True, env=ONE_THREAD)
