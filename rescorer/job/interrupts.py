@@ -6,7 +6,7 @@ of the main thread, also between a lock's acquisition and the ``with`` that woul
 Inside ``concurrent.futures`` that leaves a lock the executor's own thread needs held forever
 (a future's condition, the idle-worker semaphore), and the job hung at its clean-up instead of
 ending with its "interrupted" line: 1 Ctrl-C in 40 on a busy machine (issue 65's pool). So the
-calls into the pool (submit, a future's result or state, the pool's close) run with the handlers
+calls into the pool (submit, a future's result or state) run with the handlers
 of SIGINT and SIGTERM replaced by one that notes the signal; the first one noted is raised
 when the call returns, by the handler that was there, at a point where nothing is held. A second
 signal during the call is raised at once (a worker that never answers cannot make Ctrl-C wait
