@@ -35,7 +35,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
+from benchlib import (
+    cpu_name,
+    gemm_peak,
+    git_commit,
+    model_macs,
+    paper_model_dir,
+    sync,
+    write_slice,
+)
 
 from rescorer.cli.ranges import MAX_CHUNK_BYTES, Arg, RangeHelp, per_cpu
 from rescorer.device import resolve_device, resolve_precision
@@ -43,7 +51,6 @@ from rescorer.io.chunks import iter_chunks
 from rescorer.io.inputs import open_binary
 from rescorer.io.table import read_table
 from rescorer.model.checkpoint import load_model_dir
-from rescorer.model.encdec import ModelConfig
 from rescorer.score.config import ScoreConfig, chunk_bytes_for
 from rescorer.score.pairs import token_batches
 from rescorer.score.pipeline import score_table
@@ -54,66 +61,6 @@ from rescorer.score.trees import Work
 DEFAULT_TABLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "en-fr", "phrase-table.gz"
 )
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def gemm_peak(device: torch.device, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:
-    """Best FLOP/s of an n x n x n matrix product over ``seconds``."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    a @ b
-    sync(device)
-    best, end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        t = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        sync(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - t))
-    return best
-
-
-def model_macs(
-    cfg: ModelConfig,
-    encoder_steps: int,
-    sources: int,
-    positions: int,
-    starts: int,
-    *,
-    tree: bool,
-) -> float:
-    """Multiply-adds of the model's matrix products, as the code runs them (no padding):
-    ``encoder_steps`` encoder steps, the decoder terms of ``sources`` source rows, ``positions``
-    decoder positions (EOS included) of which ``starts`` begin a target; ``tree``: the prefix
-    tree decoder (``Scorer``'s default), else the padded one (``decoder_states``, also training).
-
-    rescorer/model/encdec.py, rescorer/score/scorer.py and rescorer/score/trees.py run:
-    - every encoder step (the first too: h_0 = 0 goes through the products): the input
-      projection [W_r; W_u; W] e (E x 3H), then [U_r; U_u] h and U (r h) (3 H x H);
-    - once per source row: s0 = tanh(W_init c + b) (H x H) and [C_r; C_u; C; O_c] c
-      (H x (3H+PM)); a row per source in the tree, per source and batch in the padded decoder;
-    - at every decoder position, the readout: O_h s (H x PM), O_y f(y_prev) (E x PM; f is zero
-      at a target's first word, the product runs all the same), W_1 m (M x E), W_2 (E x V);
-    - the decoder recurrence [U_r; U_u] s, U (r s) (3 H x H) at every position but those that
-      begin a target: there the state is s0 itself and no step runs (the tree's depth 0, row 0
-      of ``decoder_states``). ``starts`` is one per source in the tree (targets under a source
-      share their first position) and one per pair in the padded decoder;
-    - the decoder's input projection (E x 3H) with its step in the tree; the padded decoder
-      projects every target word at once, its last one too, whose step never runs.
-    """
-    H, E, V = cfg.hidden_size, cfg.embed_size, cfg.tgt_rows
-    PM = cfg.maxout_units * cfg.maxout_pool
-    projection, recurrence = E * 3 * H, 3 * H * H
-    per_source = H * H + H * (3 * H + PM)
-    readout = H * PM + E * PM + cfg.maxout_units * E + E * V
-    steps = positions - starts
-    decoder = readout * positions + recurrence * steps
-    decoder += projection * (steps if tree else positions)
-    return float((projection + recurrence) * encoder_steps + per_source * sources + decoder)
 
 
 def padded_contexts(parsed: list[Any], batch_tokens: int) -> int:

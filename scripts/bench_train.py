@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from bench_score import model_macs, sync
-from benchlib import HERE, cpu_name, git_commit, stream_triad
+from benchlib import HERE, cpu_name, git_commit, model_macs, stream_triad, sync
 from opprofile import profile_updates
 from trainfloor import measured_peak, print_floor
 
@@ -52,7 +51,6 @@ from rescorer.batching import (
     epoch_batches,
     length_bounds,
 )
-from rescorer.cli.ranges import Arg, RangeHelp
 from rescorer.device import resolve_device
 from rescorer.io.table import read_table, split_tokens
 from rescorer.model.encdec import (
@@ -138,6 +136,10 @@ class Updates:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    # Imported here: --compare's child takes the options parsed (--args-json) and may run a
+    # package from before rescorer/cli/ranges.py; the modules it measures are all older.
+    from rescorer.cli.ranges import Arg, RangeHelp
+
     parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.split("\n")[0])
     parser.add_argument("--table", default=DEFAULT_TABLE)
     parser.add_argument("--pairs", type=Arg(1, 10**8), default=20000, help="real pairs to sample")
@@ -182,9 +184,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         " sitting, each row beside its baseline",
     )  # fmt: skip
     parser.add_argument("--work", default="runs/bench-train", help="where --compare unpacks")
-    parser.add_argument("--rows-out", help=argparse.SUPPRESS)  # --compare's child: its rows
-    parser.add_argument("--code", help=argparse.SUPPRESS)  # the child's label (its commit)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.rows_out = args.code = None  # --compare's child: where its rows go, its label
+    return args
+
+
+def child_args(argv: list[str]) -> argparse.Namespace | None:
+    """--compare's child (``--args-json FILE``): the options its parent parsed, else None."""
+    if argv[:1] != ["--args-json"]:
+        return None
+    with open(argv[1], encoding="utf-8") as f:
+        return argparse.Namespace(**json.load(f))
 
 
 def read_pairs(table: str, wanted: int) -> tuple[PairArrays, int]:
@@ -314,7 +324,7 @@ def measure_rows(
     return rows
 
 
-def baseline_rows(args: argparse.Namespace, argv: list[str]) -> list[dict[str, Any]]:
+def baseline_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """--compare: this script run with the package as it was at the commit; its rows."""
     commit = subprocess.run(
         ["git", "-C", HERE, "rev-parse", "--short", args.compare],
@@ -331,18 +341,14 @@ def baseline_rows(args: argparse.Namespace, argv: list[str]) -> list[dict[str, A
     ).stdout
     subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
     out = os.path.join(folder, "rows.json")
-    keep, skip = [], False
-    for arg in argv:  # the same arguments, without --compare COMMIT
-        if skip or arg == "--compare":
-            skip = not skip
-            continue
-        if not arg.startswith("--compare="):
-            keep.append(arg)
+    options = os.path.join(folder, "args.json")
+    with open(options, "w", encoding="utf-8") as f:  # the same options, without --compare
+        json.dump({**vars(args), "compare": None, "rows_out": out, "code": commit}, f)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [folder, env.get("PYTHONPATH")]))
     print(f"--compare: {commit} first (PYTHONPATH={folder})", file=sys.stderr, flush=True)
     subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *keep, "--rows-out", out, "--code", commit],
+        [sys.executable, os.path.abspath(__file__), "--args-json", options],
         check=True, env=env, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     with open(out, encoding="utf-8") as f:
@@ -354,8 +360,8 @@ def baseline_rows(args: argparse.Namespace, argv: list[str]) -> list[dict[str, A
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    before = baseline_rows(args, argv) if args.compare else []
+    args = child_args(argv) or parse_args(argv)
+    before = baseline_rows(args) if args.compare else []
     # What rescorer train sets for the whole process before its first update (a package from
     # before it had process_settings set nothing: the bench times each commit as it trains).
     settings = getattr(train_setup, "process_settings", None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from bench_score import gemm_peak
+from benchlib import gemm_peak
 
 #: Bytes the optimiser must move per parameter at the least, fp32 state in every precision:
 #: the gradient read twice (the global norm, then the step: the clip needs the norm first),
