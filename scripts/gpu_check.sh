@@ -135,7 +135,12 @@ trap 'rm -rf "$work"' EXIT
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 
 say() { printf '%s\n' "$*" | tee -a "$md"; }
-note() { printf '== %s\n' "$*" | tee -a "$log" >&2; }
+started=$(date +%s.%N)
+note() {  # a line in the log and on stderr, with the seconds since the start: what each step cost
+    local at
+    at=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
+    printf '== [%s s] %s\n' "$at" "$*" | tee -a "$log" >&2
+}
 run_logged() { note "$*"; "$@" >>"$log" 2>&1; }
 run_pytest() {  # NAME ARGS...: pytest ARGS in one process (-o addopts=: no xdist workers, which
     # the GPU machine may lack); its summary line said, its failures listed, its output logged
@@ -153,8 +158,22 @@ run_pytest() {  # NAME ARGS...: pytest ARGS in one process (-o addopts=: no xdis
 }
 
 # ------------------------------------------------------------------ the package and its needs
-deps='import torch, numpy, click, isal, safetensors, tqdm, rescorer.score.pipeline'
-if ! "$py" -c "$deps" >>"$log" 2>&1; then
+facts() {  # one interpreter: the imports rescorer needs, then whether CUDA is there and what it is
+    "$py" - 2>>"$log" <<'PY'
+import os
+import click, isal, numpy, safetensors, torch, tqdm  # noqa: F401
+import rescorer.score.pipeline  # noqa: F401
+print(int(torch.cuda.is_available()))
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"{p.name} ({p.total_memory / 2**30:.0f} GiB, capability {p.major}.{p.minor}), "
+          f"torch {torch.__version__}, CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores")
+else:
+    print()
+print(f"no CUDA device (torch {torch.__version__}), {os.cpu_count()} CPU cores")
+PY
+}
+if ! found=$(facts); then
     if [ -n "${GPU_CHECK_WHEELS:-}" ]; then  # no network: the missing packages, carried
         run_logged "$py" -m pip install -q --no-index --no-deps "$GPU_CHECK_WHEELS"/*.whl
     else
@@ -167,7 +186,7 @@ if ! "$py" -c "$deps" >>"$log" 2>&1; then
         fi
         run_logged "$py" -m pip install -q --retries 1 -c "$constraints" -e "$root"
     fi
-    if ! "$py" -c "$deps" >>"$log" 2>&1; then
+    if ! found=$(facts); then
         missing=$("$py" - <<'PY' 2>/dev/null
 import importlib.util
 names = ["torch", "numpy", "click", "isal", "safetensors", "tqdm"]
@@ -182,7 +201,7 @@ PY
     fi
 fi
 
-cuda=$("$py" -c 'import torch; print(int(torch.cuda.is_available()))' 2>>"$log")
+cuda=$(sed -n 1p <<<"$found")
 device="${GPU_CHECK_DEVICE:-$([ "$cuda" = 1 ] && echo cuda || echo none)}"
 sections="${GPU_CHECK_SECTIONS:-tests batch workers train extend score precision pipeline}"
 table="${GPU_CHECK_TABLE:-}"
@@ -206,16 +225,8 @@ read -r -a compiles <<<"${GPU_CHECK_COMPILE:-yes no}"
 precisions="${GPU_CHECK_PRECISIONS:-bf16 tf32}"
 gemm="${GPU_CHECK_GEMM:-$([ "$device" = cuda ] && echo 8192 || echo 512)}"
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-where=$("$py" - "$device" <<'PY' 2>>"$log"
-import os, sys, torch
-if sys.argv[1] == "cuda":
-    p = torch.cuda.get_device_properties(0)
-    print(f"{p.name} ({p.total_memory / 2**30:.0f} GiB, capability {p.major}.{p.minor}), "
-          f"torch {torch.__version__}, CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores")
-else:
-    print(f"no CUDA device (torch {torch.__version__}), {os.cpu_count()} CPU cores")
-PY
-)
+where=$(sed -n 3p <<<"$found")
+[ "$device" = cuda ] && where=$(sed -n 2p <<<"$found")
 
 say "### GPU check ($(date -u +%F), commit $commit): $where"
 say ""
