@@ -31,6 +31,15 @@ atexit.register(shutil.rmtree, CACHE_DIR, True)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+# A shell that starts pytest as a background job (`cmd &` in a script, nohup) leaves SIGINT
+# ignored, and every child inherits that: the Ctrl-C tests, in process and in their children,
+# would wait for an interrupt that never comes. pytest's process and each worker take Python's
+# own handler here, before any child starts (a child then starts with the default, and a Python
+# child raises KeyboardInterrupt as at a terminal).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def default_sigint() -> None:
     """``preexec_fn`` for a child a test interrupts with SIGINT: the default disposition, as
     at a terminal. A shell that starts pytest as a background job (``cmd &`` in a script, nohup)
