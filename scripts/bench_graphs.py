@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 import torch
-from bench_score import DEFAULT_TABLE, gemm_peak, model_macs, sync
-from benchlib import cpu_name, git_commit, paper_model_dir, write_slice
+from bench_score import DEFAULT_TABLE
+from benchlib import cpu_name, gemm_peak, git_commit, model_macs, paper_model_dir, sync, write_slice
 
 from rescorer.cli.ranges import Arg, RangeHelp
 from rescorer.device import autocast, resolve_device

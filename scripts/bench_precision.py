@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from bench_score import DEFAULT_TABLE, gemm_peak
-from benchlib import cpu_name, git_commit, write_slice
+from bench_score import DEFAULT_TABLE
+from benchlib import cpu_name, gemm_peak, git_commit, write_slice
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rescorer.cli.ranges import Arg, RangeHelp

@@ -25,7 +25,8 @@ from rescorer.score.scorer import Scorer
 from rescorer.vocab import build_vocabs
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_score import model_macs, padded_contexts
+from bench_score import padded_contexts
+from benchlib import model_macs
 
 CONFIG = ModelConfig(
     src_vocab_size=50, tgt_vocab_size=60, hidden_size=12, embed_size=5, maxout_units=7
