@@ -24,15 +24,17 @@ import time
 
 from benchlib import HERE, cpu_name, git_commit, write_slice
 
+from rescorer.cli.ranges import Arg, RangeHelp
+
 ROOT = os.path.dirname(HERE)
 SLICE = os.path.join(ROOT, "tests", "data", "pt.en-fr.slice.gz")
 WITHOUT_FREEZE = "import rescorer.cli as c; c.skip_the_collections_at_exit = lambda: None; c.main()"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--repeats", type=int, default=9, help="runs of each form (default 9)")
-    parser.add_argument("--lines", type=int, default=2000, help="lines scored (default 2000)")
+    parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=Arg(1, 1000), default=9, help="Runs of each form.")
+    parser.add_argument("--lines", type=Arg(1, 10**7), default=2000, help="Lines scored.")
     parser.add_argument("--model", default=os.path.join(ROOT, "tests", "data", "golden", "model"))
     return parser.parse_args()
 
