@@ -56,8 +56,9 @@ def main() -> None:
         out = os.path.join(work, "out.gz")
         score = ["score", table, "-m", args.model, "-o", out, "--device", "cpu",
                  "--precision", "fp32", "--compile", "no", "-q", "--force"]  # fmt: skip
+        score_row = f"rescorer score, {lines:,} lines"
         rows = {
-            f"rescorer score, {lines:,} lines": (
+            score_row: (
                 [py, "-m", "rescorer", *score],
                 [py, "-c", WITHOUT_FREEZE, *score],
             ),
@@ -71,7 +72,7 @@ def main() -> None:
             ),
         }
         times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in rows}
-        for argv in rows[f"rescorer score, {lines:,} lines"]:
+        for argv in rows[score_row]:
             seconds(argv)  # the file cache and the bytecode warm
         for _ in range(args.repeats):
             for name, (frozen, plain) in rows.items():
