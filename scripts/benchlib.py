@@ -20,16 +20,31 @@ if TYPE_CHECKING:
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (else what platform says)."""
+#: The instructions that set a CPU's matrix-product peaks, as /proc/cpuinfo names them.
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name from /proc/cpuinfo with its family, model and matrix instructions
+    (a virtual machine may say no more than "AMD EPYC"), else what platform says."""
+    info: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
+        with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, sep, value = line.partition(":")
+                if not sep:
+                    break  # the first CPU's block ends
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    if "model name" not in info:
+        return platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
+    isa = ", ".join(f if f in flags else f"no {f}" for f in ISA_FLAGS)
+    return (
+        f"{info['model name']} (family {info.get('cpu family', '?')} model "
+        f"{info.get('model', '?')}; {isa})"
+    )
 
 
 def git_commit() -> str:
