@@ -22,6 +22,15 @@ update, epoch, validation perplexity), and any further ``rescorer train`` flags 
 
     python scripts/bench_time_to_quality.py --device cuda --batch-size 64 256 1024 4096 \\
         --minutes 1.5 --csv ttq.csv --png ttq.png -- --capture auto
+
+``--beside LABEL=FOLDER`` puts an earlier run's curve (any model size, any batch) beside these in
+the table and the PNG, read from its log, not run again: the paper's size beside hidden 256.
+
+    python scripts/bench_time_to_quality.py \\
+        --table runs/help/baseline/train/model/phrase-table.gz --hidden-size 1000 \\
+        --batch-size 64 --minutes 90 --work runs/ttq-h1000 \\
+        --beside "hidden 256, batch 64=runs/ttq-h256/batch64" \\
+        --png docs/results/time-to-quality-paper-size.png
 """
 
 from __future__ import annotations
@@ -98,6 +107,16 @@ def batches_of(args: argparse.Namespace) -> list[int]:
     return [b for b in args.batch_size for _ in range(2 if args.compare else 1)]
 
 
+def beside_run(text: str) -> tuple[str, str]:
+    """``LABEL=FOLDER`` of --beside: a finished run's folder, with the label its curve takes."""
+    label, sep, folder = text.rpartition("=")
+    if not sep or not label or not validations(folder):
+        raise argparse.ArgumentTypeError(
+            f"expected LABEL=FOLDER, FOLDER a run with validations in its train.log.jsonl: {text!r}"
+        )
+    return label, os.path.abspath(folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(formatter_class=RangeHelp, description=__doc__.splitlines()[0])
     parser.add_argument("--table", default="../shared/data/en-fr/phrase-table.gz")
@@ -110,6 +129,10 @@ def main() -> None:
     parser.add_argument("--csv", default=None, help="every validation point, one row each")
     parser.add_argument("--device", default=None, help="train --device (default: train's)")
     parser.add_argument("train_flags", nargs="*", help="more rescorer train flags, after --")
+    parser.add_argument(
+        "--beside", metavar="LABEL=FOLDER", action="append", default=[], type=beside_run,
+        help="an earlier run's curve beside these (its train.log.jsonl; not run again)",
+    )  # fmt: skip
     parser.add_argument(
         "--compare", metavar="COMMIT",
         help="run every batch size with the package at COMMIT too, before this checkout's",
@@ -128,7 +151,8 @@ def main() -> None:
             runs.append((f"batch {batch}, {commit}", os.path.join(
                 args.work, f"{commit}-batch{batch}"), None))  # fmt: skip
         else:
-            runs.append((f"batch {batch}", os.path.join(args.work, f"batch{batch}"), None))
+            name = f"hidden {args.hidden_size}, batch {batch}" if args.beside else f"batch {batch}"
+            runs.append((name, os.path.join(args.work, f"batch{batch}"), None))
     for (_, folder, code), batch in zip(runs, batches_of(args), strict=True):
         if finished(folder, args.minutes):
             continue
@@ -151,6 +175,7 @@ def main() -> None:
     curves = {label: validations(folder) for label, folder, _ in runs}
     if args.csv:
         write_csv(args.csv, curves, batches_of(args))
+    curves.update((label, validations(folder)) for label, folder in args.beside)
     first = runs[0][0]
     reference = min(p for _, _, p in curves[first])
     where = device_name(args.device)
@@ -161,13 +186,17 @@ def main() -> None:
         f"{args.valid_pairs:,} training pairs on the same 5,000 held-out pairs. Reference: "
         f"the perplexity of {first} in {args.minutes:g} minutes, {reference:.2f}.\n"
     )
-    print("| run | updates | best ppl | ppl at 1/3 of the time | time to reach the reference |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| run | minutes | updates | best ppl | ppl at 1/3 of the time | "
+        "time to reach the reference |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for label, points in curves.items():
-        third = [p for t, _, p in points if t <= 20 * args.minutes]
+        third = [p for t, _, p in points if t <= points[-1][0] / 3]  # this curve's own third
         reach = next((t for t, _, p in points if p <= reference), None)
         print(
-            f"| {label} | {points[-1][1]:,} | {min(p for _, _, p in points):.2f} | "
+            f"| {label} | {points[-1][0] / 60:.1f} | {points[-1][1]:,} | "
+            f"{min(p for _, _, p in points):.2f} | "
             f"{min(third) if third else float('nan'):.2f} | "
             + (f"{reach / 60:.1f} min |" if reach is not None else "not reached |")
         )
@@ -192,7 +221,7 @@ def main() -> None:
         ax.set_yscale("log")
         ax.set_xlabel("wall time (minutes, data loading and validation included)")
         ax.set_ylabel("validation perplexity")
-        ax.set_title(f"hidden {args.hidden_size}, {where}", fontsize=10)
+        ax.set_title(where if args.beside else f"hidden {args.hidden_size}, {where}", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend()
         fig.tight_layout()
