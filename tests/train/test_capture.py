@@ -167,12 +167,15 @@ def test_batch_size_auto_is_the_papers_on_a_cpu_and_says_so(tmp_path: Path) -> N
     result = CliRunner().invoke(cli, argv)
     assert result.exit_code == 0, result.output
     first = result.output.splitlines()[0]
-    assert "; batch 64 (--batch-size auto on a CPU: the paper's);" in first, first
+    assert "; batch 64 (--batch-size auto on a CPU: the paper's; in 20 minutes" in first, first
     assert "the update eager (--capture auto)" in first
     config = json.loads((out / "config.json").read_text())["train"]
     assert config["batch_size"] == 64 and config["batch_auto"] is True
     help_text = CliRunner().invoke(cli, ["train", "--help"]).output
     assert "not yet measured on a GPU" in " ".join(help_text.split())
+    assert "64 on a CPU (the paper's, which learns faster there than 256)" in " ".join(
+        help_text.split()
+    )
     bad = CliRunner().invoke(cli, [*argv[:3], "-o", str(tmp_path / "x"), "--batch-size", "0"])
     assert bad.exit_code == 2 and "0 is not in the range 1<=x<=65536 or auto" in bad.output
 
